@@ -1,0 +1,181 @@
+"""The language-model protocol every backend implements.
+
+Contract
+--------
+* ``LM.generate(requests) -> completions`` takes a *batch* of ``ChatRequest`` (messages,
+  temperature, max_tokens, optional JSON schema, stop strings) and returns one ``Completion``
+  per request, in order, each with prompt/completion token counts and latency.
+* Backends implement only ``_generate`` (the uncached batch call) and ``name`` (the model
+  identity that keys the response cache). ``generate`` adds, for every backend alike:
+  the response cache (``memlab.lm.cache.ResponseCache``: a hit costs no model call and is
+  bit-identical across reruns) and usage accounting (``LM.usage``, a ``UsageMeter`` the
+  pipeline and the evaluator read).
+* Loading is lazy: constructing an LM loads nothing; the first ``generate`` (or an explicit
+  ``warm_up()``) does. So a pipeline that never calls its LM never loads it.
+* A backend that cannot answer (server down after its retries, model file missing) raises
+  ``LMUnavailableError`` with a message naming the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class LMError(RuntimeError):
+    """Base class of language-model errors."""
+
+
+class LMUnavailableError(LMError):
+    """The model cannot be reached or loaded (after retries, where retries make sense)."""
+
+
+class ParseError(ValueError):
+    """A completion could not be turned into the expected structure (see ``memlab.lm.jsonparse``)."""
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    messages: tuple[dict[str, str], ...]
+    temperature: float = 0.0
+    max_tokens: int = 256
+    #: A JSON schema the completion must follow (constrained decoding where the backend
+    #: supports it; otherwise it is only a hint and the parser validates).
+    json_schema: dict[str, Any] | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = 0
+
+    @staticmethod
+    def of(
+        messages: list[dict[str, str]] | tuple[dict[str, str], ...] | str,
+        **params: Any,
+    ) -> "ChatRequest":
+        """Build a request from a message list (or a single user prompt string)."""
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        return ChatRequest(messages=tuple(dict(m) for m in messages), **params)
+
+    def cache_key_payload(self) -> str:
+        """Canonical JSON of everything that determines the completion, for the cache key."""
+        payload = asdict(self)
+        payload["messages"] = [dict(m) for m in self.messages]
+        return json.dumps(payload, sort_keys=True, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    model: str = ""
+    cached: bool = False
+    finish_reason: str | None = None
+
+
+@dataclass
+class UsageMeter:
+    """Thread-safe counters of LLM use. Read with ``snapshot()``; diff two snapshots to get
+    the usage of a phase (memory building, one query)."""
+
+    llm_calls: int = 0
+    cached_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record(self, completion: Completion) -> None:
+        with self._lock:
+            if completion.cached:
+                self.cached_calls += 1
+            else:
+                self.llm_calls += 1
+                self.latency_s += completion.latency_s
+            # Tokens are counted for cached calls too: they measure the method's cost,
+            # which must not depend on whether the cache was warm.
+            self.prompt_tokens += completion.prompt_tokens
+            self.completion_tokens += completion.completion_tokens
+
+    def snapshot(self) -> dict[str, float]:
+        with self._lock:
+            return {
+                "llm_calls": self.llm_calls + self.cached_calls,
+                "uncached_calls": self.llm_calls,
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "latency_s": self.latency_s,
+            }
+
+    @staticmethod
+    def diff(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+        return {k: after[k] - before.get(k, 0) for k in after}
+
+
+class LM(ABC):
+    """Base class of language-model backends (see the module docstring for the contract).
+
+    ``cache``: path of the SQLite response cache, ``"default"`` for the user cache folder
+    (``$MEMLAB_CACHE`` or ``~/.cache/memlab/responses.sqlite``), or None to disable it.
+    """
+
+    #: Context window in tokens, used by pipelines to truncate their inputs.
+    context_window: int = 4096
+
+    def __init__(self, cache: str | None = "default") -> None:
+        self.usage = UsageMeter()
+        self._cache_path = cache
+        self._cache = None
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """Model identity (backend + model + anything that changes outputs); keys the cache."""
+
+    @abstractmethod
+    def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        """Run the model on every request (no cache). Must return one completion per request."""
+
+    def warm_up(self) -> None:
+        """Load the model now instead of on first use."""
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` for this model; backends with a tokenizer override this."""
+        return max(1, len(text) // 4)
+
+    @property
+    def cache(self):
+        if self._cache is None and self._cache_path is not None:
+            from memlab.lm.cache import ResponseCache
+
+            self._cache = ResponseCache.open(self._cache_path)
+        return self._cache
+
+    def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        results: list[Completion | None] = [None] * len(requests)
+        cache = self.cache
+        missing: list[int] = []
+        for i, request in enumerate(requests):
+            hit = cache.get(self.name, request) if cache is not None else None
+            if hit is not None:
+                results[i] = hit
+            else:
+                missing.append(i)
+        if missing:
+            fresh = self._generate([requests[i] for i in missing])
+            if len(fresh) != len(missing):
+                raise LMError(f"{self.name}: backend returned {len(fresh)} completions for {len(missing)} requests")
+            for i, completion in zip(missing, fresh):
+                results[i] = completion
+                if cache is not None:
+                    cache.put(self.name, requests[i], completion)
+        for completion in results:
+            self.usage.record(completion)
+        return results  # type: ignore[return-value]
+
+    def complete(self, prompt: str, **params: Any) -> str:
+        """Convenience: one user prompt in, text out."""
+        return self.generate([ChatRequest.of(prompt, **params)])[0].text

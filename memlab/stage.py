@@ -1,0 +1,289 @@
+"""Stages: the one interface every pipeline component shares.
+
+Contract
+--------
+A **stage** is a ``torch.nn.Module`` that maps a batch of typed inputs to a batch of typed
+outputs: ``forward(batch: list[In]) -> list[Out]``, one output per input, in order.
+
+* **Families.** Each stage family (``memlab.stages.<family>.base``) declares its ``In`` and
+  ``Out`` dataclasses once, on an abstract family base class. Every implementation of the
+  family (prompted, rule-based, neural) honours that signature, which is what makes them
+  interchangeable in a pipeline slot.
+* **Construction is cheap.** ``__init__`` takes only JSON-serialisable arguments plus
+  injected collaborators (``lm``, ``embedder``, other stages). Heavy loading (weights, model
+  files) happens lazily or in ``warm_up()``.
+* **Prompted stages** (``PromptedStage``) have no parameters: they are a template, an injected
+  LM and a parser. ``render(item) -> ChatRequest`` and ``parse(text, item) -> Out`` are
+  separate methods, testable without a model. A completion that cannot be parsed is retried
+  once with a corrective message; if that fails too, ``fallback(item, error)`` gives the
+  family's empty/neutral output, the failure is counted in ``failures`` and recorded, and the
+  run goes on. No bad completion crashes a benchmark.
+* **Trainable stages** are ordinary ``nn.Module``s with parameters; they add what training
+  needs (``featurize``, ``loss`` ...) as their family requires.
+* **Serialisation.** ``save(dir)`` writes ``config.json`` (class path + the JSON-serialisable
+  init kwargs, recorded automatically), ``model.safetensors`` (the state dict, when there is
+  one) and ``versions.json``; ``Stage.load(dir, **collaborators)`` rebuilds it. The folder is
+  written to a temporary sibling and renamed, so a crash never leaves half a checkpoint.
+  Stage classes live in the ``memlab`` package, never in a script's ``__main__``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+import torch
+from torch import nn
+
+from memlab.lm.base import LM, ChatRequest, ParseError
+
+log = logging.getLogger(__name__)
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+class StageError(RuntimeError):
+    """A stage could not produce its output (raised only where no fallback makes sense)."""
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+class Stage(nn.Module, Generic[In, Out]):
+    """Base class of all stages; the contract is in this module's docstring."""
+
+    #: Input and output dataclasses of the stage family (set on the family base class).
+    In: ClassVar[type]
+    Out: ClassVar[type]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _recording_init(cls.__dict__["__init__"])  # type: ignore[method-assign]
+
+    def forward(self, batch: list[In]) -> list[Out]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, batch: list[In]) -> list[Out]:
+        if not isinstance(batch, list):
+            raise TypeError(f"{type(self).__name__} takes a list (a batch); got {type(batch).__name__}")
+        return super().__call__(batch)
+
+    def run_one(self, item: In) -> Out:
+        """Convenience for a batch of one."""
+        return self([item])[0]
+
+    def warm_up(self) -> None:
+        """Load heavy resources now rather than on first use."""
+
+    # -- serialisation -------------------------------------------------------------
+    @property
+    def init_kwargs(self) -> dict[str, Any]:
+        """The JSON-serialisable constructor arguments (collaborators such as ``lm`` are not)."""
+        return {k: v for k, v in getattr(self, "_init_kwargs", {}).items() if _jsonable(v)}
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        target = Path(directory)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            config = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "kwargs": self.init_kwargs}
+            (tmp / "config.json").write_text(json.dumps(config, indent=2))
+            state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+            if state:
+                from safetensors.torch import save_file
+
+                save_file(state, str(tmp / "model.safetensors"))
+            self._save_extra(tmp)
+            (tmp / "versions.json").write_text(json.dumps(versions(), indent=2))
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return target
+
+    def _save_extra(self, directory: Path) -> None:
+        """Hook for stages with more to save than a state dict (e.g. a PEFT adapter)."""
+
+    @staticmethod
+    def load(directory: str | os.PathLike, **collaborators: Any) -> "Stage":
+        """Rebuild a saved stage; pass the collaborators (``lm=...``) it was built with."""
+        directory = Path(directory)
+        config_path = directory / "config.json"
+        if not config_path.is_file():
+            raise StageError(f"{directory}: not a saved stage (no config.json)")
+        try:
+            config = json.loads(config_path.read_text())
+            cls = import_memlab_class(config["class"])
+            kwargs = dict(config.get("kwargs", {}))
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise StageError(f"{config_path}: malformed stage config ({e})") from None
+        if not (isinstance(cls, type) and issubclass(cls, Stage)):
+            raise StageError(f"{config_path}: {config['class']} is not a Stage")
+        stage = cls(**kwargs, **collaborators)
+        weights = directory / "model.safetensors"
+        if weights.is_file():
+            from safetensors.torch import load_file
+
+            try:
+                state = load_file(str(weights))
+            except Exception as e:  # safetensors raises several types for a bad file
+                raise StageError(f"{weights}: cannot read weights ({e})") from None
+            stage._load_state(state, directory)
+        stage._load_extra(directory)
+        return stage
+
+    def _load_state(self, state: dict[str, torch.Tensor], directory: Path) -> None:
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise StageError(f"{directory}: weights do not match {type(self).__name__} "
+                             f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+
+    def _load_extra(self, directory: Path) -> None:
+        """Hook mirroring ``_save_extra``."""
+
+
+def _recording_init(init):
+    """Wrap ``__init__`` so the outermost call records its bound arguments for ``save``."""
+
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def wrapper(self, *args: Any, **kwargs: Any) -> None:
+        outermost = not hasattr(self, "_init_kwargs_recording")
+        if outermost:
+            object.__setattr__(self, "_init_kwargs_recording", True)
+        init(self, *args, **kwargs)
+        if outermost:
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            recorded: dict[str, Any] = {}
+            for name, value in list(bound.arguments.items())[1:]:
+                kind = signature.parameters[name].kind
+                if kind is inspect.Parameter.VAR_KEYWORD:
+                    recorded.update(value)
+                elif kind is not inspect.Parameter.VAR_POSITIONAL:
+                    recorded[name] = value
+            object.__setattr__(self, "_init_kwargs", recorded)
+
+    wrapper.__signature__ = signature  # type: ignore[attr-defined]
+    return wrapper
+
+
+def import_memlab_class(path: str) -> Any:
+    """Import ``memlab.x.y.Name``; anything outside the ``memlab`` package is refused."""
+    if not isinstance(path, str) or not (path == "memlab" or path.startswith("memlab.")):
+        raise StageError(f"only memlab.* classes can be instantiated, got {path!r}")
+    module_name, _, attr = path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise StageError(f"cannot import {module_name!r} for {path!r}: {e}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise StageError(f"{module_name!r} has no attribute {attr!r}") from None
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages that decide whether a saved artifact still loads the same."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for package in ("memlab", "torch", "transformers", "peft", "sentence-transformers", "faiss-cpu"):
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A prompted call that produced no usable output, after its retry."""
+
+    stage: str
+    error: str
+    completion: str
+
+
+class PromptedStage(Stage[In, Out]):
+    """A stage that is a template + an injected LM + a parser (no parameters).
+
+    Subclasses implement ``render(item) -> ChatRequest``, ``parse(text, item) -> Out`` (raise
+    ``ParseError`` for output it cannot use) and ``fallback(item, error) -> Out``.
+    """
+
+    #: Message appended when a completion cannot be parsed, for the single retry.
+    RETRY_MESSAGE = (
+        "Your previous reply could not be parsed ({error}). Reply again with only the "
+        "requested output, in the requested format."
+    )
+
+    def __init__(self, lm: LM, max_tokens: int = 256, temperature: float = 0.0) -> None:
+        super().__init__()
+        self.lm = lm
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.failures: list[Failure] = []
+
+    def render(self, item: In) -> ChatRequest:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def parse(self, text: str, item: In) -> Out:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def fallback(self, item: In, error: str) -> Out:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def request(self, messages: list[dict[str, str]] | str, **params: Any) -> ChatRequest:
+        """A request with this stage's sampling defaults."""
+        params.setdefault("max_tokens", self.max_tokens)
+        params.setdefault("temperature", self.temperature)
+        return ChatRequest.of(messages, **params)
+
+    def forward(self, batch: list[In]) -> list[Out]:
+        requests = [self.render(item) for item in batch]
+        completions = self.lm.generate(requests)
+        outputs: list[Out | None] = [None] * len(batch)
+        retry: list[tuple[int, str, str]] = []
+        for i, (item, completion) in enumerate(zip(batch, completions)):
+            try:
+                outputs[i] = self.parse(completion.text, item)
+            except ParseError as e:
+                retry.append((i, str(e), completion.text))
+        if retry:
+            retry_requests = []
+            for i, error, text in retry:
+                original = requests[i]
+                messages = list(original.messages) + [
+                    {"role": "assistant", "content": text},
+                    {"role": "user", "content": self.RETRY_MESSAGE.format(error=error)},
+                ]
+                retry_requests.append(ChatRequest(**{**original.__dict__, "messages": tuple(messages)}))
+            for (i, _, _), completion in zip(retry, self.lm.generate(retry_requests)):
+                try:
+                    outputs[i] = self.parse(completion.text, batch[i])
+                except ParseError as e:
+                    failure = Failure(stage=type(self).__name__, error=str(e), completion=completion.text[:500])
+                    self.failures.append(failure)
+                    log.warning("%s: unusable completion after retry: %s", failure.stage, failure.error)
+                    outputs[i] = self.fallback(batch[i], str(e))
+        return outputs  # type: ignore[return-value]
