@@ -1,0 +1,14 @@
+"""Text embedders (see ``memlab.embed.base`` for the contract) and the shared token counter."""
+
+from memlab.embed.base import Embedder, EmbedderError
+from memlab.embed.hf import HFMeanPoolingEmbedder
+from memlab.embed.sentence_transformers import SentenceTransformerEmbedder
+from memlab.embed.tokens import default_token_counter
+
+__all__ = [
+    "Embedder",
+    "EmbedderError",
+    "HFMeanPoolingEmbedder",
+    "SentenceTransformerEmbedder",
+    "default_token_counter",
+]

@@ -1,5 +1,33 @@
 """Language-model backends behind one protocol (``memlab.lm.base.LM``)."""
 
 from memlab.lm.base import LM, ChatRequest, Completion, LMError, LMUnavailableError, ParseError, UsageMeter
+from memlab.lm.cache import CacheEntry, CacheError, ResponseCache
+from memlab.lm.hf import HFLM
+from memlab.lm.jsonparse import list_schema, object_schema, parse_json
+from memlab.lm.llamacpp import LlamaCppLM, PromptTooLongError
+from memlab.lm.models import DEFAULT_MODEL, KNOWN_MODELS, model_status, resolve_model
+from memlab.lm.openai_compat import OpenAICompatLM
 
-__all__ = ["LM", "ChatRequest", "Completion", "LMError", "LMUnavailableError", "ParseError", "UsageMeter"]
+__all__ = [
+    "LM",
+    "ChatRequest",
+    "Completion",
+    "LMError",
+    "LMUnavailableError",
+    "ParseError",
+    "UsageMeter",
+    "CacheEntry",
+    "CacheError",
+    "ResponseCache",
+    "HFLM",
+    "LlamaCppLM",
+    "OpenAICompatLM",
+    "PromptTooLongError",
+    "DEFAULT_MODEL",
+    "KNOWN_MODELS",
+    "model_status",
+    "resolve_model",
+    "list_schema",
+    "object_schema",
+    "parse_json",
+]

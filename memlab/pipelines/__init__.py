@@ -1,0 +1,1 @@
+"""Memory pipelines (see ``memlab.pipelines.base`` for the contract)."""

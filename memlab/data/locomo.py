@@ -1,0 +1,314 @@
+"""LoCoMo: the JSON file of snap-research/LoCoMo (``locomo10.json``) as ``Conversation`` objects.
+
+The file is a list of samples ``{sample_id, conversation, qa, ...}`` where ``conversation``
+holds ``speaker_a``, ``speaker_b``, ``session_N_date_time`` ("1:56 pm on 8 May, 2023") and
+``session_N`` (a list of turns ``{speaker, dia_id, text, blip_caption?, img_url?, query?}``),
+and ``qa`` is a list of ``{question, answer | adversarial_answer, evidence, category}``.
+Other keys (``event_summary``, ``observation``, ``session_summary``) are ignored.
+
+Mapping
+-------
+* ``Conversation(id=sample_id, speakers=(speaker_a, speaker_b))``, sessions in the order of N.
+* ``Session(id="session_N", timestamp=<parsed date>)``; every turn carries the session time.
+* ``Turn(id=dia_id, speaker, text, image_caption=blip_caption)``; the image URL is dropped
+  (no pipeline can fetch it offline; the caption is what LoCoMo's baselines see).
+* ``Question(id=f"{sample_id}:q{index}")`` with ``index`` the position in ``qa`` (stable even
+  when a question is skipped), ``category=LOCOMO_CATEGORIES[code]`` and ``answer=str(...)``.
+  Category 5 (adversarial) keeps its ``adversarial_answer`` as ``answer``.
+
+Quirks handled (counted in ``LoadReport.quirks`` under these names)
+------------------------------------------------------------------
+``date_without_session``        a ``session_N_date_time`` with no ``session_N`` (skipped)
+``empty_session``               a ``session_N`` with no turns (skipped)
+``text_stripped``               turn or question text with surrounding whitespace (stripped)
+``unknown_speaker``             a turn whose speaker is neither speaker_a nor speaker_b (kept)
+``integer_answer``              a number as answer (converted to its string)
+``adversarial_with_answer``     a category-5 item that also has ``answer`` (the adversarial
+                                answer is kept, as for every category-5 item)
+``missing_answer``              a question with no answer at all (skipped)
+``evidence_repaired``           an evidence entry rewritten: "D:11:26" -> "D11:26", or
+                                "D8:6; D9:17" split into "D8:6", "D9:17"
+``evidence_dropped_malformed``  an evidence entry that is no dia id ("D") (dropped)
+``evidence_dropped_unknown``    an evidence id naming no turn of the conversation (dropped)
+``evidence_duplicate``          the same id twice in one question (kept once)
+``no_evidence``                 a question left with no evidence (kept; recall skips it)
+
+Anything structural (missing file, not JSON, a session without a date, a turn without text,
+an unknown category code, duplicate ids) is one ``DataError`` naming the file and the place.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from memlab.data.errors import DataError
+from memlab.data.jsonfile import read_json
+from memlab.data.report import LoadReport
+from memlab.types import LOCOMO_CATEGORIES, Conversation, Question, Session, Turn
+
+log = logging.getLogger(__name__)
+
+FORMAT = "locomo"
+#: LoCoMo writes "1:56 pm on 8 May, 2023"; the variants tolerate hand-written files.
+DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%I:%M %p on %d %B %Y", "%I:%M %p on %d %b %Y")
+ADVERSARIAL = 5
+
+_SESSION_KEY = re.compile(r"session_(\d+)")
+_DATE_KEY = re.compile(r"session_(\d+)_date_time")
+# A dia id, tolerating a stray colon or spaces after the "D" ("D:11:26").
+_EVIDENCE_ID = re.compile(r"D[\s:]*(\d+)\s*:\s*(\d+)", re.IGNORECASE)
+_EVIDENCE_SEPARATORS = " \t\n;,"
+
+
+def load_locomo(path: str | Path) -> list[Conversation]:
+    """The conversations of a LoCoMo JSON file; logs a one-line summary of what was handled."""
+    conversations, report = read_locomo(path)
+    log.info(report.summary())
+    return conversations
+
+
+def read_locomo(path: str | Path) -> tuple[list[Conversation], LoadReport]:
+    """The conversations of a LoCoMo JSON file and the report of what was read."""
+    path = Path(path)
+    return parse_locomo(read_json(path), source=str(path))
+
+
+def looks_like_locomo(data: Any) -> bool:
+    """Whether parsed JSON has LoCoMo's shape (used to detect the format)."""
+    first = data[0] if isinstance(data, list) and data else data
+    return isinstance(first, dict) and "conversation" in first and ("qa" in first or "sample_id" in first)
+
+
+def parse_locomo(data: Any, source: str) -> tuple[list[Conversation], LoadReport]:
+    """Conversations from already parsed LoCoMo JSON (a list of samples, or one sample)."""
+    if isinstance(data, dict) and "conversation" in data:
+        data = [data]
+    if not isinstance(data, list):
+        raise DataError(source, f"expected a list of LoCoMo conversations, found {_kind(data)}")
+    report = LoadReport(source=source, format=FORMAT)
+    conversations: list[Conversation] = []
+    for number, sample in enumerate(data, start=1):
+        conversation = _parse_sample(sample, number, source, report)
+        if any(c.id == conversation.id for c in conversations):
+            raise DataError(source, f"conversation {number}: sample_id {conversation.id!r} appears twice")
+        conversations.append(conversation)
+    report.conversations = len(conversations)
+    return conversations, report
+
+
+def parse_locomo_date(text: str) -> datetime | None:
+    """A LoCoMo session date ("1:56 pm on 8 May, 2023"), or None when it is not one."""
+    text = " ".join(text.split())
+    for fmt in DATE_FORMATS:
+        try:
+            return datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+    return None
+
+
+def _parse_sample(sample: Any, number: int, source: str, report: LoadReport) -> Conversation:
+    where = f"conversation {number}"
+    if not isinstance(sample, dict):
+        raise DataError(source, f"{where}: expected an object, found {_kind(sample)}")
+    sample_id = sample.get("sample_id", f"conv-{number}")
+    if not isinstance(sample_id, (str, int)) or not str(sample_id).strip():
+        raise DataError(source, f"{where}: sample_id must be a non-empty string")
+    sample_id = str(sample_id).strip()
+    where = f"conversation {number} ({sample_id})"
+    body = sample.get("conversation")
+    if not isinstance(body, dict):
+        raise DataError(source, f"{where}: 'conversation' must be an object, found {_kind(body)}")
+    speakers = tuple(_text_field(body, key, f"{where}: conversation", source) for key in ("speaker_a", "speaker_b"))
+
+    sessions = _parse_sessions(body, sample_id, speakers, where, source, report)
+    turn_ids: set[str] = set()
+    for session in sessions:
+        for turn in session.turns:
+            if turn.id in turn_ids:
+                raise DataError(source, f"{where}: dia_id {turn.id!r} appears twice")
+            turn_ids.add(turn.id)
+
+    qa = sample.get("qa", [])
+    if not isinstance(qa, list):
+        raise DataError(source, f"{where}: 'qa' must be a list, found {_kind(qa)}")
+    questions = []
+    for index, item in enumerate(qa):
+        question = _parse_question(item, index, sample_id, turn_ids, where, source, report)
+        if question is not None:
+            questions.append(question)
+            report.questions[question.category] += 1
+    return Conversation(id=sample_id, speakers=speakers, sessions=tuple(sessions), questions=tuple(questions))
+
+
+def _parse_sessions(
+    body: dict[str, Any], sample_id: str, speakers: tuple[str, ...], where: str, source: str, report: LoadReport
+) -> list[Session]:
+    numbers = sorted(int(m.group(1)) for key in body if (m := _SESSION_KEY.fullmatch(key)))
+    dated = {int(m.group(1)) for key in body if (m := _DATE_KEY.fullmatch(key))}
+    for n in sorted(dated - set(numbers)):
+        report.note("date_without_session", f"{sample_id}: session_{n}_date_time")
+    sessions = []
+    for n in numbers:
+        key = f"session_{n}"
+        raw_turns = body[key]
+        if not isinstance(raw_turns, list):
+            raise DataError(source, f"{where}: {key} must be a list of turns, found {_kind(raw_turns)}")
+        raw_date = body.get(f"{key}_date_time")
+        if not isinstance(raw_date, str) or not raw_date.strip():
+            raise DataError(source, f"{where}: {key} has no date ({key}_date_time)")
+        timestamp = parse_locomo_date(raw_date)
+        if timestamp is None:
+            raise DataError(
+                source, f"{where}: {key}_date_time {raw_date!r} is not a date like '1:56 pm on 8 May, 2023'"
+            )
+        if not raw_turns:
+            report.note("empty_session", f"{sample_id}: {key}")
+            continue
+        turns = tuple(
+            _parse_turn(raw, timestamp, speakers, f"{where}: {key} turn {i + 1}", sample_id, source, report)
+            for i, raw in enumerate(raw_turns)
+        )
+        sessions.append(Session(id=key, timestamp=timestamp, turns=turns))
+        report.sessions += 1
+        report.turns += len(turns)
+    return sessions
+
+
+def _parse_turn(
+    raw: Any,
+    timestamp: datetime,
+    speakers: tuple[str, ...],
+    where: str,
+    sample_id: str,
+    source: str,
+    report: LoadReport,
+) -> Turn:
+    if not isinstance(raw, dict):
+        raise DataError(source, f"{where}: expected an object, found {_kind(raw)}")
+    dia_id = _text_field(raw, "dia_id", where, source).strip()
+    speaker = _text_field(raw, "speaker", where, source).strip()
+    text = raw.get("text")
+    if not isinstance(text, str):
+        raise DataError(source, f"{where} ({dia_id}): 'text' must be a string, found {_kind(text)}")
+    if text != text.strip():
+        report.note("text_stripped", f"{sample_id}: {dia_id}")
+        text = text.strip()
+    if speaker not in speakers:
+        report.note("unknown_speaker", f"{sample_id}: {dia_id} {speaker!r}")
+    caption = raw.get("blip_caption")
+    caption = caption.strip() if isinstance(caption, str) and caption.strip() else None
+    if caption:
+        report.images += 1
+    return Turn(id=dia_id, speaker=speaker, text=text, timestamp=timestamp, image_caption=caption)
+
+
+def _parse_question(
+    item: Any, index: int, sample_id: str, turn_ids: set[str], where: str, source: str, report: LoadReport
+) -> Question | None:
+    qid = f"{sample_id}:q{index}"
+    where = f"{where}: qa {index}"
+    if not isinstance(item, dict):
+        raise DataError(source, f"{where}: expected an object, found {_kind(item)}")
+    text = _text_field(item, "question", where, source)
+    if text != text.strip():
+        report.note("text_stripped", qid)
+        text = text.strip()
+    code = item.get("category")
+    if isinstance(code, str) and code.strip().isdigit():
+        code = int(code)
+    if isinstance(code, bool) or code not in LOCOMO_CATEGORIES:
+        raise DataError(source, f"{where}: category {code!r} is not one of {sorted(LOCOMO_CATEGORIES)}")
+
+    answer = _pick_answer(item, code, qid, report)
+    if answer is None:
+        report.note("missing_answer", qid)
+        return None
+    evidence = _repair_evidence(item.get("evidence"), turn_ids, qid, report)
+    return Question(
+        id=qid,
+        conversation_id=sample_id,
+        text=text,
+        answer=answer,
+        category=LOCOMO_CATEGORIES[code],
+        evidence=evidence,
+    )
+
+
+def _pick_answer(item: dict[str, Any], code: int, qid: str, report: LoadReport) -> str | None:
+    """The gold answer as a string; category 5 keeps its adversarial answer."""
+    if code == ADVERSARIAL and item.get("adversarial_answer") is not None:
+        if item.get("answer") is not None:
+            report.note("adversarial_with_answer", f"{qid} answer {item['answer']!r} set aside")
+        raw = item["adversarial_answer"]
+    else:
+        raw = item.get("answer")
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        report.note("integer_answer", f"{qid} {raw!r}")
+    return str(raw).strip()
+
+
+def _repair_evidence(raw: Any, turn_ids: set[str], qid: str, report: LoadReport) -> tuple[str, ...]:
+    """Evidence dia ids, repaired where unambiguous and checked against the conversation."""
+    if raw is None:
+        raw = []
+    elif isinstance(raw, str):
+        raw = [raw]
+    elif not isinstance(raw, list):
+        raw = [raw]
+    kept: list[str] = []
+    for entry in raw:
+        for dia_id in _split_evidence_entry(entry, turn_ids, qid, report):
+            if dia_id not in turn_ids:
+                report.note("evidence_dropped_unknown", f"{qid} {dia_id} (no such turn)")
+            elif dia_id in kept:
+                report.note("evidence_duplicate", f"{qid} {dia_id}")
+            else:
+                kept.append(dia_id)
+    if not kept:
+        report.note("no_evidence", qid)
+    return tuple(kept)
+
+
+def _split_evidence_entry(entry: Any, turn_ids: set[str], qid: str, report: LoadReport) -> list[str]:
+    """The dia ids one evidence entry stands for ([] when it is not one)."""
+    if not isinstance(entry, str):
+        report.note("evidence_dropped_malformed", f"{qid} {entry!r} (not a string)")
+        return []
+    stripped = entry.strip()
+    if stripped in turn_ids:
+        if stripped != entry:
+            report.note("evidence_repaired", f"{qid} {entry!r} -> {stripped}")
+        return [stripped]
+    matches = list(_EVIDENCE_ID.finditer(stripped))
+    leftover = _EVIDENCE_ID.sub("", stripped).strip(_EVIDENCE_SEPARATORS)
+    if not matches or leftover:
+        report.note("evidence_dropped_malformed", f"{qid} {entry!r} (not a dia id)")
+        return []
+    ids = [f"D{int(m.group(1))}:{int(m.group(2))}" for m in matches]
+    if ids != [entry]:
+        report.note("evidence_repaired", f"{qid} {entry!r} -> {', '.join(ids)}")
+    return ids
+
+
+def _text_field(obj: dict[str, Any], key: str, where: str, source: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value.strip():
+        if value is None:
+            problem = "is missing"
+        elif isinstance(value, str):
+            problem = "is empty"
+        else:
+            problem = f"must be a string, found {_kind(value)}"
+        raise DataError(source, f"{where}: {key!r} {problem}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__

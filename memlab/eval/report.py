@@ -1,0 +1,92 @@
+"""Aggregate per-question rows into ``metrics.json`` and print them as a table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from memlab.eval import metrics as M
+from memlab.types import ANSWERABLE_CATEGORIES
+
+ANSWER_METRICS = ("f1_locomo", "f1_amem", "bleu1", "judge")
+RETRIEVAL_METRICS = (
+    "recall@1", "recall@5", "recall@10", "recall@20",
+    "recall@tok500", "recall@tok1000", "recall@tok2000",
+)
+METRICS = ANSWER_METRICS + RETRIEVAL_METRICS + ("context_tokens",)
+USAGE_KEYS = ("llm_calls", "prompt_tokens", "completion_tokens")
+
+
+def summarise(
+    rows: list[dict[str, Any]],
+    retrieval_only: bool,
+    build_seconds: float,
+    build_usage: dict[str, float],
+    judge_info: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The metrics.json payload. ``overall`` averages over categories 1-4 (the papers' convention:
+    adversarial questions are reported in ``by_category`` only)."""
+    # LongMemEval has none of LoCoMo's categories: there every question counts towards overall.
+    has_locomo = any(row["category"] in ANSWERABLE_CATEGORIES for row in rows)
+    blocks = M.aggregate(rows, METRICS, ANSWERABLE_CATEGORIES if has_locomo else None)
+    query_usage: dict[str, float] = {k: 0 for k in USAGE_KEYS}
+    for row in rows:
+        for key in USAGE_KEYS:
+            query_usage[key] += row["usage"].get(key, 0)
+    latencies = [row["latency_s"] for row in rows]
+    n = len(rows)
+    metrics: dict[str, Any] = {
+        **(extra or {}),
+        "n_questions": n,
+        "retrieval_only": retrieval_only,
+        **blocks,
+        "usage": {
+            "build": {k: build_usage.get(k, 0) for k in USAGE_KEYS},
+            "query": query_usage,
+            "tokens_per_query": (query_usage["prompt_tokens"] + query_usage["completion_tokens"]) / n if n else None,
+            "llm_calls_per_query": query_usage["llm_calls"] / n if n else None,
+        },
+        "timing": {
+            "build_seconds": build_seconds,
+            "query_seconds_p50": float(np.percentile(latencies, 50)) if latencies else None,
+            "query_seconds_p90": float(np.percentile(latencies, 90)) if latencies else None,
+        },
+        "judge_info": judge_info,
+        "errors": sum(1 for row in rows if row.get("error")),
+    }
+    if retrieval_only:
+        for block in [metrics["overall"], *metrics["by_category"].values()]:
+            for key in ANSWER_METRICS + ("context_tokens",):
+                block[key] = None
+    return metrics
+
+
+def format_table(metrics: dict[str, Any], columns: tuple[str, ...] | None = None) -> str:
+    """The per-category table printed at the end of ``memlab run``."""
+    if columns is None:
+        columns = RETRIEVAL_METRICS[:4] + ("recall@tok1000",)
+        if not metrics.get("retrieval_only"):
+            columns = ("f1_locomo", "f1_amem", "bleu1") + (("judge",) if metrics.get("judge_info") else ()) \
+                + columns + ("context_tokens",)
+    rows = [(name, block) for name, block in metrics["by_category"].items()]
+    rows.append(("overall (1-4)", metrics["overall"]))
+    width = max(len(name) for name, _ in rows)
+    header = f"{'category':<{width}}  {'n':>4}  " + "  ".join(f"{c:>14}" for c in columns)
+    lines = [header, "-" * len(header)]
+    for name, block in rows:
+        cells = []
+        for c in columns:
+            value = block.get(c)
+            cells.append(f"{'-':>14}" if value is None else f"{value:>14.3f}" if c != "context_tokens"
+                         else f"{value:>14.0f}")
+        lines.append(f"{name:<{width}}  {block['n']:>4}  " + "  ".join(cells))
+    usage, timing = metrics["usage"], metrics["timing"]
+    lines.append("")
+    lines.append(
+        f"build: {timing['build_seconds']:.1f}s, {usage['build']['llm_calls']:.0f} LLM calls; "
+        f"query: p50 {timing['query_seconds_p50'] or 0:.2f}s, p90 {timing['query_seconds_p90'] or 0:.2f}s, "
+        f"{usage['tokens_per_query'] or 0:.0f} tokens/query"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,217 @@
+"""The benchmark loop: build memory per conversation, answer its questions, score, write.
+
+``run_benchmark`` writes into ``out_dir``:
+
+* ``predictions.jsonl`` — one line per question (gold data next to what the pipeline did);
+  written as ``predictions.jsonl.partial`` while running and renamed when the run ends, so a
+  complete file is never confused with an interrupted one;
+* ``metrics.json`` — the aggregate (see ``memlab.eval.report.summarise``), written atomically.
+
+The pipeline is handed ``Question.as_query()``: the question text and date, nothing gold.
+A question whose answering raises is recorded with its error and the run goes on; a model
+that is unavailable (server down after retries) stops the run cleanly, keeping what was done.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from tqdm.auto import tqdm
+
+from memlab.eval import metrics as M
+from memlab.lm.base import LM, LMUnavailableError, UsageMeter
+from memlab.pipelines.base import Pipeline
+from memlab.types import Answer, Conversation, Question, Retrieved
+
+log = logging.getLogger(__name__)
+
+RECALL_KS = (1, 5, 10, 20)
+RECALL_TOKEN_BUDGETS = (500, 1000, 2000)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    retrieval_only: bool = False
+    max_questions: int | None = None
+    categories: tuple[str, ...] | None = None
+    progress: bool = True
+
+
+def select_questions(conversation: Conversation, options: RunOptions) -> list[Question]:
+    questions = [q for q in conversation.questions if options.categories is None or q.category in options.categories]
+    return questions[: options.max_questions] if options.max_questions is not None else questions
+
+
+class _Usage:
+    """Usage of a set of LMs between two points in time."""
+
+    def __init__(self, lms: Iterable[LM]) -> None:
+        self.lms = list(lms)
+
+    def snapshot(self) -> dict[str, float]:
+        total: dict[str, float] = {}
+        for lm in self.lms:
+            for k, v in lm.usage.snapshot().items():
+                total[k] = total.get(k, 0) + v
+        return total or UsageMeter().snapshot()
+
+
+def score_retrieval(ranking: list[Retrieved], gold: tuple[str, ...], count_tokens) -> dict[str, float | None]:
+    sources = [r.unit.source_ids for r in ranking]
+    scores: dict[str, float | None] = {f"recall@{k}": M.recall_at_k(sources, gold, k) for k in RECALL_KS}
+    units = [(r.unit.text, r.unit.source_ids) for r in ranking]
+    for budget in RECALL_TOKEN_BUDGETS:
+        scores[f"recall@tok{budget}"] = M.recall_at_tokens(units, gold, budget, count_tokens)
+    return scores
+
+
+def score_answer(prediction: str, question: Question) -> dict[str, float]:
+    return {
+        "f1_locomo": M.locomo_f1(prediction, question.answer, question.category),
+        "f1_amem": M.amem_f1(prediction, question.answer),
+        "bleu1": M.bleu1(prediction, question.answer),
+    }
+
+
+def run_benchmark(
+    pipeline: Pipeline,
+    conversations: list[Conversation],
+    out_dir: str | os.PathLike,
+    options: RunOptions = RunOptions(),
+    judge=None,
+    run_info: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run ``pipeline`` on every conversation and write predictions and metrics; returns metrics."""
+    from memlab.embed import default_token_counter
+    from memlab.eval.report import summarise
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    count_tokens = default_token_counter()
+    pipeline.eval()
+    pipeline_usage = _Usage(pipeline.lms())
+    rows: list[dict[str, Any]] = []
+    build_seconds = 0.0
+    build_usage: dict[str, float] = {}
+    build_errors: dict[str, str] = {}
+    stopped: str | None = None
+    partial = out / "predictions.jsonl.partial"
+    total_questions = sum(len(select_questions(c, options)) for c in conversations)
+    bar = tqdm(total=total_questions, disable=not options.progress, desc="questions", unit="q")
+    with partial.open("w") as sink:
+        for conversation in conversations:
+            questions = select_questions(conversation, options)
+            if not questions:
+                continue
+            bar.set_postfix_str(f"building {conversation.id}")
+            before, t0 = pipeline_usage.snapshot(), time.perf_counter()
+            try:
+                memory = pipeline.build(conversation)
+            except LMUnavailableError as e:
+                stopped = f"building {conversation.id}: {e}"
+                break
+            except Exception as e:  # one broken conversation must not end the run
+                log.exception("building memory for %s failed", conversation.id)
+                build_errors[conversation.id] = f"{type(e).__name__}: {e}"
+                bar.update(len(questions))
+                continue
+            finally:
+                build_seconds += time.perf_counter() - t0
+                _accumulate(build_usage, UsageMeter.diff(pipeline_usage.snapshot(), before))
+            bar.set_postfix_str(conversation.id)
+            for question in questions:
+                try:
+                    row = _answer_one(pipeline, memory, question, options, count_tokens, pipeline_usage, judge)
+                except LMUnavailableError as e:
+                    stopped = f"answering {question.id}: {e}"
+                    break
+                sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+                sink.flush()
+                rows.append(row)
+                bar.update(1)
+            if stopped:
+                break
+    bar.close()
+    os.replace(partial, out / "predictions.jsonl")
+    failures: dict[str, int] = {}
+    for failure in pipeline.failures():
+        failures[failure.stage] = failures.get(failure.stage, 0) + 1
+    metrics = summarise(
+        rows,
+        retrieval_only=options.retrieval_only,
+        build_seconds=build_seconds,
+        build_usage=build_usage,
+        judge_info=judge.judge_info() if judge is not None else None,
+        extra={
+            **(run_info or {}),
+            "failures": failures,
+            "build_errors": build_errors,
+            "stopped": stopped,
+        },
+    )
+    write_json_atomic(out / "metrics.json", metrics)
+    if stopped:
+        log.error("run stopped early: %s (results so far are in %s)", stopped, out)
+    return metrics
+
+
+def _answer_one(pipeline, memory, question, options, count_tokens, usage: _Usage, judge) -> dict[str, Any]:
+    query = question.as_query()
+    before, t0 = usage.snapshot(), time.perf_counter()
+    error = None
+    answer: Answer | None = None
+    try:
+        if options.retrieval_only:
+            ranking = pipeline.retrieve(memory, query)
+        else:
+            answer = pipeline.answer(memory, query)
+            ranking = answer.retrieved
+            error = answer.error
+    except LMUnavailableError:
+        raise
+    except Exception as e:  # recorded on the row; the run goes on
+        log.exception("question %s failed", question.id)
+        ranking, error = [], f"{type(e).__name__}: {e}"
+    latency = time.perf_counter() - t0
+    row: dict[str, Any] = {
+        "conversation_id": question.conversation_id,
+        "question_id": question.id,
+        "category": question.category,
+        "question": question.text,
+        "gold": question.answer,
+        "prediction": answer.text if answer is not None else None,
+        "evidence": list(question.evidence),
+        "retrieved": [list(r.unit.source_ids) for r in ranking],
+        "retrieved_units": [r.unit.id for r in ranking],
+        "context_tokens": count_tokens(answer.context) if answer is not None and answer.context else (
+            0 if answer is not None else None),
+        "usage": UsageMeter.diff(usage.snapshot(), before),
+        "latency_s": latency,
+        "error": error,
+    }
+    row.update(score_retrieval(ranking, question.evidence, count_tokens))
+    if answer is not None:
+        row.update(score_answer(answer.text, question))
+        row["judge"] = None
+        # An adversarial question's gold is the planted wrong answer: judging against it is meaningless.
+        if judge is not None and question.category != "adversarial":
+            verdict = judge.run_one(judge.In(question.text, question.answer, answer.text))
+            row["judge"] = None if verdict.correct is None else float(verdict.correct)
+    return row
+
+
+def _accumulate(total: dict[str, float], delta: dict[str, float]) -> None:
+    for key, value in delta.items():
+        total[key] = total.get(key, 0) + value
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+    os.replace(tmp, path)

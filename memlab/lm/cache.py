@@ -1,0 +1,228 @@
+"""The response cache: every completion an LM produced, keyed by model identity + request.
+
+A hit makes a rerun bit-identical and free. The store is one SQLite file:
+
+* key = sha256 of the model name (``LM.name``) and ``ChatRequest.cache_key_payload()``;
+  the model name and the request JSON are stored next to the completion so the cache can
+  be read back as a data set (``ResponseCache.entries``, e.g. to distil a prompted stage).
+* Safe across threads (one connection behind a lock: MAGMA calls its LM from a background
+  thread while queries run) and across processes (WAL journal, busy timeout).
+* ``ResponseCache.open(path)`` returns one shared instance per file and process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memlab.lm.base import ChatRequest, Completion, LMError
+
+#: Bumped when the table layout changes; an older file is refused with a clear message.
+SCHEMA_VERSION = 1
+_BUSY_TIMEOUT_MS = 60_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    request TEXT NOT NULL,
+    text TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    latency_s REAL NOT NULL,
+    completion_model TEXT NOT NULL,
+    finish_reason TEXT,
+    created_at REAL NOT NULL
+)
+"""
+
+
+class CacheError(LMError):
+    """The cache file cannot be used (corrupt, not SQLite, newer layout); names the file."""
+
+
+def default_cache_path() -> Path:
+    """``$MEMLAB_CACHE`` or ``~/.cache/memlab/responses.sqlite``."""
+    env = os.environ.get("MEMLAB_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "memlab" / "responses.sqlite"
+
+
+def cache_key(model: str, request: ChatRequest) -> str:
+    # The NUL separator keeps ("ab", "c...") and ("a", "bc...") apart.
+    return hashlib.sha256(f"{model}\0{request.cache_key_payload()}".encode("utf-8")).hexdigest()
+
+
+def request_from_payload(payload: str) -> ChatRequest:
+    """Inverse of ``ChatRequest.cache_key_payload``."""
+    data: dict[str, Any] = json.loads(payload)
+    data["messages"] = tuple(dict(m) for m in data["messages"])
+    data["stop"] = tuple(data.get("stop") or ())
+    return ChatRequest(**data)
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    model: str
+    request: ChatRequest
+    completion: Completion
+
+
+class ResponseCache:
+    """SQLite store of completions (see the module docstring)."""
+
+    _instances: dict[tuple[int, Path], "ResponseCache"] = {}
+    _instances_lock = threading.Lock()
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser().resolve()
+        self._lock = threading.Lock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CacheError(f"response cache {self.path}: cannot create its folder ({exc})") from None
+        self._conn = self._connect()
+
+    @classmethod
+    def open(cls, path: str | Path = "default") -> "ResponseCache":
+        """The shared cache of ``path`` (``"default"``: see ``default_cache_path``)."""
+        resolved = default_cache_path() if str(path) == "default" else Path(path).expanduser()
+        key = (os.getpid(), resolved.resolve())  # a forked child must not reuse the parent's connection
+        with cls._instances_lock:
+            cache = cls._instances.get(key)
+            if cache is None or cache._conn is None:
+                cache = cls(resolved)
+                cls._instances[key] = cache
+            return cache
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                str(self.path), timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; a crash loses at most the last writes
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                conn.close()
+                raise CacheError(
+                    f"response cache {self.path} has layout version {version}, newer than this memlab "
+                    f"understands ({SCHEMA_VERSION}); upgrade memlab or use another cache file"
+                )
+            conn.execute(_SCHEMA)
+            if version < SCHEMA_VERSION:
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            conn.execute("SELECT count(*) FROM responses LIMIT 1").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise CacheError(
+                f"response cache {self.path} is not a usable SQLite database ({exc}); "
+                "delete the file or point MEMLAB_CACHE (or the LM's cache=) to another path"
+            ) from None
+        return conn
+
+    def _execute(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self._lock:
+            if self._conn is None:
+                raise CacheError(f"response cache {self.path} is closed")
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise CacheError(f"response cache {self.path}: {exc}") from None
+
+    def get(self, model: str, request: ChatRequest) -> Completion | None:
+        """The stored completion (with ``cached=True``), or None."""
+        rows = self._execute(
+            "SELECT text, prompt_tokens, completion_tokens, latency_s, completion_model, finish_reason "
+            "FROM responses WHERE key = ?",
+            (cache_key(model, request),),
+        )
+        if not rows:
+            return None
+        text, prompt_tokens, completion_tokens, latency_s, completion_model, finish_reason = rows[0]
+        return Completion(
+            text=text,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            latency_s=latency_s,
+            model=completion_model,
+            cached=True,
+            finish_reason=finish_reason,
+        )
+
+    def put(self, model: str, request: ChatRequest, completion: Completion) -> None:
+        """Store (or replace) the completion of ``request`` under ``model``."""
+        self._execute(
+            "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                cache_key(model, request),
+                model,
+                request.cache_key_payload(),
+                completion.text,
+                int(completion.prompt_tokens),
+                int(completion.completion_tokens),
+                float(completion.latency_s),
+                completion.model,
+                completion.finish_reason,
+                time.time(),
+            ),
+        )
+
+    def entries(self, model: str | None = None, page_size: int = 1000) -> Iterator[CacheEntry]:
+        """Every stored (model, request, completion), in insertion order; only ``model``'s if given."""
+        where, params = ("AND model = ?", (model,)) if model is not None else ("", ())
+        last_rowid = -1
+        while True:
+            # Paged by rowid, each page read under the lock: a cursor left open across yields
+            # would pin a read snapshot (blocking WAL checkpoints) while the caller works.
+            rows = self._execute(
+                "SELECT rowid, model, request, text, prompt_tokens, completion_tokens, latency_s, "
+                f"completion_model, finish_reason FROM responses WHERE rowid > ? {where} ORDER BY rowid LIMIT ?",
+                (last_rowid, *params, page_size),
+            )
+            if not rows:
+                return
+            for row in rows:
+                last_rowid, name, payload, text, p_tok, c_tok, latency, completion_model, finish = row
+                yield CacheEntry(
+                    model=name,
+                    request=request_from_payload(payload),
+                    completion=Completion(
+                        text=text,
+                        prompt_tokens=p_tok,
+                        completion_tokens=c_tok,
+                        latency_s=latency,
+                        model=completion_model,
+                        cached=True,
+                        finish_reason=finish,
+                    ),
+                )
+
+    def models(self) -> list[str]:
+        """Model names present in the cache."""
+        return [row[0] for row in self._execute("SELECT DISTINCT model FROM responses ORDER BY model")]
+
+    def __len__(self) -> int:
+        return int(self._execute("SELECT count(*) FROM responses")[0][0])
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+        with self._instances_lock:
+            for key, cache in list(self._instances.items()):
+                if cache is self:
+                    del self._instances[key]
+
+    def __repr__(self) -> str:
+        return f"ResponseCache({str(self.path)!r})"

@@ -1,0 +1,233 @@
+"""Local transformers causal LMs: batched chat generation with left padding.
+
+``model`` is a local folder saved by ``save_pretrained`` (weights + tokenizer with a chat
+template), a path to a .gguf file, or a known GGUF name (``memlab.lm.models``); GGUF files
+are loaded through transformers' ``gguf_file`` support (dequantized; needs the ``gguf``
+package). Nothing is ever fetched from a hub (``local_files_only``).
+
+Requests that share sampling settings (temperature, max_tokens, stop, seed) are batched,
+``batch_size`` at a time. Temperature 0 is greedy decoding; otherwise sampling is seeded
+with the request's seed without touching the global RNG. ``json_schema`` is not enforced
+(the stage's parser validates). A completion's ``latency_s`` is its batch's wall time
+divided by the batch size, so latencies add up to the time spent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from memlab.lm.base import LM, ChatRequest, Completion, LMUnavailableError
+from memlab.lm.llamacpp import PromptTooLongError
+from memlab.lm.models import KNOWN_MODELS, model_fingerprint, resolve_model
+
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def _folder_fingerprint(folder: Path) -> str:
+    """Content identity of a saved model folder: small files in full, weights by size and head."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode())
+        size = path.stat().st_size
+        digest.update(str(size).encode())
+        with path.open("rb") as f:
+            digest.update(f.read(1 << 20))
+    return digest.hexdigest()[:16]
+
+
+class HFLM(LM):
+    """A transformers causal LM with a chat template (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: str,
+        device: str = "cpu",
+        dtype: str = "auto",
+        batch_size: int = 8,
+        cache: str | None = "default",
+    ) -> None:
+        super().__init__(cache=cache)
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.model = model
+        self.device = device
+        self.dtype = dtype
+        self.batch_size = batch_size
+        self._tokenizer: Any = None
+        self._model: Any = None
+        self._config: Any = None
+        self._name: str | None = None
+        self._lock = threading.RLock()
+
+    def _source(self) -> tuple[Path, str | None]:
+        """(folder, gguf file name or None)."""
+        path = Path(self.model).expanduser()
+        if path.is_dir():
+            return path, None
+        if self.model in KNOWN_MODELS or path.is_file() or path.suffix.lower() == ".gguf":
+            gguf = resolve_model(self.model)
+            return gguf.parent, gguf.name
+        raise LMUnavailableError(f"HFLM: {self.model!r} is neither a model folder, a .gguf file nor a known model name")
+
+    @property
+    def name(self) -> str:
+        if self._name is None:
+            folder, gguf = self._source()
+            if gguf is None:
+                label, fingerprint = folder.name, _folder_fingerprint(folder)
+            else:
+                label, fingerprint = Path(gguf).stem, model_fingerprint(folder / gguf)
+            self._name = f"hf:{label}@{fingerprint}:{self.dtype}"
+        return self._name
+
+    @property
+    def context_window(self) -> int:  # type: ignore[override]
+        config = self._load_config()
+        return int(getattr(config, "max_position_embeddings", None) or 4096)
+
+    def _load_config(self) -> Any:
+        with self._lock:
+            if self._config is None:
+                from transformers import AutoConfig
+
+                folder, gguf = self._source()
+                try:
+                    self._config = AutoConfig.from_pretrained(folder, gguf_file=gguf, local_files_only=True)
+                except (OSError, ValueError) as exc:
+                    raise LMUnavailableError(f"HFLM: cannot read the model config in {folder}: {exc}") from None
+            return self._config
+
+    def warm_up(self) -> None:
+        self._load()
+
+    def _load(self) -> tuple[Any, Any]:
+        with self._lock:
+            if self._model is not None:
+                return self._tokenizer, self._model
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            folder, gguf = self._source()
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf, local_files_only=True)
+                model = AutoModelForCausalLM.from_pretrained(
+                    folder, gguf_file=gguf, local_files_only=True, **_dtype_kwarg(self.dtype)
+                )
+            except (OSError, ValueError, ImportError) as exc:
+                raise LMUnavailableError(f"HFLM: cannot load the model in {folder}: {exc}") from None
+            if not tokenizer.chat_template:
+                raise LMUnavailableError(f"HFLM: the tokenizer in {folder} has no chat template")
+            tokenizer.padding_side = "left"  # generation continues from the right end of every row
+            if tokenizer.pad_token_id is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            if tokenizer.pad_token_id is None:
+                raise LMUnavailableError(f"HFLM: the tokenizer in {folder} has neither a pad nor an eos token")
+            model.to(torch.device(self.device)).eval()
+            self._tokenizer, self._model = tokenizer, model
+            return tokenizer, model
+
+    def count_tokens(self, text: str) -> int:
+        tokenizer, _ = self._load()
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        tokenizer, model = self._load()
+        results: list[Completion | None] = [None] * len(requests)
+        groups: dict[tuple, list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault((r.temperature, r.max_tokens, r.stop, r.seed), []).append(i)
+        for indices in groups.values():
+            for start in range(0, len(indices), self.batch_size):
+                chunk = indices[start : start + self.batch_size]
+                for i, completion in zip(chunk, self._batch(tokenizer, model, [requests[i] for i in chunk])):
+                    results[i] = completion
+        return results  # type: ignore[return-value]
+
+    def _batch(self, tokenizer: Any, model: Any, batch: list[ChatRequest]) -> list[Completion]:
+        import torch
+
+        first = batch[0]  # the batch shares its sampling settings
+        prompts = [
+            tokenizer.apply_chat_template(list(r.messages), tokenize=False, add_generation_prompt=True) for r in batch
+        ]
+        encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        # Only what every causal LM takes (a BERT-style tokenizer adds token_type_ids).
+        encoded = {key: encoded[key] for key in ("input_ids", "attention_mask")}
+        prompt_lengths = encoded["attention_mask"].sum(dim=1).tolist()
+        limit = self.context_window
+        if max(prompt_lengths) >= limit:
+            raise PromptTooLongError(
+                f"{self.name}: a prompt of {max(prompt_lengths)} tokens does not fit the context window of {limit}"
+            )
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": min(first.max_tokens, limit - max(prompt_lengths)),
+            "pad_token_id": tokenizer.pad_token_id,
+            "do_sample": first.temperature > 0,
+        }
+        if first.temperature > 0:
+            kwargs["temperature"] = first.temperature
+        else:  # greedy: drop sampling settings a generation_config may carry
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        if first.stop:
+            kwargs.update(stop_strings=list(first.stop), tokenizer=tokenizer)
+        encoded = {key: value.to(model.device) for key, value in encoded.items()}
+        with self._lock, torch.inference_mode(), torch.random.fork_rng(devices=_cuda_devices(model)):
+            if first.temperature > 0 and first.seed is not None:
+                torch.manual_seed(first.seed)
+            start = time.perf_counter()
+            output = model.generate(**encoded, **kwargs)
+            elapsed = time.perf_counter() - start
+        generated = output[:, encoded["input_ids"].shape[1] :].tolist()
+        eos_ids = _eos_ids(model, tokenizer)
+        completions = []
+        for request, ids, prompt_tokens in zip(batch, generated, prompt_lengths):
+            end = next((k + 1 for k, t in enumerate(ids) if t in eos_ids), None)
+            finish = "length" if end is None else "stop"
+            ids = ids if end is None else ids[:end]
+            text = tokenizer.decode(ids, skip_special_tokens=True)
+            cut = min((text.find(s) for s in request.stop if s in text), default=-1)
+            if cut >= 0:
+                text, finish = text[:cut], "stop"
+            completions.append(
+                Completion(
+                    text=text,
+                    prompt_tokens=int(prompt_tokens),
+                    completion_tokens=len(ids),
+                    latency_s=elapsed / len(batch),
+                    model=self.name,
+                    finish_reason=finish,
+                )
+            )
+        return completions
+
+    def __repr__(self) -> str:
+        return f"HFLM(model={self.model!r}, device={self.device!r}, dtype={self.dtype!r})"
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids = model.generation_config.eos_token_id
+    ids = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def _cuda_devices(model: Any) -> list[int]:
+    device = model.device
+    return [device.index or 0] if device.type == "cuda" else []
+
+
+def _dtype_kwarg(dtype: str) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    value: Any = dtype if dtype == "auto" else getattr(torch, dtype)
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    # ``torch_dtype`` was renamed ``dtype`` in transformers 4.56.
+    return {"dtype": value} if (major, minor) >= (4, 56) else {"torch_dtype": value}

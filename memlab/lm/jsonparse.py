@@ -1,0 +1,353 @@
+"""Structured output from LLM text: find the JSON, repair what is safely repairable, validate.
+
+``parse_json(text, schema=None)`` is the one parser every prompted stage uses. In order:
+
+1. ``<think>...</think>`` blocks are dropped (and everything before a lone ``</think>``,
+   which chat templates that open the block themselves leave behind).
+2. Candidates are the contents of each fenced code block, then the whole text; in each,
+   every ``{`` / ``[`` (only the one the schema's top-level type allows) is a start.
+3. A candidate is read by strict ``json.loads`` first; failing that, by a tolerant reader
+   that accepts trailing commas, ``//`` and ``/* */`` comments, Python's ``True`` /
+   ``False`` / ``None``, single-quoted strings, raw newlines in strings, and text after the
+   value. In a string value, a quote that is not followed by ``, : } ]`` (or the end) is
+   kept as a character: an apostrophe in a single-quoted string, an unescaped inner quote
+   in a double-quoted one; if the string then never closes, the first such quote was the
+   closing one after all. Truncated output is closed: an unfinished array element is
+   dropped (only complete items are kept), an unfinished object member keeps its value
+   when it is a string, number or container, and the open brackets are closed.
+4. The first candidate that parses (and validates against ``schema``, via ``jsonschema``)
+   wins; a nested value can win when its container does not validate (models sometimes
+   wrap the answer in an extra object). Otherwise ``ParseError`` says what was wrong: no JSON found, a syntax error, or
+   the schema violation of the best candidate.
+
+Unquoted keys, missing commas and similar guesses are not repaired: they are ambiguous,
+and a stage's corrective retry is the better fix.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from typing import Any
+
+from memlab.lm.base import ParseError
+
+_MAX_STARTS = 32  # start positions tried per candidate; bounds the work on long prose
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
+_LITERALS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+# After a closing quote, the next non-space character is one of these (or the text ends).
+_AFTER_STRING = frozenset(",:}]")
+
+
+class _Missing:
+    """Marker for a value cut off before anything usable was read."""
+
+
+_MISSING = _Missing()
+
+
+class _Syntax(Exception):
+    def __init__(self, message: str, pos: int) -> None:
+        super().__init__(f"{message} at character {pos}")
+
+
+class _Reader:
+    """Tolerant JSON reader; ``read(start)`` returns (value, end, complete)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.n = len(text)
+
+    def skip(self, i: int) -> int:
+        text, n = self.text, self.n
+        while i < n:
+            c = text[i]
+            if c in " \t\r\n":
+                i += 1
+            elif text.startswith("//", i):
+                j = text.find("\n", i)
+                i = n if j < 0 else j + 1
+            elif text.startswith("/*", i):
+                j = text.find("*/", i + 2)
+                i = n if j < 0 else j + 2
+            else:
+                break
+        return i
+
+    def value(self, i: int) -> tuple[Any, int, bool]:
+        i = self.skip(i)
+        if i >= self.n:
+            return _MISSING, i, False
+        c = self.text[i]
+        if c == "{":
+            return self.object(i + 1)
+        if c == "[":
+            return self.array(i + 1)
+        if c in "\"'":
+            return self.string(i)
+        if c == "-" or c.isdigit():
+            return self.number(i)
+        for word, literal in _LITERALS.items():
+            if self.text.startswith(word, i):
+                return literal, i + len(word), True
+            if word.startswith(self.text[i:]):  # cut off inside the word
+                return _MISSING, self.n, False
+        raise _Syntax(f"unexpected character {c!r}", i)
+
+    def number(self, i: int) -> tuple[Any, int, bool]:
+        match = _NUMBER.match(self.text, i)
+        if match is None:
+            if self.text[i:].strip() in ("-", ""):
+                return _MISSING, self.n, False
+            raise _Syntax("malformed number", i)
+        end = match.end()
+        if end < self.n and self.text[end] in ".eE":  # "1." / "1e" at the cut
+            if self.skip(end + 1) >= self.n or self.text[end + 1 :].lstrip("+-").strip() == "":
+                return _MISSING, self.n, False
+            raise _Syntax("malformed number", i)
+        token = match.group()
+        value: Any = float(token) if any(ch in token for ch in ".eE") else int(token)
+        # A number that runs into the end of the text may have been cut ("12" of "125").
+        return value, end, end < self.n
+
+    def closes_string(self, j: int) -> bool:
+        k = self.skip(j + 1)
+        return k >= self.n or self.text[k] in _AFTER_STRING
+
+    def string(self, i: int, key: bool = False) -> tuple[Any, int, bool]:
+        quote = self.text[i]
+        text, n = self.text, self.n
+        out: list[str] = []
+        first_skipped: tuple[int, int] | None = None  # (text position, length of out) of a kept quote
+        j = i + 1
+        while j < n:
+            c = text[j]
+            if c == quote:
+                if key or self.closes_string(j):
+                    return "".join(out), j + 1, True
+                if first_skipped is None:
+                    first_skipped = (j, len(out))
+                out.append(c)  # an apostrophe or an unescaped inner quote
+            elif c == "\\":
+                if j + 1 >= n:
+                    break
+                e = text[j + 1]
+                if e == "u":
+                    digits = text[j + 2 : j + 6]
+                    if len(digits) < 4:
+                        break
+                    try:
+                        out.append(chr(int(digits, 16)))
+                    except ValueError:
+                        raise _Syntax("bad \\u escape", j) from None
+                    j += 6
+                    continue
+                out.append(_ESCAPES.get(e, e))  # "\'" and other stray escapes keep the character
+                j += 2
+                continue
+            else:
+                out.append(c)
+            j += 1
+        if first_skipped is not None:
+            # The text ended inside the string only because a quote was taken as inner: it
+            # was the closing one after all, and what follows it is malformed or truncated.
+            j, length = first_skipped
+            return "".join(out[:length]), j + 1, True
+        return "".join(out), n, False
+
+    def object(self, i: int) -> tuple[Any, int, bool]:
+        result: dict[str, Any] = {}
+        while True:
+            i = self.skip(i)
+            if i >= self.n:
+                return result, i, False
+            c = self.text[i]
+            if c == "}":
+                return result, i + 1, True
+            if c == ",":  # trailing or doubled comma
+                i += 1
+                continue
+            if c not in "\"'":
+                raise _Syntax(f"expected a quoted key, found {c!r}", i)
+            key, i, complete = self.string(i, key=True)
+            if not complete:
+                return result, i, False
+            i = self.skip(i)
+            if i >= self.n:
+                return result, i, False
+            if self.text[i] != ":":
+                raise _Syntax(f"expected ':' after key {key!r}", i)
+            value, i, complete = self.value(i + 1)
+            if value is not _MISSING:
+                result[key] = value
+            if not complete:
+                return result, i, False
+            i = self.skip(i)
+            if i < self.n and self.text[i] not in ",}":
+                raise _Syntax(f"expected ',' or '}}' after the value of {key!r}", i)
+
+    def array(self, i: int) -> tuple[Any, int, bool]:
+        result: list[Any] = []
+        while True:
+            i = self.skip(i)
+            if i >= self.n:
+                return result, i, False
+            c = self.text[i]
+            if c == "]":
+                return result, i + 1, True
+            if c == ",":
+                i += 1
+                continue
+            value, i, complete = self.value(i)
+            if not complete:
+                return result, i, False  # the cut-off element is dropped: keep complete items
+            result.append(value)
+            i = self.skip(i)
+            if i < self.n and self.text[i] not in ",]":
+                raise _Syntax(f"expected ',' or ']' after an array element, found {self.text[i]!r}", i)
+
+
+def strip_thinking(text: str) -> str:
+    """Drop reasoning blocks; raise if the text ends inside one (no answer was written)."""
+    text = _THINK_BLOCK.sub("", text)
+    lower = text.lower()
+    if "</think>" in lower:
+        text = text[lower.rindex("</think>") + len("</think>") :]
+    elif "<think>" in lower:
+        before = text[: lower.index("<think>")]
+        if not before.strip():
+            raise ParseError("the completion ended inside a <think> block (no answer after the reasoning)")
+        text = before
+    return text
+
+
+def _candidates(text: str) -> list[str]:
+    fenced = [m.group(1) for m in _FENCE.finditer(text) if m.group(1).strip()]
+    return fenced + [text] if fenced else [text]
+
+
+def _starts(candidate: str, openers: str) -> list[int]:
+    starts = [i for i, c in enumerate(candidate) if c in openers]
+    return starts[:_MAX_STARTS]
+
+
+def _openers(schema: dict[str, Any] | None) -> str:
+    kind = (schema or {}).get("type")
+    if kind == "object":
+        return "{"
+    if kind == "array":
+        return "["
+    return "{["
+
+
+def _strict(candidate: str, start: int) -> Any:
+    try:
+        value, _ = json.JSONDecoder().raw_decode(candidate, start)
+        return value
+    except ValueError:
+        return _MISSING
+
+
+def _tolerant(candidate: str, start: int) -> Any:
+    value, _, _ = _Reader(candidate).value(start)
+    return value
+
+
+def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
+    """The JSON value in an LLM completion (see the module docstring); ``ParseError`` if none."""
+    if not isinstance(text, str):
+        raise ParseError(f"expected the completion text, got {type(text).__name__}")
+    text = strip_thinking(text)
+    if not text.strip():
+        raise ParseError("the completion is empty")
+    validate = _validator(json.dumps(schema, sort_keys=True)) if schema is not None else None
+    openers = _openers(schema)
+    first_error: str | None = None
+    schema_error: str | None = None
+
+    def accept(value: Any) -> bool:
+        nonlocal schema_error
+        if value is _MISSING:
+            return False
+        if validate is None:
+            return True
+        problem = validate(value)
+        if problem is None:
+            return True
+        schema_error = schema_error or problem
+        return False
+
+    for candidate in _candidates(text):
+        stripped = candidate.strip()
+        # A bare scalar answer ("42", "\"yes\"") when the schema asks for one.
+        if schema is not None and openers == "{[" and stripped and stripped[0] not in "{[":
+            if accept(_strict(stripped, 0)):
+                return _strict(stripped, 0)
+        for start in _starts(candidate, openers):
+            value = _strict(candidate, start)
+            if value is _MISSING:
+                try:
+                    value = _tolerant(candidate, start)
+                except _Syntax as exc:
+                    first_error = first_error or str(exc)
+                    continue
+            if accept(value):
+                return value
+    if schema_error is not None:
+        raise ParseError(f"the JSON does not match the schema: {schema_error}")
+    if first_error is not None:
+        raise ParseError(f"invalid JSON that could not be repaired: {first_error}")
+    wanted = {"{": "a JSON object", "[": "a JSON array"}.get(openers, "JSON")
+    raise ParseError(f"no {wanted} found in the completion: {_preview(text)}")
+
+
+def _preview(text: str, limit: int = 80) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
+
+
+@lru_cache(maxsize=256)
+def _validator(schema_json: str):
+    try:
+        import jsonschema
+    except ImportError as exc:  # pragma: no cover - jsonschema is a dependency
+        raise ImportError("schema validation needs the 'jsonschema' package (pip install jsonschema)") from exc
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ValueError(f"invalid JSON schema: {exc.message}") from None
+    validator = cls(schema)
+
+    def validate(value: Any) -> str | None:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path)
+        return f"{error.message}" + (f" (at /{where})" if where else " (at the top level)")
+
+    return validate
+
+
+def object_schema(properties: dict[str, Any], required: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    """``{"type": "object", ...}`` with every property required unless ``required`` says otherwise."""
+    schema = {"type": "object", "properties": properties, "required": list(properties) if required is None else required}
+    schema.update(extra)
+    return schema
+
+
+def list_schema(item_schema: dict[str, Any], key: str = "items", min_items: int = 0) -> dict[str, Any]:
+    """An object with one array member ``key`` of ``item_schema`` items: ``{"items": [...]}``.
+
+    An object around the list (rather than a bare array) is what constrained decoders and
+    OpenAI's structured outputs accept best.
+    """
+    array: dict[str, Any] = {"type": "array", "items": item_schema}
+    if min_items:
+        array["minItems"] = min_items
+    return object_schema({key: array})

@@ -1,0 +1,158 @@
+"""In-process GGUF models through llama-cpp-python (the default local backend).
+
+One ``llama_cpp.Llama`` per ``LlamaCppLM``, loaded on first use (or ``warm_up``), behind a
+lock: requests run one at a time, so a background thread (MAGMA's slow path) and the
+foreground query loop can share one instance. A request with ``json_schema`` is decoded
+under the grammar llama.cpp compiles from the schema, so the output follows it (a
+completion cut off by ``max_tokens`` can still be unfinished JSON; the parser repairs it).
+
+Sampling settings other than the request's (top-p/top-k/min-p/repeat penalty) are fixed and
+part of ``name``, as are the model file's identity and the seed; ``n_ctx``, ``n_threads`` and
+``n_batch`` are not, since they do not change what the model writes.
+
+A prompt that does not fit ``n_ctx`` is refused with ``PromptTooLongError`` (nothing is
+truncated silently). If prompt + ``max_tokens`` exceeds ``n_ctx``, llama.cpp stops at the
+context end and the completion's ``finish_reason`` is ``"length"``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from memlab.lm.base import LM, ChatRequest, Completion, LMError, LMUnavailableError
+from memlab.lm.models import DEFAULT_MODEL, KNOWN_MODELS, model_fingerprint, resolve_model
+
+#: Sampling settings not carried by ``ChatRequest``; changing them changes ``name``.
+SAMPLING = {"top_p": 0.95, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.0}
+_SAMPLING_TAG = "p0.95-k40-m0.05-r1.0"
+
+
+class PromptTooLongError(LMError):
+    """The prompt does not fit the model's context window."""
+
+
+def _model_label(model: str) -> str:
+    return model if model in KNOWN_MODELS else os.path.basename(model)
+
+
+class LlamaCppLM(LM):
+    """A GGUF model run in-process by llama.cpp (see the module docstring).
+
+    ``model``: a known model name (``memlab.lm.models.KNOWN_MODELS``) or a path to a .gguf.
+    ``n_threads``: None lets llama.cpp choose. ``seed``: used by requests whose seed is None.
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+        seed: int = 0,
+        cache: str | None = "default",
+        verbose: bool = False,
+    ) -> None:
+        super().__init__(cache=cache)
+        self.model = model
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.n_batch = n_batch
+        self.seed = seed
+        self.verbose = verbose
+        self.context_window = n_ctx
+        self.load_time_s: float | None = None
+        self._llm: Any = None
+        self._name: str | None = None
+        self._lock = threading.RLock()  # one model instance: loading and decoding are serialised
+
+    @property
+    def name(self) -> str:
+        if self._name is None:
+            self._name = f"llamacpp:{_model_label(self.model)}@{model_fingerprint(self.model)}:{_SAMPLING_TAG}:s{self.seed}"
+        return self._name
+
+    def warm_up(self) -> None:
+        self._load()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._llm is not None:
+                return self._llm
+            try:
+                from llama_cpp import Llama
+            except ImportError:
+                raise LMUnavailableError(
+                    "LlamaCppLM needs llama-cpp-python: pip install 'llama-cpp-python[server]'"
+                ) from None
+            path = resolve_model(self.model)
+            start = time.perf_counter()
+            try:
+                self._llm = Llama(
+                    model_path=str(path),
+                    n_ctx=self.n_ctx,
+                    n_threads=self.n_threads,
+                    n_batch=self.n_batch,
+                    seed=self.seed,
+                    verbose=self.verbose,
+                )
+            except (ValueError, RuntimeError, OSError) as exc:
+                raise LMUnavailableError(f"llama.cpp could not load the model file {path}: {exc}") from None
+            self.load_time_s = time.perf_counter() - start
+            return self._llm
+
+    def count_tokens(self, text: str) -> int:
+        llm = self._load()
+        # Tokenizing reads only the vocabulary, which llama.cpp never mutates: no lock, so
+        # counting does not wait for a long generation in another thread.
+        return len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        llm = self._load()
+        return [self._one(llm, request) for request in requests]
+
+    def _one(self, llm: Any, request: ChatRequest) -> Completion:
+        kwargs: dict[str, Any] = {
+            "messages": [dict(m) for m in request.messages],
+            "temperature": request.temperature,
+            "max_tokens": request.max_tokens,
+            "stop": list(request.stop) or None,
+            "seed": self.seed if request.seed is None else request.seed,
+            **SAMPLING,
+        }
+        if request.json_schema is not None:
+            kwargs["response_format"] = {"type": "json_object", "schema": request.json_schema}
+        with self._lock:
+            start = time.perf_counter()
+            try:
+                response = llm.create_chat_completion(**kwargs)
+            except ValueError as exc:
+                if "exceed context window" in str(exc):
+                    raise PromptTooLongError(
+                        f"{self.name}: the prompt does not fit the context window ({exc}); "
+                        "shorten the input or raise n_ctx"
+                    ) from None
+                raise LMError(f"{self.name}: llama.cpp rejected the request: {exc}") from None
+            latency = time.perf_counter() - start
+        choice = response["choices"][0]
+        usage = response.get("usage") or {}
+        return Completion(
+            text=choice["message"].get("content") or "",
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            latency_s=latency,
+            model=self.name,
+            finish_reason=choice.get("finish_reason"),
+        )
+
+    def close(self) -> None:
+        """Free the model (it is loaded again on the next call)."""
+        with self._lock:
+            if self._llm is not None:
+                self._llm.close()
+                self._llm = None
+
+    def __repr__(self) -> str:
+        return f"LlamaCppLM(model={self.model!r}, n_ctx={self.n_ctx})"

@@ -1,0 +1,86 @@
+"""Pipelines: plain Python control flow over named stages.
+
+Contract
+--------
+* A pipeline is an ``nn.Module`` holding its stages as named attributes (so ``.to()``,
+  ``state_dict()`` and ``named_modules()`` see them). ``named_stages()`` enumerates every
+  stage (dotted names for nested ones) and ``replace(name, stage)`` swaps one in place: this
+  is how a trained stage replaces a prompted one, from a config override or from code.
+* ``build(conversation) -> memory`` builds the pipeline's memory for one conversation. The
+  memory object is returned and passed back explicitly; a pipeline keeps no per-conversation
+  state of its own.
+* ``retrieve(memory, query) -> list[Retrieved]`` ranks memory units for a query, best first,
+  without answering (``memlab run --retrieval-only``; evidence recall@k is computed on it).
+  It returns at least ``RECALL_DEPTH`` units when memory has that many, even if the answerer
+  is given fewer, so recall@20 is defined for every pipeline.
+* ``answer(memory, query) -> Answer`` answers; ``Answer.retrieved`` is the ranking it used and
+  ``Answer.context`` the text given to the answering model.
+* A pipeline only ever sees a ``Query`` (text and date): never a gold answer, a gold category
+  or gold evidence.
+* Stages that call an LM take it injected; ``lms()`` lists the distinct LMs so the runner can
+  read their usage meters, and ``failures()`` collects the prompted stages' failed calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from torch import nn
+
+from memlab.lm.base import LM
+from memlab.stage import Failure, PromptedStage, Stage
+from memlab.types import Answer, Conversation, MemoryUnit, Query, Retrieved
+
+#: Minimum ranking depth ``retrieve`` returns (the deepest recall@k the runner reports).
+RECALL_DEPTH = 20
+_MISSING = object()
+
+
+class Pipeline(nn.Module):
+    """Base class of memory pipelines; the contract is in this module's docstring."""
+
+    def build(self, conversation: Conversation) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def retrieve(self, memory: Any, query: Query) -> list[Retrieved]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def answer(self, memory: Any, query: Query) -> Answer:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def named_stages(self) -> Iterator[tuple[str, Stage]]:
+        for name, module in self.named_modules():
+            if name and isinstance(module, Stage):
+                yield name, module
+
+    def replace(self, name: str, stage: Stage) -> Stage:
+        """Swap the stage at dotted ``name`` for ``stage``; returns the old one."""
+        parent_name, _, attr = name.rpartition(".")
+        parent = self.get_submodule(parent_name) if parent_name else self
+        old = getattr(parent, attr, _MISSING)
+        if old is _MISSING or not (old is None or isinstance(old, Stage)):
+            raise KeyError(f"{type(self).__name__} has no stage slot {name!r}; "
+                           f"stages: {[n for n, _ in self.named_stages()]}")
+        if not isinstance(stage, Stage):
+            raise TypeError(f"replacement for {name!r} must be a Stage, got {type(stage).__name__}")
+        if old is not None and getattr(old, "In", None) is not getattr(stage, "In", None):
+            raise TypeError(f"{name!r} takes {old.In.__name__}; {type(stage).__name__} does not")
+        setattr(parent, attr, stage)
+        return old
+
+    def lms(self) -> list[LM]:
+        """Distinct LMs injected into this pipeline's stages (and into the pipeline itself)."""
+        found: dict[int, LM] = {}
+        for module in self.modules():
+            for value in vars(module).values():
+                if isinstance(value, LM):
+                    found.setdefault(id(value), value)
+        return list(found.values())
+
+    def failures(self) -> list[Failure]:
+        return [f for _, stage in self.named_stages() if isinstance(stage, PromptedStage) for f in stage.failures]
+
+
+def render_units(units: list[MemoryUnit]) -> str:
+    """Units as the answerer sees them: one block per unit, in the order given."""
+    return "\n".join(unit.text for unit in units)

@@ -1,0 +1,85 @@
+"""Retrieval-augmented generation over memory units: the baselines memory papers compare to.
+
+``configs/pipelines/rag.yaml`` is the CompassMem paper's RAG baseline (512-token chunks, dense
+top-5); ``rag_turns.yaml`` indexes one unit per turn and fuses dense and BM25 rankings.
+"""
+
+from __future__ import annotations
+
+from memlab.embed.base import Embedder
+from memlab.memory.store import UnitMemory
+from memlab.pipelines.base import RECALL_DEPTH, Pipeline, render_units
+from memlab.stages.answer import AnswerIn, Answerer
+from memlab.stages.rerank import Reranker, RerankIn
+from memlab.stages.segment import SegmentIn, Segmenter
+from memlab.types import Answer, Conversation, Query, Retrieved, Trace
+
+RETRIEVAL_MODES = ("dense", "bm25", "hybrid")
+
+
+class RAG(Pipeline):
+    """Segment sessions into units, index them, retrieve ``top_k`` for the answerer.
+
+    ``retrieval``: ``dense`` (embedder + faiss), ``bm25``, or ``hybrid`` (both, fused by
+    reciprocal-rank fusion over ``candidates`` from each side, constant ``rrf_k``). An optional
+    ``reranker`` re-scores the first ``rerank_depth`` units of the ranking.
+    """
+
+    def __init__(
+        self,
+        segmenter: Segmenter,
+        embedder: Embedder,
+        answerer: Answerer,
+        retrieval: str = "dense",
+        top_k: int = 5,
+        candidates: int = 50,
+        rrf_k: int = 60,
+        reranker: Reranker | None = None,
+        rerank_depth: int = 30,
+    ) -> None:
+        super().__init__()
+        if retrieval not in RETRIEVAL_MODES:
+            raise ValueError(f"retrieval must be one of {RETRIEVAL_MODES}, got {retrieval!r}")
+        if top_k < 1:
+            raise ValueError(f"top_k must be positive, got {top_k}")
+        self.segmenter = segmenter
+        self.embedder = embedder
+        self.answerer = answerer
+        self.reranker = reranker
+        self.retrieval = retrieval
+        self.top_k = top_k
+        self.candidates = candidates
+        self.rrf_k = rrf_k
+        self.rerank_depth = rerank_depth
+
+    def build(self, conversation: Conversation) -> UnitMemory:
+        outputs = self.segmenter([SegmentIn(conversation.id, session) for session in conversation.sessions])
+        units = [unit for out in outputs for unit in out.units]
+        return UnitMemory.build(units, self.embedder)
+
+    def retrieve(self, memory: UnitMemory, query: Query) -> list[Retrieved]:
+        depth = max(self.top_k, RECALL_DEPTH, self.rerank_depth if self.reranker is not None else 0)
+        if self.retrieval == "dense":
+            ranking = memory.search_dense(query.text, k=depth)
+        elif self.retrieval == "bm25":
+            ranking = memory.search_bm25(query.text, k=depth)
+        else:
+            ranking = memory.search_hybrid(
+                query.text, k=depth, candidates=max(self.candidates, depth), rrf_k=self.rrf_k
+            )
+        if self.reranker is not None and ranking:
+            head, tail = ranking[: self.rerank_depth], ranking[self.rerank_depth:]
+            scores = self.reranker.run_one(RerankIn(query.text, tuple(r.unit.text for r in head))).scores
+            head = [Retrieved(r.unit, float(s)) for r, s in sorted(zip(head, scores), key=lambda p: -p[1])]
+            ranking = head + tail
+        return ranking
+
+    def answer(self, memory: UnitMemory, query: Query) -> Answer:
+        trace = Trace()
+        ranking = self.retrieve(memory, query)
+        chosen = [r.unit for r in ranking[: self.top_k]]
+        trace.add("retrieve", mode=self.retrieval, units=[u.id for u in chosen])
+        context = render_units(chosen)
+        out = self.answerer.run_one(AnswerIn(query.text, context, query.timestamp))
+        trace.add("answer", text=out.text, error=out.error)
+        return Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=trace)

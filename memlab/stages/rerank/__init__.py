@@ -1,0 +1,3 @@
+from memlab.stages.rerank.base import RerankIn, RerankOut, Reranker
+
+__all__ = ["RerankIn", "RerankOut", "Reranker"]

@@ -1,0 +1,4 @@
+from memlab.stages.segment.base import SegmentIn, SegmentOut, Segmenter
+from memlab.stages.segment.rules import TokenChunkSegmenter, TurnSegmenter
+
+__all__ = ["SegmentIn", "SegmentOut", "Segmenter", "TokenChunkSegmenter", "TurnSegmenter"]

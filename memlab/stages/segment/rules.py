@@ -1,0 +1,90 @@
+"""Deterministic segmenters: one unit per turn, and fixed-size token chunks."""
+
+from __future__ import annotations
+
+from memlab.stages.segment.base import SegmentIn, SegmentOut, Segmenter
+from memlab.types import MemoryUnit, Session, Turn
+
+
+def format_date(session: Session) -> str:
+    return f"{session.timestamp:%d %B %Y}" if session.timestamp else "unknown date"
+
+
+class TurnSegmenter(Segmenter):
+    """One unit per turn, rendered as ``[date] speaker: text`` so each unit carries its time."""
+
+    def __init__(self, with_date: bool = True) -> None:
+        super().__init__()
+        self.with_date = with_date
+
+    def render_turn(self, session: Session, turn: Turn) -> str:
+        text = turn.render()
+        return f"[{format_date(session)}] {text}" if self.with_date else text
+
+    def forward(self, batch: list[SegmentIn]) -> list[SegmentOut]:
+        return [
+            SegmentOut(
+                units=tuple(
+                    MemoryUnit(
+                        id=f"{item.conversation_id}/{turn.id}",
+                        text=self.render_turn(item.session, turn),
+                        source_ids=(turn.id,),
+                        timestamp=turn.timestamp or item.session.timestamp,
+                        kind="turn",
+                        speaker=turn.speaker,
+                        attributes={"session": item.session.id},
+                    )
+                    for turn in item.session.turns
+                )
+            )
+            for item in batch
+        ]
+
+
+class TokenChunkSegmenter(Segmenter):
+    """Consecutive turns packed into chunks of at most ``chunk_tokens`` tokens, per session.
+
+    The plain RAG baseline of the CompassMem paper (512-token chunks). Tokens are counted with
+    the default embedder's tokenizer, the one the retriever encodes them with; a session's date
+    heads each chunk. A turn longer than a chunk is a chunk of its own (the embedder truncates).
+    """
+
+    def __init__(self, chunk_tokens: int = 512) -> None:
+        super().__init__()
+        if chunk_tokens < 16:
+            raise ValueError(f"chunk_tokens must be at least 16, got {chunk_tokens}")
+        self.chunk_tokens = chunk_tokens
+
+    def forward(self, batch: list[SegmentIn]) -> list[SegmentOut]:
+        from memlab.embed import default_token_counter
+
+        count = default_token_counter()
+        outputs = []
+        for item in batch:
+            header = f"[{format_date(item.session)}]"
+            chunks: list[list[Turn]] = []
+            size = count(header)
+            for turn in item.session.turns:
+                n = count(turn.render())
+                if chunks and size + n <= self.chunk_tokens:
+                    chunks[-1].append(turn)
+                    size += n
+                else:
+                    chunks.append([turn])
+                    size = count(header) + n
+            outputs.append(
+                SegmentOut(
+                    units=tuple(
+                        MemoryUnit(
+                            id=f"{item.conversation_id}/{item.session.id}/chunk{i}",
+                            text="\n".join([header] + [t.render() for t in turns]),
+                            source_ids=tuple(t.id for t in turns),
+                            timestamp=item.session.timestamp,
+                            kind="chunk",
+                            attributes={"session": item.session.id},
+                        )
+                        for i, turns in enumerate(chunks)
+                    )
+                )
+            )
+        return outputs

@@ -1,0 +1,172 @@
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from pathlib import Path
+
+import pytest
+
+from memlab.lm.base import LM, ChatRequest, Completion
+from memlab.lm.cache import CacheError, ResponseCache, cache_key, default_cache_path
+
+
+def _completion(text: str = "hello", **kw) -> Completion:
+    fields = dict(text=text, prompt_tokens=12, completion_tokens=3, latency_s=0.25, model="m", finish_reason="stop")
+    fields.update(kw)
+    return Completion(**fields)
+
+
+def _request(prompt: str = "hi", **kw) -> ChatRequest:
+    return ChatRequest.of(prompt, **kw)
+
+
+def test_miss_then_hit_returns_stored_fields_marked_cached(tmp_path):
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    request = _request()
+    assert cache.get("model-a", request) is None
+    cache.put("model-a", request, _completion())
+    hit = cache.get("model-a", request)
+    assert hit == _completion(cached=True)
+    assert len(cache) == 1
+
+
+def test_key_depends_on_model_and_every_request_field(tmp_path):
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    base = _request("q", temperature=0.0, max_tokens=10)
+    cache.put("model-a", base, _completion("a"))
+    variants = [
+        ("model-b", base),
+        ("model-a", _request("q2", temperature=0.0, max_tokens=10)),
+        ("model-a", _request("q", temperature=0.5, max_tokens=10)),
+        ("model-a", _request("q", temperature=0.0, max_tokens=11)),
+        ("model-a", _request("q", temperature=0.0, max_tokens=10, stop=("\n",))),
+        ("model-a", _request("q", temperature=0.0, max_tokens=10, json_schema={"type": "object"})),
+        ("model-a", _request("q", temperature=0.0, max_tokens=10, seed=1)),
+    ]
+    for model, request in variants:
+        assert cache.get(model, request) is None, (model, request)
+    assert len({cache_key(m, r) for m, r in variants + [("model-a", base)]}) == len(variants) + 1
+    # An equal request built separately hits.
+    assert cache.get("model-a", _request("q", temperature=0.0, max_tokens=10)).text == "a"
+
+
+def test_persists_across_instances(tmp_path):
+    path = tmp_path / "sub" / "c.sqlite"
+    first = ResponseCache(path)
+    first.put("m", _request(), _completion("kept"))
+    first.close()
+    second = ResponseCache(path)
+    assert second.get("m", _request()).text == "kept"
+
+
+def test_open_default_uses_env_and_shares_instances(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path / "env.sqlite"))
+    assert default_cache_path() == tmp_path / "env.sqlite"
+    cache = ResponseCache.open("default")
+    assert cache.path == (tmp_path / "env.sqlite").resolve()
+    assert ResponseCache.open(tmp_path / "env.sqlite") is cache
+    cache.close()
+    assert ResponseCache.open("default") is not cache
+
+
+def test_corrupt_file_gives_clear_error_naming_it(tmp_path):
+    path = tmp_path / "broken.sqlite"
+    path.write_bytes(b"this is not a database at all, just text " * 100)
+    with pytest.raises(CacheError, match="broken.sqlite"):
+        ResponseCache(path)
+
+
+def test_entries_round_trip_requests_and_filter_by_model(tmp_path):
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    stored = []
+    for i in range(5):
+        request = ChatRequest.of(
+            [{"role": "system", "content": "sys"}, {"role": "user", "content": f"q{i}"}],
+            stop=("END",),
+            json_schema={"type": "object", "properties": {"a": {"type": "integer"}}},
+        )
+        model = "m1" if i % 2 == 0 else "m2"
+        cache.put(model, request, _completion(f"a{i}"))
+        stored.append((model, request, f"a{i}"))
+    entries = list(cache.entries(page_size=2))  # several pages
+    assert [(e.model, e.request, e.completion.text) for e in entries] == stored
+    assert all(e.completion.cached for e in entries)
+    assert [e.completion.text for e in cache.entries(model="m2")] == ["a1", "a3"]
+    assert cache.models() == ["m1", "m2"]
+
+
+def test_concurrent_threads_share_one_cache(tmp_path):
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    errors: list[BaseException] = []
+
+    def work(worker: int) -> None:
+        try:
+            for i in range(40):
+                request = _request(f"w{worker}-{i}")
+                cache.put("m", request, _completion(f"{worker}:{i}"))
+                assert cache.get("m", request).text == f"{worker}:{i}"
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(cache) == 8 * 40
+
+
+def _write_from_process(path: str, worker: int, count: int) -> None:
+    cache = ResponseCache(path)
+    for i in range(count):
+        cache.put("m", ChatRequest.of(f"p{worker}-{i}"), Completion(f"{worker}-{i}", 1, 1, 0.0))
+
+
+def test_concurrent_processes_write_the_same_file(tmp_path):
+    path = str(tmp_path / "shared.sqlite")
+    ResponseCache(path).close()  # create the file (and its WAL mode) once
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_write_from_process, args=(path, w, 60)) for w in range(3)]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join(timeout=120)
+    assert [p.exitcode for p in processes] == [0, 0, 0]
+    cache = ResponseCache(path)
+    assert len(cache) == 180
+    assert cache.get("m", ChatRequest.of("p2-59")).text == "2-59"
+
+
+class _CountingLM(LM):
+    """Answers with the prompt reversed; counts backend calls (a control-flow double)."""
+
+    def __init__(self, cache: str | None) -> None:
+        super().__init__(cache=cache)
+        self.calls = 0
+
+    @property
+    def name(self) -> str:
+        return "counting"
+
+    def _generate(self, requests):
+        self.calls += len(requests)
+        return [Completion(r.messages[-1]["content"][::-1], 5, 2, 0.1) for r in requests]
+
+
+def test_lm_generate_uses_the_cache_and_meters_usage(tmp_path):
+    path = str(tmp_path / "lm.sqlite")
+    lm = _CountingLM(cache=path)
+    first = lm.generate([_request("abc"), _request("xyz")])
+    again = lm.generate([_request("abc"), _request("new")])
+    assert [c.text for c in first] == ["cba", "zyx"]
+    assert [c.cached for c in again] == [True, False]
+    assert again[0].text == "cba"
+    assert lm.calls == 3
+    usage = lm.usage.snapshot()
+    assert usage["llm_calls"] == 4 and usage["uncached_calls"] == 3
+    assert usage["prompt_tokens"] == 20  # cached calls count their tokens too
+    # A second LM on the same file (another run) gets hits without calling its backend.
+    rerun = _CountingLM(cache=path)
+    assert [c.cached for c in rerun.generate([_request("abc"), _request("xyz")])] == [True, True]
+    assert rerun.calls == 0

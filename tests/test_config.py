@@ -1,0 +1,126 @@
+from pathlib import Path
+
+import pytest
+
+from memlab.config import (
+    ConfigError,
+    apply_override,
+    build_pipeline,
+    instantiate,
+    load_config,
+    split_runner_keys,
+    validate,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG_FILES = sorted((REPO / "configs").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_config_validates(path):
+    tree = load_config(path)
+    first = path.read_text().lstrip().splitlines()[0]
+    assert first.startswith("#"), f"{path} must open with a comment saying how to run it"
+    if path.parent.name == "train":
+        validate(tree)
+    else:
+        pipeline, _ = split_runner_keys(tree)
+        assert "_component_" in pipeline
+        validate(pipeline)
+
+
+def test_configs_exist():
+    names = {p.name for p in CONFIG_FILES}
+    assert {"rag.yaml", "rag_turns.yaml", "fullcontext.yaml"} <= names
+
+
+def test_unknown_argument_is_reported_with_its_path():
+    tree = {"_component_": "memlab.stages.answer.PromptedAnswerer", "lm": None, "max_tokenz": 3}
+    with pytest.raises(ConfigError, match=r"<root>\.max_tokenz: .* has no argument 'max_tokenz'"):
+        validate(tree)
+
+
+def test_missing_argument_and_nested_errors_are_all_listed():
+    tree = {
+        "_component_": "memlab.pipelines.rag.RAG",
+        "segmenter": {"_component_": "memlab.stages.segment.TurnSegmenter", "with_dat": True},
+        "embedder": None,
+    }
+    with pytest.raises(ConfigError) as info:
+        validate(tree)
+    message = str(info.value)
+    assert "<root>.segmenter.with_dat" in message
+    assert "needs argument 'answerer'" in message
+
+
+def test_only_memlab_paths_are_instantiated():
+    with pytest.raises(ConfigError, match="only memlab"):
+        validate({"_component_": "os.system", "command": "echo hi"})
+
+
+def test_unimportable_path_is_a_config_error():
+    with pytest.raises(ConfigError, match="no attribute 'Nope'"):
+        validate({"_component_": "memlab.stages.segment.Nope"})
+
+
+def test_overrides_set_nested_values_and_create_under_null():
+    tree = {"answerer": {"lm": {"temperature": 0.7}}, "reranker": None}
+    apply_override(tree, "answerer.lm.temperature=0")
+    apply_override(tree, "reranker._component_=memlab.stages.segment.TurnSegmenter")
+    apply_override(tree, "top_k=[1, 2]")
+    assert tree["answerer"]["lm"]["temperature"] == 0
+    assert tree["reranker"] == {"_component_": "memlab.stages.segment.TurnSegmenter"}
+    assert tree["top_k"] == [1, 2]
+    with pytest.raises(ConfigError, match="dotted.key=value"):
+        apply_override(tree, "no_equals_sign")
+    with pytest.raises(ConfigError, match="is not a mapping"):
+        apply_override(tree, "top_k.x=1")
+
+
+def test_yaml_anchor_builds_one_shared_object(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "a: &seg {_component_: memlab.stages.segment.TurnSegmenter, with_date: false}\n"
+        "b: *seg\n"
+        "c: {_component_: memlab.stages.segment.TurnSegmenter}\n"
+    )
+    built = instantiate(load_config(path))
+    assert built["a"] is built["b"]
+    assert built["a"] is not built["c"]
+    assert built["a"].with_date is False
+
+
+def test_base_file_is_merged(tmp_path):
+    (tmp_path / "base.yaml").write_text("x: {_component_: memlab.stages.segment.TokenChunkSegmenter, chunk_tokens: 64}\ny: 1\n")
+    (tmp_path / "child.yaml").write_text("_base_: base.yaml\nx: {chunk_tokens: 128}\nz: 3\n")
+    tree = load_config(tmp_path / "child.yaml", ["y=2"])
+    assert tree == {"x": {"_component_": "memlab.stages.segment.TokenChunkSegmenter", "chunk_tokens": 128}, "y": 2, "z": 3}
+    (tmp_path / "loop.yaml").write_text("_base_: loop.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(tmp_path / "loop.yaml")
+
+
+def test_bad_files_give_clear_errors(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("a: [1, 2\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(tmp_path / "bad.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(ConfigError, match="mapping at the top level"):
+        load_config(tmp_path / "list.yaml")
+
+
+def test_constructor_value_error_names_the_component():
+    with pytest.raises(ConfigError, match="TokenChunkSegmenter.*chunk_tokens must be at least 16"):
+        instantiate({"_component_": "memlab.stages.segment.TokenChunkSegmenter", "chunk_tokens": 2})
+
+
+def test_build_pipeline_loads_nothing_heavy():
+    # Building the default RAG config must not load the LLM (lazy) so retrieval-only runs stay LLM-free.
+    pipeline, runner, tree = build_pipeline(REPO / "configs/pipelines/rag_turns.yaml", ["top_k=3"])
+    assert pipeline.top_k == 3
+    assert runner == {"eval": {"judge": None}}
+    lm = pipeline.answerer.lm
+    assert getattr(lm, "_llama", None) is None
+    assert [name for name, _ in pipeline.named_stages()] == ["segmenter", "answerer"]
