@@ -108,7 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     # memlab's own progress at INFO; libraries (faiss, bm25s, httpx ...) only when they warn.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    # Overrides may come before or after options: argparse leaves the later ones unparsed.
+    args, extra = parser.parse_known_args(argv)
+    unknown = [e for e in extra if e.startswith("-") or "=" not in e]
+    if unknown or (extra and args.command != "run"):
+        parser.error(f"unrecognized arguments: {' '.join(unknown or extra)}")
+    if extra:
+        args.overrides = list(args.overrides) + extra
     from memlab.config import ConfigError
 
     try:

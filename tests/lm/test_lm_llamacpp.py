@@ -43,8 +43,8 @@ COLOR_SCHEMA = {
 
 
 @pytest.fixture(scope="module")
-def lm(tmp_path_factory):
-    model = LlamaCppLM(MODEL, n_ctx=2048, n_threads=2, cache=str(tmp_path_factory.mktemp("lm") / "c.sqlite"))
+def lm(tmp_path_factory, llama_cpp_works):
+    model = LlamaCppLM(MODEL, n_ctx=2048, cache=str(tmp_path_factory.mktemp("lm") / "c.sqlite"))
     model.warm_up()
     yield model
     model.close()
@@ -119,7 +119,7 @@ def test_two_threads_share_one_instance(lm):
     assert [results[i] for i in range(4)] == expected
 
 
-def test_prompt_longer_than_the_context_is_refused():
+def test_prompt_longer_than_the_context_is_refused(llama_cpp_works):
     small = LlamaCppLM(MODEL, n_ctx=128, cache=None)
     with pytest.raises(PromptTooLongError, match="context window"):
         small.generate([ChatRequest.of("memory " * 300, max_tokens=8)])

@@ -1,0 +1,236 @@
+"""EMem and EMem-G (A Simple Yet Strong Baseline for Long-Term Conversational Memory, 3.2-3.4).
+
+Both build the same ``EventMemory`` (``emem_memory``): EDUs per session, event arguments,
+and the session/EDU/argument graph. At query time:
+
+* **EMem** (3.4): dense top-``linking_top_k`` EDUs -> recall-oriented LLM filter -> the kept
+  EDUs (as many as the filter keeps) go to the answerer.
+* **EMem-G** (3.3): the same dense candidates and filter for EDUs; an LLM mention detector on
+  the question, the top-``argument_top_k`` arguments per mention, the filter over those
+  arguments; seeds = query/EDU and mention/argument cosines (only the ``seed_arguments``
+  best arguments kept); Personalized PageRank; the top-``qa_top_k`` EDUs by PPR score go
+  to the answerer.
+
+Ablations (Tables 5-6) are configurations: ``edu_filter: null`` (w/o EDU filter),
+``mention_detector: null`` (w/o query mention detection: EDU seeds only),
+``EntityMentionDetector`` (w/ named-entity mentions), ``PromptedAnswerer`` with
+``emem/answer`` (w/o QA zero-shot CoT), and ``EMem`` itself is EMem-G w/o graph & PPR.
+
+``retrieve`` returns the selected EDUs first (in filter / PPR order), then the rest of the
+dense EDU ranking, down to at least ``RECALL_DEPTH`` units, so recall@k is defined; only the
+selected ones are given to the answerer. Retrieval calls the filter and mention LLMs (they
+are part of retrieval in the paper) but never the answerer. Structured-chunk EDUs show
+their full ``content`` to the answerer instead of their summary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memlab.embed.base import Embedder
+from memlab.memory.ppr import personalized_pagerank
+from memlab.pipelines.base import RECALL_DEPTH, Pipeline
+from memlab.pipelines.emem_memory import EventMemory, build_event_memory
+from memlab.stages.answer import AnswerIn, Answerer
+from memlab.stages.arguments import ArgumentExtractor
+from memlab.stages.filter import FilterIn, RelevanceFilter
+from memlab.stages.mention import MentionDetector, MentionIn
+from memlab.stages.segment import Segmenter
+from memlab.stages.segment.rules import format_date
+from memlab.types import Answer, Conversation, MemoryUnit, Query, Retrieved, Trace
+
+
+def render_edu(unit: MemoryUnit) -> str:
+    """``[session date] (speakers) text``; a structured chunk shows its full content."""
+    date = f"{unit.timestamp:%d %B %Y}" if unit.timestamp else "unknown date"
+    speakers = ", ".join(unit.attributes.get("speakers", ())) or unit.speaker or ""
+    body = unit.attributes.get("content") or unit.text
+    return f"[{date}]" + (f" ({speakers})" if speakers else "") + f" {body}"
+
+
+def render_context(units: list[MemoryUnit]) -> str:
+    return "\n".join(render_edu(unit) for unit in units)
+
+
+class EventMemoryPipeline(Pipeline):
+    """What EMem and EMem-G share: memory building, the dense + filter step, answering."""
+
+    def __init__(
+        self,
+        extractor: Segmenter,
+        embedder: Embedder,
+        answerer: Answerer,
+        edu_filter: RelevanceFilter | None = None,
+        argument_extractor: ArgumentExtractor | None = None,
+        linking_top_k: int = 30,
+        argument_batch: int = 8,
+        synonym_threshold: float = 0.8,
+        synonym_cap: int = 100,
+    ) -> None:
+        super().__init__()
+        if linking_top_k < 1:
+            raise ValueError(f"linking_top_k must be positive, got {linking_top_k}")
+        self.extractor = extractor
+        self.argument_extractor = argument_extractor
+        self.edu_filter = edu_filter
+        self.answerer = answerer
+        self.embedder = embedder
+        self.linking_top_k = linking_top_k
+        self.argument_batch = argument_batch
+        self.synonym_threshold = synonym_threshold
+        self.synonym_cap = synonym_cap
+
+    def build(self, conversation: Conversation) -> EventMemory:
+        return build_event_memory(
+            conversation,
+            self.extractor,
+            self.embedder,
+            self.argument_extractor,
+            argument_batch=self.argument_batch,
+            synonym_threshold=self.synonym_threshold,
+            synonym_cap=self.synonym_cap,
+        )
+
+    def filtered_candidates(self, memory: EventMemory, query: Query, trace: Trace) -> tuple[list[Retrieved], list[Retrieved]]:
+        """(dense ranking to recall depth, the linking candidates the EDU filter keeps)."""
+        dense = memory.edus.search_dense(query.text, k=max(self.linking_top_k, RECALL_DEPTH))
+        candidates = dense[: self.linking_top_k]
+        if self.edu_filter is None or not candidates:
+            kept = candidates
+        else:
+            out = self.edu_filter.run_one(FilterIn(query.text, tuple(render_edu(r.unit) for r in candidates)))
+            kept = [candidates[i] for i in out.keep]
+            trace.add("edu_filter", candidates=len(candidates), kept=[r.unit.id for r in kept], error=out.error)
+        return dense, kept
+
+    def select(self, memory: EventMemory, query: Query, trace: Trace) -> tuple[list[MemoryUnit], list[Retrieved]]:
+        """(EDUs for the answerer, the full ranking); see the module docstring."""
+        raise NotImplementedError
+
+    def retrieve(self, memory: EventMemory, query: Query) -> list[Retrieved]:
+        return self.select(memory, query, Trace())[1]
+
+    def answer(self, memory: EventMemory, query: Query) -> Answer:
+        trace = Trace()
+        chosen, ranking = self.select(memory, query, trace)
+        trace.add("retrieve", units=[u.id for u in chosen])
+        context = render_context(chosen)
+        out = self.answerer.run_one(AnswerIn(query.text, context, query.timestamp))
+        trace.add("answer", text=out.text, reasoning=out.reasoning, error=out.error)
+        return Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=trace)
+
+
+def _complete(head: list[Retrieved], dense: list[Retrieved]) -> list[Retrieved]:
+    """``head`` followed by the dense ranking's other units (the recall-depth tail)."""
+    seen = {r.unit.id for r in head}
+    return head + [r for r in dense if r.unit.id not in seen]
+
+
+class EMem(EventMemoryPipeline):
+    """EMem (3.4): dense top-``linking_top_k`` EDUs, the LLM filter decides how many go on.
+
+    ``qa_top_k`` optionally caps the EDUs given to the answerer (None: all kept ones, as in
+    the paper). EMem never uses arguments: leave ``argument_extractor`` null to skip their
+    extraction cost.
+    """
+
+    def __init__(
+        self,
+        extractor: Segmenter,
+        embedder: Embedder,
+        answerer: Answerer,
+        edu_filter: RelevanceFilter | None = None,
+        argument_extractor: ArgumentExtractor | None = None,
+        linking_top_k: int = 30,
+        argument_batch: int = 8,
+        synonym_threshold: float = 0.8,
+        synonym_cap: int = 100,
+        qa_top_k: int | None = None,
+    ) -> None:
+        super().__init__(extractor, embedder, answerer, edu_filter, argument_extractor, linking_top_k,
+                         argument_batch, synonym_threshold, synonym_cap)
+        self.qa_top_k = qa_top_k
+
+    def select(self, memory: EventMemory, query: Query, trace: Trace) -> tuple[list[MemoryUnit], list[Retrieved]]:
+        dense, kept = self.filtered_candidates(memory, query, trace)
+        chosen = [r.unit for r in kept][: self.qa_top_k]
+        return chosen, _complete(kept, dense)
+
+
+class EMemG(EventMemoryPipeline):
+    """EMem-G (3.3): EDU and argument seeds, Personalized PageRank, top-``qa_top_k`` EDUs.
+
+    ``argument_top_k`` = K_a arguments per mention; ``seed_arguments`` = K, the most argument
+    seeds kept (default: ``linking_top_k``, which the paper says bounds them, 4.5);
+    ``damping`` = alpha of ``memlab.memory.ppr``. When the filters leave no seed at all, the
+    unfiltered dense candidates seed PPR (it needs one).
+    """
+
+    def __init__(
+        self,
+        extractor: Segmenter,
+        embedder: Embedder,
+        answerer: Answerer,
+        edu_filter: RelevanceFilter | None = None,
+        argument_extractor: ArgumentExtractor | None = None,
+        linking_top_k: int = 30,
+        argument_batch: int = 8,
+        synonym_threshold: float = 0.8,
+        synonym_cap: int = 100,
+        mention_detector: MentionDetector | None = None,
+        argument_filter: RelevanceFilter | None = None,
+        argument_top_k: int = 5,
+        seed_arguments: int | None = None,
+        qa_top_k: int = 10,
+        damping: float = 0.5,
+        ppr_iterations: int = 50,
+    ) -> None:
+        super().__init__(extractor, embedder, answerer, edu_filter, argument_extractor, linking_top_k,
+                         argument_batch, synonym_threshold, synonym_cap)
+        if not 0.0 < damping < 1.0:
+            raise ValueError(f"damping must be in (0, 1), got {damping}")
+        self.mention_detector = mention_detector
+        self.argument_filter = argument_filter
+        self.argument_top_k = argument_top_k
+        self.seed_arguments = seed_arguments
+        self.qa_top_k = qa_top_k
+        self.damping = damping
+        self.ppr_iterations = ppr_iterations
+
+    def argument_seeds(self, memory: EventMemory, query: Query, trace: Trace) -> dict[str, float]:
+        """Argument node id -> seed weight (best mention cosine), filtered and capped."""
+        if self.mention_detector is None or len(memory.arguments) == 0:
+            return {}
+        known = tuple(u.text for u in memory.arguments.units.values())
+        detected = self.mention_detector.run_one(MentionIn(query.text, known))
+        best: dict[str, float] = {}
+        for mention in detected.mentions:
+            for hit in memory.arguments.search_dense(mention, k=self.argument_top_k):
+                best[hit.unit.id] = max(best.get(hit.unit.id, 0.0), hit.score)
+        candidates = sorted(best, key=lambda a: -best[a])
+        trace.add("mentions", mentions=list(detected.mentions), arguments=candidates, error=detected.error)
+        if self.argument_filter is not None and candidates:
+            texts = tuple(memory.arguments.get(a).text for a in candidates)
+            out = self.argument_filter.run_one(FilterIn(query.text, texts))
+            candidates = [candidates[i] for i in out.keep]
+            trace.add("argument_filter", kept=candidates, error=out.error)
+        limit = self.seed_arguments if self.seed_arguments is not None else self.linking_top_k
+        return {a: best[a] for a in sorted(candidates, key=lambda a: -best[a])[:limit] if best[a] > 0}
+
+    def select(self, memory: EventMemory, query: Query, trace: Trace) -> tuple[list[MemoryUnit], list[Retrieved]]:
+        dense, kept = self.filtered_candidates(memory, query, trace)
+        if not dense:
+            return [], []
+        seeds = {r.unit.id: r.score for r in kept if r.score > 0}
+        seeds.update(self.argument_seeds(memory, query, trace))
+        if not seeds:
+            seeds = {r.unit.id: max(r.score, 1e-6) for r in dense[: self.linking_top_k]}
+        vector = np.zeros(len(memory.node_ids))
+        for node, weight in seeds.items():
+            vector[memory.node_index[node]] = weight
+        pi = personalized_pagerank(memory.adjacency, vector, damping=self.damping, iterations=self.ppr_iterations)
+        edus = [(memory.node_ids[i], pi[i]) for i in np.flatnonzero(memory.edu_mask & (pi > 0))]
+        edus.sort(key=lambda p: -p[1])
+        head = [Retrieved(memory.edus.get(node), float(score)) for node, score in edus]
+        trace.add("ppr", seeds=len(seeds), damping=self.damping, top=[node for node, _ in edus[: self.qa_top_k]])
+        return [r.unit for r in head[: self.qa_top_k]], _complete(head, dense)

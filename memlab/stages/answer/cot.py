@@ -1,0 +1,54 @@
+"""Zero-shot chain-of-thought answerer: reason over the context first, then a concise answer.
+
+EMem 3.3's QA step (Wei et al.'s zero-shot CoT). The prompt asks for the reasoning and a
+final ``Answer: ...`` line; the answer is what follows the last such marker, the reasoning
+is kept in ``AnswerOut.reasoning`` for traces. A reply without the marker is retried once;
+if the retry has none either, the answer is empty and ``error`` says why (counted failure).
+"""
+
+from __future__ import annotations
+
+import re
+
+from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.jsonparse import strip_thinking
+from memlab.prompts import load_prompt
+from memlab.stage import PromptedStage
+from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer
+
+_MARKER = re.compile(r"(?:^|\n)\s*(?:\*\*)?(?:final\s+)?answer(?:\*\*)?\s*:\s*(?:\*\*)?", re.IGNORECASE)
+
+
+class CoTAnswerer(PromptedStage, Answerer):
+    """Answers with one reasoning-then-answer call on ``prompt`` ({context}, {question})."""
+
+    def __init__(
+        self,
+        lm: LM,
+        prompt: str = "emem/answer_cot",
+        max_tokens: int = 320,
+        temperature: float = 0.0,
+    ) -> None:
+        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        self.prompt = load_prompt(prompt)
+
+    def render(self, item: AnswerIn) -> ChatRequest:
+        context = item.context or "(no memories)"
+        if item.question_date is not None:
+            context = f"(The question is asked on {item.question_date:%d %B %Y}.)\n{context}"
+        return self.request(self.prompt.render(context=context, question=item.question))
+
+    def parse(self, text: str, item: AnswerIn) -> AnswerOut:
+        text = strip_thinking(text)
+        markers = list(_MARKER.finditer(text))
+        if not markers:
+            raise ParseError("no final 'Answer:' line")
+        last = markers[-1]
+        answer = text[last.end():].strip().splitlines()
+        answer_text = answer[0].strip().strip("*").strip() if answer else ""
+        if not answer_text:
+            raise ParseError("the 'Answer:' line is empty")
+        return AnswerOut(text=answer_text, reasoning=text[: last.start()].strip())
+
+    def fallback(self, item: AnswerIn, error: str) -> AnswerOut:
+        return AnswerOut(text="", error=error)

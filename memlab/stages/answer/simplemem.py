@@ -1,0 +1,66 @@
+"""SimpleMem's answerer: the reconstructive-synthesis prompt (appendix A.3).
+
+The prompt reads abstract representations and detailed memory units in two blocks, while
+``AnswerIn`` carries one context string. The pipeline writes that string with
+``join_context`` (one entry per line, abstracts marked ``[ABSTRACT]``), so any answerer reads
+it as plain memory text, and this one splits it back into the two blocks with
+``split_context``.
+"""
+
+from __future__ import annotations
+
+from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.prompts import load_prompt
+from memlab.stage import PromptedStage
+from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer
+
+ABSTRACT_MARK = "[ABSTRACT] "
+NONE_RETRIEVED = "(none)"
+
+
+def join_context(abstracts: list[str], units: list[str]) -> str:
+    """One line per entry: the abstracts (marked) first, then the detailed units."""
+    lines = [ABSTRACT_MARK + " ".join(a.split()) for a in abstracts]
+    return "\n".join(lines + [" ".join(u.split()) for u in units])
+
+
+def split_context(context: str) -> tuple[list[str], list[str]]:
+    """Inverse of ``join_context``: ``(abstracts, units)``."""
+    abstracts, units = [], []
+    for line in context.splitlines():
+        if line.startswith(ABSTRACT_MARK):
+            abstracts.append(line[len(ABSTRACT_MARK):])
+        elif line.strip():
+            units.append(line)
+    return abstracts, units
+
+
+class ReconstructiveAnswerer(PromptedStage, Answerer):
+    """One call on ``prompt`` (placeholders ``user_query``, ``retrieved_abstracts``,
+    ``retrieved_units``). When the question date is known it is stated before the units."""
+
+    def __init__(self, lm: LM, prompt: str = "simplemem/answer", max_tokens: int = 64, temperature: float = 0.0) -> None:
+        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        self.prompt = load_prompt(prompt)
+
+    def render(self, item: AnswerIn) -> ChatRequest:
+        abstracts, units = split_context(item.context)
+        if item.question_date is not None:
+            units = [f"(The question is asked on {item.question_date:%d %B %Y}.)"] + units
+        block = lambda lines: ("\n" + "\n".join(f"- {line}" for line in lines) + "\n") if lines else NONE_RETRIEVED
+        text = self.prompt.render(
+            user_query=item.question, retrieved_abstracts=block(abstracts), retrieved_units=block(units)
+        )
+        return self.request(text)
+
+    def parse(self, text: str, item: AnswerIn) -> AnswerOut:
+        answer = text.strip()
+        for label in ("FINAL ANSWER:", "ANSWER:"):
+            if answer.upper().startswith(label):
+                answer = answer[len(label):].strip()
+        if not answer:
+            raise ParseError("empty answer")
+        return AnswerOut(text=answer)
+
+    def fallback(self, item: AnswerIn, error: str) -> AnswerOut:
+        return AnswerOut(text="", error=error)

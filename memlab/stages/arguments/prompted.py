@@ -1,0 +1,75 @@
+"""Prompted event-argument extraction (EMem 3.2), several EDUs per call."""
+
+from __future__ import annotations
+
+from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.jsonparse import list_schema, object_schema, parse_json
+from memlab.prompts import load_prompt
+from memlab.stage import PromptedStage
+from memlab.stages.arguments.base import ArgumentExtractor, ArgumentIn, ArgumentOut, EventFrame
+
+
+def arguments_schema(n_edus: int, max_arguments: int) -> dict:
+    pair = object_schema({"role": {"type": "string"}, "argument": {"type": "string", "minLength": 1}})
+    event = object_schema(
+        {
+            "id": {"type": "integer"},
+            "event_type": {"type": "string"},
+            "arguments": {"type": "array", "items": pair, "maxItems": max_arguments},
+        }
+    )
+    schema = list_schema(event, key="events")
+    schema["properties"]["events"]["maxItems"] = n_edus
+    return schema
+
+
+class PromptedArgumentExtractor(PromptedStage, ArgumentExtractor):
+    """One call per ``ArgumentIn`` (a batch of EDUs); prompt ``emem/arguments``.
+
+    Entries are matched to EDUs by their ``id`` (1-based), falling back to position; an
+    argument longer than ``max_argument_words`` words is not a node-worthy phrase and is
+    dropped. EDUs the model skipped get an empty frame.
+    """
+
+    def __init__(
+        self,
+        lm: LM,
+        prompt: str = "emem/arguments",
+        max_arguments: int = 6,
+        max_argument_words: int = 8,
+        max_tokens: int = 1024,
+        temperature: float = 0.0,
+    ) -> None:
+        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        self.prompt = load_prompt(prompt)
+        self.max_arguments = max_arguments
+        self.max_argument_words = max_argument_words
+
+    def render(self, item: ArgumentIn) -> ChatRequest:
+        numbered = "\n".join(f"{i}. {text}" for i, text in enumerate(item.edus, start=1))
+        return self.request(
+            self.prompt.render(edus=numbered, max_arguments=self.max_arguments),
+            json_schema=arguments_schema(len(item.edus), self.max_arguments),
+        )
+
+    def parse(self, text: str, item: ArgumentIn) -> ArgumentOut:
+        events = parse_json(text, arguments_schema(len(item.edus), self.max_arguments))["events"]
+        frames: list[EventFrame | None] = [None] * len(item.edus)
+        for position, event in enumerate(events):
+            index = event.get("id", position + 1) - 1
+            if not 0 <= index < len(item.edus) or frames[index] is not None:
+                index = position
+            if not 0 <= index < len(item.edus) or frames[index] is not None:
+                continue
+            pairs = []
+            for pair in event.get("arguments", ()):
+                argument = " ".join(pair["argument"].split())
+                if argument and len(argument.split()) <= self.max_argument_words:
+                    pairs.append((pair.get("role", "").strip() or "argument", argument))
+            frames[index] = EventFrame(event.get("event_type", "").strip(), tuple(pairs))
+        if item.edus and all(f is None for f in frames):
+            raise ParseError("no event matched any of the given EDUs")
+        return ArgumentOut(tuple(f or EventFrame("", ()) for f in frames))
+
+    def fallback(self, item: ArgumentIn, error: str) -> ArgumentOut:
+        return ArgumentOut(tuple(EventFrame("", ()) for _ in item.edus), error=error)

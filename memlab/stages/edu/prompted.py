@@ -1,0 +1,147 @@
+"""Prompted EDU extraction (EMem 3.2): a session (or a window of its turns) -> EDUs, one call.
+
+Adaptations for small local models, none of which changes what is extracted: relative dates
+are resolved in code (``RuleTemporalNormalizer``) and written into the turns before the
+call; the output is JSON-schema constrained with at most ``max_edus`` items; a long session
+can be split into windows of ``max_turns_per_call`` turns (``None``: the whole session in one
+call, as in the paper); every EDU's source ids are checked against the window
+(``validate_sources``) and EDUs sharing no word with the window are dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.jsonparse import list_schema, object_schema, parse_json
+from memlab.prompts import load_prompt
+from memlab.stage import PromptedStage
+from memlab.stages.edu.base import EDUExtractor, grounded, validate_sources
+from memlab.stages.segment.base import SegmentIn, SegmentOut
+from memlab.stages.segment.rules import format_date
+from memlab.stages.temporal import RuleTemporalNormalizer, TemporalIn
+from memlab.types import MemoryUnit, Session, Turn
+
+
+@dataclass(frozen=True)
+class _Window:
+    """One LLM call's input: a slice of a session's turns (already date-annotated)."""
+
+    conversation_id: str
+    session: Session
+    turns: tuple[Turn, ...]
+    lines: tuple[str, ...]
+    index: int
+
+
+def edu_schema(max_edus: int) -> dict:
+    item = object_schema(
+        {
+            "text": {"type": "string", "minLength": 1},
+            "source_turns": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+        }
+    )
+    schema = list_schema(item, key="edus")
+    schema["properties"]["edus"]["maxItems"] = max_edus
+    return schema
+
+
+def annotated_lines(session: Session, turns: tuple[Turn, ...], normalizer: RuleTemporalNormalizer) -> tuple[str, ...]:
+    """``[id] Speaker: text`` per turn, relative time expressions resolved against the session date."""
+    texts = [turn.render() for turn in turns]
+    reference = session.timestamp
+    if reference is not None:
+        texts = normalizer.rewrite([TemporalIn(text, turn.timestamp or reference) for text, turn in zip(texts, turns)])
+    return tuple(f"[{turn.id}] {text}" for turn, text in zip(turns, texts))
+
+
+class PromptedEDUExtractor(PromptedStage, EDUExtractor):
+    """EDU extractor of EMem 3.2 (see the module docstring); prompt ``emem/edu_extract``."""
+
+    def __init__(
+        self,
+        lm: LM,
+        prompt: str = "emem/edu_extract",
+        max_edus: int = 12,
+        max_turns_per_call: int | None = 12,
+        max_chars_per_turn: int = 1200,
+        max_tokens: int = 768,
+        temperature: float = 0.0,
+    ) -> None:
+        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        if max_edus < 1:
+            raise ValueError(f"max_edus must be positive, got {max_edus}")
+        if max_turns_per_call is not None and max_turns_per_call < 1:
+            raise ValueError(f"max_turns_per_call must be positive or null, got {max_turns_per_call}")
+        self.prompt = load_prompt(prompt)
+        self.max_edus = max_edus
+        self.max_turns_per_call = max_turns_per_call
+        self.max_chars_per_turn = max_chars_per_turn
+        self.normalizer = RuleTemporalNormalizer()
+
+    # -- windows -------------------------------------------------------------------------
+    def windows(self, item: SegmentIn) -> list[_Window]:
+        turns = item.session.turns
+        size = self.max_turns_per_call or max(1, len(turns))
+        out = []
+        for index, start in enumerate(range(0, len(turns), size)):
+            chunk = turns[start:start + size]
+            lines = tuple(_clip(line, self.max_chars_per_turn) for line in annotated_lines(item.session, chunk, self.normalizer))
+            out.append(_Window(item.conversation_id, item.session, chunk, lines, index))
+        return out
+
+    def forward(self, batch: list[SegmentIn]) -> list[SegmentOut]:  # type: ignore[override]
+        windows = [w for item in batch for w in self.windows(item)]
+        results = PromptedStage.forward(self, windows) if windows else []
+        by_session: dict[tuple[str, str], list[MemoryUnit]] = {}
+        errors: dict[tuple[str, str], str] = {}
+        for window, (units, error) in zip(windows, results):
+            key = (window.conversation_id, window.session.id)
+            by_session.setdefault(key, []).extend(units)
+            if error:
+                errors[key] = error
+        return [
+            SegmentOut(tuple(by_session.get((i.conversation_id, i.session.id), [])),
+                       errors.get((i.conversation_id, i.session.id)))
+            for i in batch
+        ]
+
+    # -- one call ------------------------------------------------------------------------
+    def render(self, item: _Window) -> ChatRequest:  # type: ignore[override]
+        text = self.prompt.render(date=format_date(item.session), turns="\n".join(item.lines), max_edus=self.max_edus)
+        return self.request(text, json_schema=edu_schema(self.max_edus))
+
+    def parse(self, text: str, item: _Window) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]
+        rows = parse_json(text, edu_schema(self.max_edus))["edus"]
+        units = []
+        for row in rows:
+            edu = " ".join(row["text"].split())
+            if not edu or not grounded(edu, item.turns):
+                continue
+            sources = validate_sources(row.get("source_turns", ()), edu, item.turns)
+            if not sources:
+                continue
+            units.append(self.make_unit(item, len(units), edu, sources))
+        if rows and not units:
+            raise ParseError("no extracted EDU is grounded in the session's turns")
+        return units, None
+
+    def fallback(self, item: _Window, error: str) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]
+        return [], error
+
+    @staticmethod
+    def make_unit(window: _Window, n: int, text: str, sources: tuple[str, ...], kind: str = "edu", **attributes) -> MemoryUnit:
+        speakers = tuple(dict.fromkeys(t.speaker for t in window.turns if t.id in sources))
+        return MemoryUnit(
+            id=f"{window.conversation_id}/{window.session.id}/w{window.index}/{kind}{n}",
+            text=text,
+            source_ids=sources,
+            timestamp=window.session.timestamp,
+            kind=kind,
+            speaker=speakers[0] if len(speakers) == 1 else None,
+            attributes={"session": window.session.id, "speakers": list(speakers), **attributes},
+        )
+
+
+def _clip(line: str, limit: int) -> str:
+    return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."

@@ -1,0 +1,63 @@
+"""Recall-oriented LLM relevance filter (EMem 3.3 / 3.4): one call per question and candidate list."""
+
+from __future__ import annotations
+
+from memlab.lm.base import LM, ChatRequest
+from memlab.lm.jsonparse import list_schema, parse_json
+from memlab.prompts import load_prompt
+from memlab.stage import PromptedStage
+from memlab.stages.filter.base import FilterIn, FilterOut, RelevanceFilter
+
+
+def selection_schema(n_candidates: int) -> dict:
+    schema = list_schema({"type": "integer"}, key="relevant")
+    schema["properties"]["relevant"]["maxItems"] = max(1, n_candidates)
+    return schema
+
+
+class PromptedRelevanceFilter(PromptedStage, RelevanceFilter):
+    """Candidates are shown numbered from 1; the reply lists the numbers to keep.
+
+    Numbers outside the list are ignored (a filter only keeps given candidates); an empty
+    candidate list costs no call. ``prompt``: ``emem/filter_edus`` or ``emem/filter_arguments``.
+    Fallback (unusable reply after the retry): keep every candidate, the recall-oriented choice.
+    """
+
+    def __init__(
+        self,
+        lm: LM,
+        prompt: str = "emem/filter_edus",
+        max_chars_per_candidate: int = 400,
+        max_tokens: int = 160,
+        temperature: float = 0.0,
+    ) -> None:
+        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        self.prompt = load_prompt(prompt)
+        self.max_chars_per_candidate = max_chars_per_candidate
+
+    def render(self, item: FilterIn) -> ChatRequest:
+        limit = self.max_chars_per_candidate
+        lines = "\n".join(
+            f"{i}. {text if len(text) <= limit else text[: limit - 3] + '...'}"
+            for i, text in enumerate(item.candidates, start=1)
+        )
+        return self.request(
+            self.prompt.render(question=item.question, candidates=lines),
+            json_schema=selection_schema(len(item.candidates)),
+        )
+
+    def parse(self, text: str, item: FilterIn) -> FilterOut:
+        numbers = parse_json(text, selection_schema(len(item.candidates)))["relevant"]
+        keep = sorted({n - 1 for n in numbers if isinstance(n, int) and 1 <= n <= len(item.candidates)})
+        return FilterOut(tuple(keep))
+
+    def fallback(self, item: FilterIn, error: str) -> FilterOut:
+        return FilterOut(tuple(range(len(item.candidates))), error=error)
+
+    def forward(self, batch: list[FilterIn]) -> list[FilterOut]:
+        asked = [i for i, item in enumerate(batch) if item.candidates]
+        answers = super().forward([batch[i] for i in asked]) if asked else []
+        out = [FilterOut(()) for _ in batch]
+        for i, answer in zip(asked, answers):
+            out[i] = answer
+        return out

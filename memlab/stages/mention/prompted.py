@@ -1,0 +1,43 @@
+"""LLM mention detector (EMem-G 3.3); prompt ``emem/mentions``."""
+
+from __future__ import annotations
+
+from memlab.lm.base import LM, ChatRequest
+from memlab.lm.jsonparse import list_schema, parse_json
+from memlab.prompts import load_prompt
+from memlab.stage import PromptedStage
+from memlab.stages.mention.base import MentionDetector, MentionIn, MentionOut, dedupe
+
+
+def mentions_schema(max_mentions: int) -> dict:
+    schema = list_schema({"type": "string"}, key="mentions")
+    schema["properties"]["mentions"]["maxItems"] = max_mentions
+    return schema
+
+
+class PromptedMentionDetector(PromptedStage, MentionDetector):
+    """Asks the LLM for the question's mentions; its fallback is no mentions (no argument seeds)."""
+
+    def __init__(
+        self,
+        lm: LM,
+        prompt: str = "emem/mentions",
+        max_mentions: int = 6,
+        max_tokens: int = 96,
+        temperature: float = 0.0,
+    ) -> None:
+        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        self.prompt = load_prompt(prompt)
+        self.max_mentions = max_mentions
+
+    def render(self, item: MentionIn) -> ChatRequest:
+        return self.request(
+            self.prompt.render(question=item.question, max_mentions=self.max_mentions),
+            json_schema=mentions_schema(self.max_mentions),
+        )
+
+    def parse(self, text: str, item: MentionIn) -> MentionOut:
+        return MentionOut(dedupe(parse_json(text, mentions_schema(self.max_mentions))["mentions"], self.max_mentions))
+
+    def fallback(self, item: MentionIn, error: str) -> MentionOut:
+        return MentionOut((), error=error)

@@ -1,0 +1,5 @@
+from memlab.stages.plan.base import COMPLEXITY_LEVELS, PlanIn, PlanOut, Planner
+from memlab.stages.plan.fixed import FixedPlanner
+from memlab.stages.plan.prompted import PromptedPlanner
+
+__all__ = ["COMPLEXITY_LEVELS", "FixedPlanner", "PlanIn", "PlanOut", "Planner", "PromptedPlanner"]

@@ -1,0 +1,19 @@
+"""The "w/o intent-aware retrieval planning" ablation (SimpleMem Table 5): a fixed plan."""
+
+from __future__ import annotations
+
+from memlab.stages.plan.base import PlanIn, PlanOut, Planner
+
+
+class FixedPlanner(Planner):
+    """No LLM: the query itself for the semantic and lexical views, no symbolic constraint,
+    the same ``depth`` for every query (fixed-depth retrieval)."""
+
+    def __init__(self, depth: int = 10) -> None:
+        super().__init__()
+        if depth < 1:
+            raise ValueError(f"depth must be positive, got {depth}")
+        self.depth = depth
+
+    def forward(self, batch: list[PlanIn]) -> list[PlanOut]:
+        return [PlanOut(semantic_query=item.query, lexical_keys=(), depth=self.depth, complexity="FIXED") for item in batch]

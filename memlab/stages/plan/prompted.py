@@ -1,0 +1,111 @@
+"""Prompted planner: SimpleMem's planning prompt (appendix A.2) -> a ``PlanOut``.
+
+The complexity the model assigns sets the depth: LOW -> ``min_depth``, HIGH ->
+``max_depth`` (Table 7's retrieval range [3, 20]; section 3.1: k_min = 3 for simple lookups,
+k_max = 20 for complex reasoning). Parsing is lenient where that is safe: the paper's key
+``temporalConstraints`` and ``temporal_constraints`` are both read; a time range that does
+not parse, or whose start is after its end, is dropped; a date-only end covers its whole
+day; an empty semantic query is the query itself; lexical keys are capped at ``max_keys``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, time
+from typing import Any
+
+from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.jsonparse import parse_json
+from memlab.prompts import load_prompt
+from memlab.stage import PromptedStage
+from memlab.stages.compress.base import parse_timestamp
+from memlab.stages.plan.base import COMPLEXITY_LEVELS, PlanIn, PlanOut, Planner
+
+PARSE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"complexity": {"type": "string"}},
+    "required": ["complexity"],
+}
+
+
+def request_schema(max_keys: int) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "complexity": {"type": "string", "enum": list(COMPLEXITY_LEVELS)},
+            "retrieval_rationale": {"type": "string"},
+            "lexical_keys": {"type": "array", "items": {"type": "string"}, "maxItems": max_keys},
+            "temporalConstraints": {
+                "type": "object",
+                "properties": {"start": {"type": "string"}, "end": {"type": "string"}},
+                "required": ["start", "end"],
+            },
+            "semantic_query": {"type": "string"},
+        },
+        "required": ["complexity", "retrieval_rationale", "lexical_keys", "temporalConstraints", "semantic_query"],
+    }
+
+
+def time_range(value: Any) -> tuple[datetime | None, datetime | None]:
+    """``(start, end)`` from the plan's temporal constraints; (None, None) when unusable."""
+    if not isinstance(value, dict):
+        return None, None
+    start, end = parse_timestamp(value.get("start")), parse_timestamp(value.get("end"))
+    raw_end = str(value.get("end") or "")
+    if end is not None and "T" not in raw_end and end.time() == time(0):
+        end = datetime.combine(end.date(), time(23, 59, 59))
+    if start is not None and end is not None and start > end:
+        return None, None
+    return start, end
+
+
+class PromptedPlanner(PromptedStage, Planner):
+    def __init__(
+        self,
+        lm: LM,
+        prompt: str = "simplemem/plan",
+        min_depth: int = 3,
+        max_depth: int = 20,
+        max_keys: int = 6,
+        max_tokens: int = 200,
+        temperature: float = 0.0,
+    ) -> None:
+        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        if not 1 <= min_depth <= max_depth:
+            raise ValueError(f"need 1 <= min_depth <= max_depth, got {min_depth}, {max_depth}")
+        self.prompt = load_prompt(prompt)
+        self.min_depth = min_depth
+        self.max_depth = max_depth
+        self.max_keys = max_keys
+
+    def depth_for(self, complexity: str) -> int:
+        return self.min_depth if complexity == "LOW" else self.max_depth
+
+    def render(self, item: PlanIn) -> ChatRequest:
+        query = item.query
+        if item.question_date is not None:
+            query += f" (asked on {item.question_date.isoformat()})"
+        return self.request(self.prompt.render(user_query=query), json_schema=request_schema(self.max_keys))
+
+    def parse(self, text: str, item: PlanIn) -> PlanOut:
+        data = parse_json(text, PARSE_SCHEMA)
+        complexity = str(data["complexity"]).strip().upper()
+        if complexity not in COMPLEXITY_LEVELS:
+            raise ParseError(f"complexity must be one of {COMPLEXITY_LEVELS}, got {data['complexity']!r}")
+        keys_raw = data.get("lexical_keys") if isinstance(data.get("lexical_keys"), list) else []
+        keys = tuple(dict.fromkeys(str(k).strip() for k in keys_raw if str(k).strip()))[: self.max_keys]
+        constraints = data.get("temporalConstraints", data.get("temporal_constraints"))
+        start, end = time_range(constraints)
+        semantic = " ".join(str(data.get("semantic_query") or "").split()) or item.query
+        return PlanOut(
+            semantic_query=semantic,
+            lexical_keys=keys,
+            depth=self.depth_for(complexity),
+            complexity=complexity,
+            start=start,
+            end=end,
+            rationale=str(data.get("retrieval_rationale") or ""),
+        )
+
+    def fallback(self, item: PlanIn, error: str) -> PlanOut:
+        # No plan: search with the query itself, as deep as a complex query would go.
+        return PlanOut(semantic_query=item.query, lexical_keys=(), depth=self.max_depth, complexity="HIGH", error=error)

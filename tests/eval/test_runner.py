@@ -1,0 +1,94 @@
+import json
+
+import pytest
+
+from memlab.data import load_sample
+from memlab.eval.runner import RunOptions, run_benchmark
+from memlab.lm.base import LMUnavailableError
+from memlab.pipelines.fullcontext import FullContext
+from memlab.stages.answer import PromptedAnswerer
+from tests.fakes import ReplayLM
+
+
+def _pipeline(script):
+    return FullContext(answerer=PromptedAnswerer(lm=ReplayLM(script)), max_context_tokens=400)
+
+
+def test_run_writes_predictions_and_metrics_without_gold_reaching_the_pipeline(tmp_path):
+    conversations = load_sample()
+    seen = []
+
+    def respond(request):
+        seen.append(request.messages[0]["content"])
+        return "an answer"
+
+    pipeline = _pipeline(respond)
+    metrics = run_benchmark(pipeline, conversations, tmp_path, RunOptions(max_questions=4, progress=False))
+    rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 == metrics["n_questions"]
+    assert not (tmp_path / "predictions.jsonl.partial").exists()
+    row = rows[0]
+    for key in ("conversation_id", "question_id", "category", "question", "gold", "prediction", "evidence",
+                "retrieved", "context_tokens", "usage", "latency_s", "f1_locomo", "f1_amem", "bleu1",
+                "recall@10", "recall@tok1000"):
+        assert key in row
+    assert row["prediction"] == "an answer" and row["usage"]["llm_calls"] == 1
+    # the gold answer never appears in what the model was asked
+    golds = [q.answer for q in conversations[0].questions[:4]]
+    assert not any(g in prompt.split("CONTEXT:")[0] + prompt.split("QUESTION:")[-1] for g in golds for prompt in seen)
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert set(saved["overall"]) >= {"f1_locomo", "f1_amem", "bleu1", "judge", "recall@1", "recall@5", "recall@10",
+                                     "recall@20", "recall@tok500", "recall@tok1000", "recall@tok2000", "context_tokens"}
+    assert saved["usage"]["query"]["llm_calls"] == 4 and saved["usage"]["build"]["llm_calls"] == 0
+    assert saved["timing"]["query_seconds_p50"] is not None
+
+
+def test_retrieval_only_makes_no_answering_call(tmp_path):
+    lm = ReplayLM([])  # any call would raise: the script is empty
+    pipeline = FullContext(answerer=PromptedAnswerer(lm=lm))
+    metrics = run_benchmark(pipeline, load_sample(), tmp_path, RunOptions(retrieval_only=True, progress=False))
+    assert lm.requests == []
+    assert metrics["overall"]["f1_amem"] is None and metrics["overall"]["recall@20"] is not None
+    assert "adversarial" in metrics["by_category"]
+
+
+def test_a_failing_question_is_recorded_and_the_run_goes_on(tmp_path):
+    def respond(request):
+        if "Tomas" in request.messages[0]["content"].split("QUESTION:")[-1]:
+            raise RuntimeError("boom")
+        return "fine"
+
+    metrics = run_benchmark(_pipeline(respond), load_sample(), tmp_path, RunOptions(max_questions=6, progress=False))
+    rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 6
+    errors = [r for r in rows if r["error"]]
+    assert errors and all("boom" in r["error"] for r in errors)
+    assert metrics["errors"] == len(errors) < 6
+
+
+def test_an_unavailable_model_stops_the_run_cleanly(tmp_path):
+    calls = []
+
+    def respond(request):
+        calls.append(1)
+        if len(calls) > 2:
+            raise LMUnavailableError("server at http://127.0.0.1:9 is down")
+        return "ok"
+
+    metrics = run_benchmark(_pipeline(respond), load_sample(), tmp_path, RunOptions(max_questions=5, progress=False))
+    assert "is down" in metrics["stopped"]
+    assert len((tmp_path / "predictions.jsonl").read_text().splitlines()) == 2
+    assert json.loads((tmp_path / "metrics.json").read_text())["n_questions"] == 2
+
+
+def test_judge_skips_adversarial_questions(tmp_path):
+    from memlab.eval.judge import CorrectWrongJudge
+
+    judge_lm = ReplayLM(lambda r: '{"label": "CORRECT"}')
+    judge = CorrectWrongJudge(lm=judge_lm)
+    metrics = run_benchmark(_pipeline(lambda r: "x"), load_sample(), tmp_path,
+                            RunOptions(progress=False), judge=judge)
+    n_adversarial = metrics["by_category"]["adversarial"]["n"]
+    assert len(judge_lm.requests) == metrics["n_questions"] - n_adversarial
+    assert metrics["overall"]["judge"] == 1.0 and metrics["by_category"]["adversarial"]["judge"] is None
+    assert metrics["judge_info"]["prompt_id"] == "simplemem/judge_correct_wrong"

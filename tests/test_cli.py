@@ -1,0 +1,50 @@
+"""The ``memlab`` command end to end: the baselines on the embedded sample."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memlab.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL_LM = ["answerer.lm.model=smollm2-135m-instruct-q4_1", "answerer.lm.n_ctx=4096", "answerer.lm.cache=null"]
+
+
+def test_retrieval_only_run_on_the_sample_loads_no_llm(tmp_path, capsys):
+    code = main(["run", str(REPO / "configs/pipelines/rag_turns.yaml"), "--retrieval-only", "--no-progress",
+                 "--out", str(tmp_path), "answerer.lm.model=/nonexistent/model.gguf"])
+    # the model path does not exist: the run only succeeds because nothing loads the LLM
+    assert code == 0
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["data"] == "embedded sample" and metrics["retrieval_only"] is True
+    assert metrics["overall"]["recall@10"] > 0.3
+    assert (tmp_path / "config.yaml").read_text().count("rag.RAG") == 1
+    assert "overall (1-4)" in capsys.readouterr().out
+
+
+def test_bad_invocations_fail_with_a_message(tmp_path, caplog):
+    assert main(["run", str(REPO / "configs/pipelines/rag_turns.yaml"), "top_kk=3", "--out", str(tmp_path)]) == 2
+    assert "has no argument 'top_kk'" in caplog.text
+    assert main(["run", str(REPO / "configs/pipelines/rag_turns.yaml"), "--data", str(tmp_path / "nope.json"),
+                 "--out", str(tmp_path)]) == 2
+    assert "nope.json" in caplog.text
+    assert main(["run", str(REPO / "configs/pipelines/rag_turns.yaml"), "--conversations", "conv-x",
+                 "--out", str(tmp_path)]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["rag.yaml", "rag_turns.yaml", "fullcontext.yaml"])
+def test_baseline_answers_with_a_real_small_model(config, tmp_path):
+    code = main(["run", str(REPO / "configs/pipelines" / config), "--max-questions", "2", "--no-progress",
+                 "--out", str(tmp_path), *SMALL_LM])
+    assert code == 0
+    rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    for row in rows:
+        assert isinstance(row["prediction"], str) and row["error"] is None
+        assert row["usage"]["llm_calls"] >= 1 and row["usage"]["prompt_tokens"] > 0
+        assert row["context_tokens"] > 0 and row["retrieved"]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["overall"]["f1_amem"] is not None
+    assert metrics["usage"]["query"]["llm_calls"] >= 2
