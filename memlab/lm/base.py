@@ -33,6 +33,10 @@ class LMUnavailableError(LMError):
     """The model cannot be reached or loaded (after retries, where retries make sense)."""
 
 
+class PromptTooLongError(LMError):
+    """The prompt does not fit the model's context window."""
+
+
 class ParseError(ValueError):
     """A completion could not be turned into the expected structure (see ``memlab.lm.jsonparse``)."""
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from memlab.lm.base import LM, ChatRequest, Completion, LMUnavailableError
-from memlab.lm.llamacpp import PromptTooLongError
+from memlab.lm.base import PromptTooLongError
 from memlab.lm.models import KNOWN_MODELS, model_fingerprint, resolve_model
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -22,16 +22,12 @@ import threading
 import time
 from typing import Any
 
-from memlab.lm.base import LM, ChatRequest, Completion, LMError, LMUnavailableError
+from memlab.lm.base import LM, ChatRequest, Completion, LMError, LMUnavailableError, PromptTooLongError
 from memlab.lm.models import DEFAULT_MODEL, KNOWN_MODELS, model_fingerprint, resolve_model
 
 #: Sampling settings not carried by ``ChatRequest``; changing them changes ``name``.
 SAMPLING = {"top_p": 0.95, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.0}
 _SAMPLING_TAG = "p0.95-k40-m0.05-r1.0"
-
-
-class PromptTooLongError(LMError):
-    """The prompt does not fit the model's context window."""
 
 
 def _model_label(model: str) -> str:

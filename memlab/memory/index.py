@@ -16,6 +16,7 @@ naming the file.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from collections.abc import Iterable
@@ -267,6 +268,9 @@ class BM25Index:
         if self._retriever is not None:
             return
         import bm25s
+
+        # bm25s lowers its own logger to DEBUG on import and logs every rebuild.
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
 
         self._order = list(self._texts)
         retriever = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 from memlab.lm.base import ChatRequest, LMUnavailableError  # noqa: E402
 from memlab.lm.hf import HFLM  # noqa: E402
-from memlab.lm.llamacpp import PromptTooLongError  # noqa: E402
+from memlab.lm.base import PromptTooLongError  # noqa: E402
 from memlab.lm.models import KNOWN_MODELS  # noqa: E402
 
 CHAT_TEMPLATE = (

@@ -10,7 +10,8 @@ import pytest
 
 from memlab.lm.base import ChatRequest, LMUnavailableError
 from memlab.lm.jsonparse import parse_json
-from memlab.lm.llamacpp import LlamaCppLM, PromptTooLongError
+from memlab.lm.base import PromptTooLongError
+from memlab.lm.llamacpp import LlamaCppLM
 from memlab.lm.models import KNOWN_MODELS
 
 MODEL = "smollm2-135m-instruct-q4_1"

@@ -1,0 +1,97 @@
+"""Run several pipeline configs on the same data and write one comparison table.
+
+    python eval/compare.py --out runs/compare-conv26 --data ../shared/data/locomo/locomo10_dev.json \
+        --conversations conv-26 --categories multi-hop,temporal,open-domain,single-hop \
+        configs/pipelines/rag_turns.yaml configs/pipelines/simplemem.yaml
+
+Each config runs through ``memlab run`` into ``OUT/<config name>/``; a config whose
+``metrics.json`` already exists there is not run again (``--rerun`` forces it), and LLM calls
+go through the response cache, so an interrupted comparison resumes where it stopped.
+The table (markdown) is printed and written to ``OUT/table.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from memlab.cli import main as memlab_main
+
+COLUMNS = (
+    ("f1_locomo", "F1 (LoCoMo)", "overall"),
+    ("f1_amem", "F1 (A-Mem)", "overall"),
+    ("bleu1", "BLEU-1", "overall"),
+    ("recall@5", "R@5", "overall"),
+    ("recall@10", "R@10", "overall"),
+    ("recall@tok1000", "R@tok1000", "overall"),
+    ("tokens_per_query", "tokens/query", "usage"),
+    ("llm_calls", "LLM calls (build+query)", "calls"),
+    ("build_seconds", "build s", "timing"),
+    ("query_seconds_p50", "query s p50", "timing"),
+)
+
+
+def cell(metrics: dict, key: str, where: str) -> str:
+    if where == "overall":
+        value = metrics["overall"].get(key)
+    elif where == "usage":
+        value = metrics["usage"].get(key)
+    elif where == "calls":
+        value = metrics["usage"]["build"]["llm_calls"] + metrics["usage"]["query"]["llm_calls"]
+    else:
+        value = metrics["timing"].get(key)
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if isinstance(value, float) and value < 10 else f"{value:.0f}"
+
+
+def table(results: dict[str, dict]) -> str:
+    header = "| pipeline | n | " + " | ".join(title for _, title, _ in COLUMNS) + " |"
+    lines = [header, "|" + "---|" * (len(COLUMNS) + 2)]
+    for name, metrics in results.items():
+        cells = " | ".join(cell(metrics, key, where) for key, _, where in COLUMNS)
+        lines.append(f"| {name} | {metrics['overall']['n']} | {cells} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("configs", nargs="+")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--data")
+    parser.add_argument("--conversations")
+    parser.add_argument("--categories")
+    parser.add_argument("--max-questions", type=int)
+    parser.add_argument("--retrieval-only", action="store_true")
+    parser.add_argument("--rerun", action="store_true")
+    parser.add_argument("--set", action="append", default=[], help="override applied to every config")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    results: dict[str, dict] = {}
+    for config in args.configs:
+        name = Path(config).stem
+        run_dir = out / name
+        if args.rerun or not (run_dir / "metrics.json").is_file():
+            cli = ["run", config, "--out", str(run_dir), *args.set]
+            for flag, value in (("--data", args.data), ("--conversations", args.conversations),
+                                ("--categories", args.categories), ("--max-questions", args.max_questions)):
+                if value is not None:
+                    cli += [flag, str(value)]
+            if args.retrieval_only:
+                cli.append("--retrieval-only")
+            code = memlab_main(cli)
+            if code != 0:
+                print(f"{name}: memlab run exited with {code}; continuing with the others", file=sys.stderr)
+        if (run_dir / "metrics.json").is_file():
+            results[name] = json.loads((run_dir / "metrics.json").read_text())
+    text = table(results)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

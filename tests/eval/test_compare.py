@@ -1,0 +1,27 @@
+import importlib.util
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _compare_module():
+    spec = importlib.util.spec_from_file_location("compare", REPO / "eval" / "compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+import pytest
+
+
+@pytest.mark.slow
+def test_compare_runs_each_config_once_and_writes_a_table(tmp_path, capsys):
+    compare = _compare_module()
+    config = str(REPO / "configs/pipelines/rag_turns.yaml")
+    args = [config, "--out", str(tmp_path), "--retrieval-only", "--max-questions", "3", "--set", "top_k=3"]
+    assert compare.main(args) == 0
+    table = (tmp_path / "table.md").read_text()
+    assert table.splitlines()[2].startswith("| rag_turns | ")
+    first = (tmp_path / "rag_turns" / "metrics.json").stat().st_mtime_ns
+    assert compare.main(args) == 0  # resumed: the finished config is not run again
+    assert (tmp_path / "rag_turns" / "metrics.json").stat().st_mtime_ns == first
