@@ -48,3 +48,11 @@ def test_baseline_answers_with_a_real_small_model(config, tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["overall"]["f1_amem"] is not None
     assert metrics["usage"]["query"]["llm_calls"] >= 2
+
+
+def test_models_lists_the_known_models(capsys):
+    assert main(["models"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    names = {row["name"] for row in rows}
+    assert {"qwen2.5-coder-1.5b-instruct-q4_k_m", "smollm2-135m-instruct-q4_1"} <= names
+    assert sum(row["default"] for row in rows) == 1
