@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from memlab.eval import metrics as M
-from memlab.types import ANSWERABLE_CATEGORIES
+from memlab.types import ANSWERABLE_CATEGORIES, LOCOMO_CATEGORIES
 
 ANSWER_METRICS = ("f1_locomo", "f1_amem", "bleu1", "judge")
 RETRIEVAL_METRICS = (
@@ -28,9 +28,10 @@ def summarise(
 ) -> dict[str, Any]:
     """The metrics.json payload. ``overall`` averages over categories 1-4 (the papers' convention:
     adversarial questions are reported in ``by_category`` only)."""
-    # LongMemEval has none of LoCoMo's categories: there every question counts towards overall.
-    has_locomo = any(row["category"] in ANSWERABLE_CATEGORIES for row in rows)
-    blocks = M.aggregate(rows, METRICS, ANSWERABLE_CATEGORIES if has_locomo else None)
+    # LoCoMo's overall leaves adversarial questions out; on other data (LongMemEval, whose
+    # "temporal" is not LoCoMo's) every question counts.
+    locomo = bool(rows) and all(row["category"] in LOCOMO_CATEGORIES.values() for row in rows)
+    blocks = M.aggregate(rows, METRICS, ANSWERABLE_CATEGORIES if locomo else None)
     query_usage: dict[str, float] = {k: 0 for k in USAGE_KEYS}
     for row in rows:
         for key in USAGE_KEYS:
@@ -40,6 +41,7 @@ def summarise(
     metrics: dict[str, Any] = {
         **(extra or {}),
         "n_questions": n,
+        "overall_over": "LoCoMo categories 1-4" if locomo else "all questions",
         "retrieval_only": retrieval_only,
         **blocks,
         "usage": {
@@ -71,7 +73,8 @@ def format_table(metrics: dict[str, Any], columns: tuple[str, ...] | None = None
             columns = ("f1_locomo", "f1_amem", "bleu1") + (("judge",) if metrics.get("judge_info") else ()) \
                 + columns + ("context_tokens",)
     rows = [(name, block) for name, block in metrics["by_category"].items()]
-    rows.append(("overall (1-4)", metrics["overall"]))
+    overall = "overall (1-4)" if metrics.get("overall_over") == "LoCoMo categories 1-4" else "overall"
+    rows.append((overall, metrics["overall"]))
     width = max(len(name) for name, _ in rows)
     header = f"{'category':<{width}}  {'n':>4}  " + "  ".join(f"{c:>14}" for c in columns)
     lines = [header, "-" * len(header)]

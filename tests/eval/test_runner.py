@@ -92,3 +92,17 @@ def test_judge_skips_adversarial_questions(tmp_path):
     assert len(judge_lm.requests) == metrics["n_questions"] - n_adversarial
     assert metrics["overall"]["judge"] == 1.0 and metrics["by_category"]["adversarial"]["judge"] is None
     assert metrics["judge_info"]["prompt_id"] == "simplemem/judge_correct_wrong"
+
+
+def test_overall_on_non_locomo_data_covers_every_question():
+    from memlab.eval.report import format_table, summarise
+
+    def row(category, recall):
+        return {"category": category, "usage": {}, "latency_s": 0.1, "recall@10": recall}
+
+    rows = [row("temporal", 1.0), row("knowledge_update", 0.0), row("information_extraction", 0.5)]
+    metrics = summarise(rows, retrieval_only=True, build_seconds=0.0, build_usage={})
+    assert metrics["overall"]["n"] == 3 and metrics["overall"]["recall@10"] == 0.5
+    assert metrics["overall_over"] == "all questions" and "overall (1-4)" not in format_table(metrics)
+    locomo = summarise([row("temporal", 1.0), row("adversarial", 0.0)], True, 0.0, {})
+    assert locomo["overall"]["n"] == 1 and locomo["overall_over"] == "LoCoMo categories 1-4"
