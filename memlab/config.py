@@ -5,7 +5,8 @@ Nodes are built depth-first. A node that appears twice through a YAML anchor (``
 ``*lm``) is built once and shared, which is how several stages share one LM.
 
 * ``_base_: path.yaml`` (relative to the file) makes a file an override of another: the base
-  is loaded and this file's keys are merged into it (dicts recursively, anything else replaced).
+  is loaded and this file's keys are merged into it (dicts recursively, anything else replaced;
+  a node that names another ``_component_`` keeps only the base arguments its class takes).
   Ablations are written this way.
 * Command-line overrides are dotted keys: ``answerer.lm.temperature=0``,
   ``reranker._component_=memlab.stages.rerank.CrossEncoderReranker``. The value is read as
@@ -67,11 +68,25 @@ def _load_with_base(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
 
 def _merge(base: Any, override: Any) -> Any:
     if isinstance(base, dict) and isinstance(override, dict):
+        if COMPONENT in override and override[COMPONENT] != base.get(COMPONENT):
+            base = _arguments_accepted(base, override[COMPONENT])
         out = dict(base)
         for key, value in override.items():
             out[key] = _merge(base[key], value) if key in base else value
         return out
     return override
+
+
+def _arguments_accepted(base: dict[str, Any], component: str) -> dict[str, Any]:
+    """The base node's arguments that ``component`` also takes (e.g. the shared ``lm`` when an
+    ablation swaps one answerer class for another); the rest belonged to the old class."""
+    try:
+        params = inspect.signature(import_memlab_class(component)).parameters
+    except (StageError, TypeError, ValueError):
+        return {}  # validation reports the bad path later
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return {k: v for k, v in base.items() if k != COMPONENT}
+    return {k: v for k, v in base.items() if k in params}
 
 
 def apply_override(tree: dict[str, Any], override: str) -> None:

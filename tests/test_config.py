@@ -95,6 +95,9 @@ def test_base_file_is_merged(tmp_path):
     (tmp_path / "child.yaml").write_text("_base_: base.yaml\nx: {chunk_tokens: 128}\nz: 3\n")
     tree = load_config(tmp_path / "child.yaml", ["y=2"])
     assert tree == {"x": {"_component_": "memlab.stages.segment.TokenChunkSegmenter", "chunk_tokens": 128}, "y": 2, "z": 3}
+    # another class keeps only the base arguments it takes (TurnSegmenter has no chunk_tokens)
+    (tmp_path / "swap.yaml").write_text("_base_: base.yaml\nx: {_component_: memlab.stages.segment.TurnSegmenter}\n")
+    assert load_config(tmp_path / "swap.yaml")["x"] == {"_component_": "memlab.stages.segment.TurnSegmenter"}
     (tmp_path / "loop.yaml").write_text("_base_: loop.yaml\n")
     with pytest.raises(ConfigError, match="cycle"):
         load_config(tmp_path / "loop.yaml")

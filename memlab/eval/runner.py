@@ -189,8 +189,7 @@ def _answer_one(pipeline, memory, question, options, count_tokens, usage: _Usage
         "evidence": list(question.evidence),
         "retrieved": [list(r.unit.source_ids) for r in ranking],
         "retrieved_units": [r.unit.id for r in ranking],
-        "context_tokens": count_tokens(answer.context) if answer is not None and answer.context else (
-            0 if answer is not None else None),
+        "context_tokens": None if answer is None else count_tokens(answer.context) if answer.context else 0,
         "usage": UsageMeter.diff(usage.snapshot(), before),
         "latency_s": latency,
         "error": error,

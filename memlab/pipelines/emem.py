@@ -40,11 +40,12 @@ from memlab.stages.segment.rules import format_date
 from memlab.types import Answer, Conversation, MemoryUnit, Query, Retrieved, Trace
 
 
-def render_edu(unit: MemoryUnit) -> str:
-    """``[session date] (speakers) text``; a structured chunk shows its full content."""
+def render_edu(unit: MemoryUnit, full: bool = True) -> str:
+    """``[session date] (speakers) text``; with ``full``, a structured chunk shows its content
+    (for the answerer) instead of its summary ``text(e)`` (what retrieval and filters see)."""
     date = f"{unit.timestamp:%d %B %Y}" if unit.timestamp else "unknown date"
     speakers = ", ".join(unit.attributes.get("speakers", ())) or unit.speaker or ""
-    body = unit.attributes.get("content") or unit.text
+    body = (unit.attributes.get("content") if full else None) or unit.text
     return f"[{date}]" + (f" ({speakers})" if speakers else "") + f" {body}"
 
 
@@ -98,7 +99,7 @@ class EventMemoryPipeline(Pipeline):
         if self.edu_filter is None or not candidates:
             kept = candidates
         else:
-            out = self.edu_filter.run_one(FilterIn(query.text, tuple(render_edu(r.unit) for r in candidates)))
+            out = self.edu_filter.run_one(FilterIn(query.text, tuple(render_edu(r.unit, full=False) for r in candidates)))
             kept = [candidates[i] for i in out.keep]
             trace.add("edu_filter", candidates=len(candidates), kept=[r.unit.id for r in kept], error=out.error)
         return dense, kept

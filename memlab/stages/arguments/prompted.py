@@ -9,17 +9,19 @@ from memlab.stage import PromptedStage
 from memlab.stages.arguments.base import ArgumentExtractor, ArgumentIn, ArgumentOut, EventFrame
 
 
-def arguments_schema(n_edus: int, max_arguments: int) -> dict:
+def arguments_schema(n_edus: int | None = None, max_arguments: int | None = None) -> dict:
+    """``{"events": [{id, event_type, arguments}]}``; the bounds are for the request (parsing is lenient)."""
     pair = object_schema({"role": {"type": "string"}, "argument": {"type": "string", "minLength": 1}})
     event = object_schema(
         {
             "id": {"type": "integer"},
             "event_type": {"type": "string"},
-            "arguments": {"type": "array", "items": pair, "maxItems": max_arguments},
+            "arguments": {"type": "array", "items": pair, **({"maxItems": max_arguments} if max_arguments else {})},
         }
     )
     schema = list_schema(event, key="events")
-    schema["properties"]["events"]["maxItems"] = n_edus
+    if n_edus is not None:
+        schema["properties"]["events"]["maxItems"] = n_edus
     return schema
 
 
@@ -53,7 +55,7 @@ class PromptedArgumentExtractor(PromptedStage, ArgumentExtractor):
         )
 
     def parse(self, text: str, item: ArgumentIn) -> ArgumentOut:
-        events = parse_json(text, arguments_schema(len(item.edus), self.max_arguments))["events"]
+        events = parse_json(text, arguments_schema())["events"]
         frames: list[EventFrame | None] = [None] * len(item.edus)
         for position, event in enumerate(events):
             index = event.get("id", position + 1) - 1
@@ -62,7 +64,7 @@ class PromptedArgumentExtractor(PromptedStage, ArgumentExtractor):
             if not 0 <= index < len(item.edus) or frames[index] is not None:
                 continue
             pairs = []
-            for pair in event.get("arguments", ()):
+            for pair in event.get("arguments", ())[: self.max_arguments]:
                 argument = " ".join(pair["argument"].split())
                 if argument and len(argument.split()) <= self.max_argument_words:
                     pairs.append((pair.get("role", "").strip() or "argument", argument))

@@ -60,21 +60,21 @@ class Compressor(Stage[CompressIn, CompressOut]):
 def sliding_windows(n_turns: int, window: int, stride: int) -> list[tuple[int, int]]:
     """``[start, end)`` bounds of overlapping windows over ``n_turns`` turns.
 
-    Windows start every ``stride`` turns; the last one is moved back so that it ends at the
-    last turn, so every turn is in at least one window and no window is shorter than
-    ``window`` (unless the whole sequence is). ``stride > window`` would skip turns: refused.
+    Windows start every ``stride`` turns until one reaches the last turn (that last one may
+    be shorter than ``window``), so every turn is in at least one window and consecutive
+    windows share ``window - stride`` turns. ``stride > window`` would skip turns: refused.
     """
     if window < 1 or stride < 1:
         raise ValueError(f"window and stride must be positive, got window={window}, stride={stride}")
     if stride > window:
         raise ValueError(f"stride {stride} > window {window} would leave turns out of every window")
-    if n_turns <= 0:
-        return []
-    if n_turns <= window:
-        return [(0, n_turns)]
-    bounds = [(start, start + window) for start in range(0, n_turns - window + 1, stride)]
-    if bounds[-1][1] < n_turns:
-        bounds.append((n_turns - window, n_turns))
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    while start < n_turns:
+        bounds.append((start, min(start + window, n_turns)))
+        if start + window >= n_turns:
+            break
+        start += stride
     return bounds
 
 

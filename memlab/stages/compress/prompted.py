@@ -53,7 +53,7 @@ PARSE_SCHEMA: dict[str, Any] = {
 }
 
 
-def request_schema(turn_ids: tuple[str, ...], max_units: int, max_entities: int) -> dict[str, Any]:
+def request_schema(turn_ids: tuple[str, ...], max_units: int, max_entities: int, max_sources: int) -> dict[str, Any]:
     """The constrained-decoding schema for one window: bounded lists, ids from the window."""
     unit = {
         "type": "object",
@@ -67,7 +67,7 @@ def request_schema(turn_ids: tuple[str, ...], max_units: int, max_entities: int)
                 "type": "array",
                 "items": {"type": "string", "enum": list(turn_ids)},
                 "minItems": 1,
-                "maxItems": max(1, len(turn_ids)),
+                "maxItems": max(1, min(max_sources, len(turn_ids))),
             },
         },
         "required": list(_UNIT_FIELDS),
@@ -96,19 +96,22 @@ class PromptedCompressor(PromptedStage, Compressor):
         provenance_prompt: str | None = "simplemem/compress_provenance",
         max_units: int = 6,
         max_entities: int = 5,
+        max_sources: int = 3,
         max_past_years: int = 30,
         max_future_years: int = 5,
         max_tokens: int = 640,
         temperature: float = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
-        if max_units < 1 or max_entities < 1:
-            raise ValueError(f"max_units and max_entities must be positive, got {max_units}, {max_entities}")
+        if min(max_units, max_entities, max_sources) < 1:
+            raise ValueError(f"max_units, max_entities and max_sources must be positive, "
+                             f"got {max_units}, {max_entities}, {max_sources}")
         self.temporal = temporal
         self.prompt = load_prompt(prompt)
         self.provenance_prompt = load_prompt(provenance_prompt) if provenance_prompt else None
         self.max_units = max_units
         self.max_entities = max_entities
+        self.max_sources = max_sources
         self.max_past_years = max_past_years
         self.max_future_years = max_future_years
 
@@ -139,7 +142,7 @@ class PromptedCompressor(PromptedStage, Compressor):
         )
         if self.provenance_prompt is not None:
             text += "\n" + self.provenance_prompt.render()
-        return self.request(text, json_schema=request_schema(item.turn_ids, self.max_units, self.max_entities))
+        return self.request(text, json_schema=request_schema(item.turn_ids, self.max_units, self.max_entities, self.max_sources))
 
     # -- parsing and validation ---------------------------------------------------------------
     def parse(self, text: str, item: CompressIn) -> CompressOut:

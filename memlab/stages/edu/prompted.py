@@ -3,8 +3,8 @@
 Adaptations for small local models, none of which changes what is extracted: relative dates
 are resolved in code (``RuleTemporalNormalizer``) and written into the turns before the
 call; the output is JSON-schema constrained with at most ``max_edus`` items; a long session
-can be split into windows of ``max_turns_per_call`` turns (``None``: the whole session in one
-call, as in the paper); every EDU's source ids are checked against the window
+can be split into windows of ``max_turns_per_call`` turns and ``max_chars_per_call``
+characters (``None`` turns: the whole session in one call, as in the paper, when it fits); every EDU's source ids are checked against the window
 (``validate_sources``) and EDUs sharing no word with the window are dropped.
 """
 
@@ -34,15 +34,17 @@ class _Window:
     index: int
 
 
-def edu_schema(max_edus: int) -> dict:
+def edu_schema(max_edus: int | None = None) -> dict:
+    """``{"edus": [{text, source_turns}]}``; ``max_edus`` bounds the request (parsing is lenient)."""
     item = object_schema(
         {
             "text": {"type": "string", "minLength": 1},
-            "source_turns": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+            "source_turns": {"type": "array", "items": {"type": "string"}, **({"maxItems": 8} if max_edus else {})},
         }
     )
     schema = list_schema(item, key="edus")
-    schema["properties"]["edus"]["maxItems"] = max_edus
+    if max_edus is not None:
+        schema["properties"]["edus"]["maxItems"] = max_edus
     return schema
 
 
@@ -62,9 +64,10 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
         self,
         lm: LM,
         prompt: str = "emem/edu_extract",
-        max_edus: int = 12,
-        max_turns_per_call: int | None = 12,
+        max_edus: int = 16,
+        max_turns_per_call: int | None = 20,
         max_chars_per_turn: int = 1200,
+        max_chars_per_call: int = 6000,
         max_tokens: int = 768,
         temperature: float = 0.0,
     ) -> None:
@@ -77,18 +80,28 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
         self.max_edus = max_edus
         self.max_turns_per_call = max_turns_per_call
         self.max_chars_per_turn = max_chars_per_turn
+        self.max_chars_per_call = max_chars_per_call
         self.normalizer = RuleTemporalNormalizer()
 
     # -- windows -------------------------------------------------------------------------
     def windows(self, item: SegmentIn) -> list[_Window]:
+        """Consecutive turns, at most ``max_turns_per_call`` and ``max_chars_per_call`` characters each."""
         turns = item.session.turns
-        size = self.max_turns_per_call or max(1, len(turns))
-        out = []
-        for index, start in enumerate(range(0, len(turns), size)):
-            chunk = turns[start:start + size]
-            lines = tuple(_clip(line, self.max_chars_per_turn) for line in annotated_lines(item.session, chunk, self.normalizer))
-            out.append(_Window(item.conversation_id, item.session, chunk, lines, index))
-        return out
+        lines = [_clip(line, self.max_chars_per_turn) for line in annotated_lines(item.session, turns, self.normalizer)]
+        limit = self.max_turns_per_call or max(1, len(turns))
+        groups: list[list[int]] = []
+        size = 0
+        for i, line in enumerate(lines):
+            if groups and len(groups[-1]) < limit and size + len(line) <= self.max_chars_per_call:
+                groups[-1].append(i)
+                size += len(line)
+            else:
+                groups.append([i])
+                size = len(line)
+        return [
+            _Window(item.conversation_id, item.session, tuple(turns[i] for i in group), tuple(lines[i] for i in group), n)
+            for n, group in enumerate(groups)
+        ]
 
     def forward(self, batch: list[SegmentIn]) -> list[SegmentOut]:  # type: ignore[override]
         windows = [w for item in batch for w in self.windows(item)]
@@ -112,7 +125,7 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
         return self.request(text, json_schema=edu_schema(self.max_edus))
 
     def parse(self, text: str, item: _Window) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]
-        rows = parse_json(text, edu_schema(self.max_edus))["edus"]
+        rows = parse_json(text, edu_schema())["edus"][: self.max_edus]
         units = []
         for row in rows:
             edu = " ".join(row["text"].split())

@@ -9,9 +9,11 @@ from memlab.stage import PromptedStage
 from memlab.stages.filter.base import FilterIn, FilterOut, RelevanceFilter
 
 
-def selection_schema(n_candidates: int) -> dict:
+def selection_schema(n_candidates: int | None = None) -> dict:
+    """``{"relevant": [int, ...]}``; bounded to ``n_candidates`` items for the request only."""
     schema = list_schema({"type": "integer"}, key="relevant")
-    schema["properties"]["relevant"]["maxItems"] = max(1, n_candidates)
+    if n_candidates is not None:
+        schema["properties"]["relevant"]["maxItems"] = max(1, n_candidates)
     return schema
 
 
@@ -47,7 +49,8 @@ class PromptedRelevanceFilter(PromptedStage, RelevanceFilter):
         )
 
     def parse(self, text: str, item: FilterIn) -> FilterOut:
-        numbers = parse_json(text, selection_schema(len(item.candidates)))["relevant"]
+        # Parsed without the bound: repeated or out-of-range numbers are dropped below, not retried.
+        numbers = parse_json(text, selection_schema())["relevant"]
         keep = sorted({n - 1 for n in numbers if isinstance(n, int) and 1 <= n <= len(item.candidates)})
         return FilterOut(tuple(keep))
 

@@ -9,9 +9,11 @@ from memlab.stage import PromptedStage
 from memlab.stages.mention.base import MentionDetector, MentionIn, MentionOut, dedupe
 
 
-def mentions_schema(max_mentions: int) -> dict:
+def mentions_schema(max_mentions: int | None = None) -> dict:
+    """``{"mentions": [str, ...]}``; ``max_mentions`` bounds the request (parsing is lenient)."""
     schema = list_schema({"type": "string"}, key="mentions")
-    schema["properties"]["mentions"]["maxItems"] = max_mentions
+    if max_mentions is not None:
+        schema["properties"]["mentions"]["maxItems"] = max_mentions
     return schema
 
 
@@ -37,7 +39,7 @@ class PromptedMentionDetector(PromptedStage, MentionDetector):
         )
 
     def parse(self, text: str, item: MentionIn) -> MentionOut:
-        return MentionOut(dedupe(parse_json(text, mentions_schema(self.max_mentions))["mentions"], self.max_mentions))
+        return MentionOut(dedupe(parse_json(text, mentions_schema())["mentions"], self.max_mentions))
 
     def fallback(self, item: MentionIn, error: str) -> MentionOut:
         return MentionOut((), error=error)

@@ -93,7 +93,7 @@ class PromptedPlanner(PromptedStage, Planner):
             raise ParseError(f"complexity must be one of {COMPLEXITY_LEVELS}, got {data['complexity']!r}")
         keys_raw = data.get("lexical_keys") if isinstance(data.get("lexical_keys"), list) else []
         keys = tuple(dict.fromkeys(str(k).strip() for k in keys_raw if str(k).strip()))[: self.max_keys]
-        constraints = data.get("temporalConstraints", data.get("temporal_constraints"))
+        constraints = data.get("temporalConstraints") or data.get("temporal_constraints")
         start, end = time_range(constraints)
         semantic = " ".join(str(data.get("semantic_query") or "").split()) or item.query
         return PlanOut(

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memlab.stage import Stage
+from memlab.stages.compress.base import SALIENCE_LEVELS
 from memlab.types import MemoryUnit
 
 
@@ -56,8 +57,6 @@ def union_ids(units: list[MemoryUnit] | tuple[MemoryUnit, ...]) -> tuple[str, ..
 def merged_unit(unit_id: str, text: str, fragments: list[MemoryUnit] | tuple[MemoryUnit, ...], kind: str = "unit") -> MemoryUnit:
     """A unit made from ``fragments``: union of provenance and entities, earliest timestamp,
     highest salience, the first fragment's topic and session."""
-    from memlab.stages.compress.base import SALIENCE_LEVELS
-
     entities = list(dict.fromkeys(e for f in fragments for e in f.attributes.get("entities", [])))
     times = [f.timestamp for f in fragments if f.timestamp is not None]
     levels = [f.attributes.get("salience") for f in fragments if f.attributes.get("salience") in SALIENCE_LEVELS]

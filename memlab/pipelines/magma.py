@@ -1,0 +1,191 @@
+"""MAGMA: multi-graph agentic memory with intent-aware policy-guided traversal.
+
+Memory (3.2, 3.4; ``magma_memory.MagmaMemory``): each segment becomes an event node on the
+fast path (temporal link, embedding, semantic links); a background worker consolidates each
+event on the slow path: appendix C.1's extraction fills its attributes and links it to
+de-duplicated entity nodes, and an LLM reads its 2-hop neighbourhood to add causal edges.
+
+Query (3.3, Algorithm 1):
+1. the ``router`` gives the intent T_q, a question type (for C.2's dynamic instruction only),
+   the question's time window and keywords;
+2. anchors: reciprocal-rank fusion (constant ``rrf_k``) of the dense top ``vector_top_k``, the
+   BM25 ranking of the keywords (weight ``keyword_weight``, Table 6's w_keyword) and the dense
+   ranking inside the time window (Eq. 4); the top ``anchor_k`` are the anchors;
+3. the ``traverser`` (``TraversalPolicy``) runs the intent-weighted beam search over the
+   configured ``edge_types``;
+4. the visited events are ordered for the intent, scaffolded with time and reference id, and
+   cut to ``context_tokens`` by salience (``magma_narrative``); the ``answerer`` (C.2) answers.
+
+``retrieve`` returns the visited events in visit order (anchors first, then each depth's
+beam by score), then the rest of the fused anchor ranking and of a dense ranking, so recall@k
+is defined to ``RECALL_DEPTH``. The time window is a ranking signal, not a hard filter.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, time
+
+import torch
+
+from memlab.embed.base import Embedder
+from memlab.memory.index import MetadataFilter, rrf_fuse
+from memlab.pipelines.base import RECALL_DEPTH, Pipeline
+from memlab.pipelines.magma_memory import EDGE_SPACES, MagmaMemory
+from memlab.pipelines.magma_narrative import linearize, order_events
+from memlab.stages.answer import Answerer
+from memlab.stages.answer.adaptive import AdaptiveAnswerIn
+from memlab.stages.consolidate import ConsolidateIn, Consolidator, EventRef
+from memlab.stages.event import EventExtractor, EventIn
+from memlab.stages.route import IntentRouter, RouteIn, RouteOut
+from memlab.stages.segment import SegmentIn, Segmenter
+from memlab.stages.traverse import Traverser, TraverseIn, TraverseOut
+from memlab.types import Answer, Conversation, Query, Retrieved, Trace
+
+
+class MAGMA(Pipeline):
+    """The MAGMA pipeline (see the module docstring); every stage is a swappable slot."""
+
+    def __init__(
+        self,
+        segmenter: Segmenter,
+        embedder: Embedder,
+        router: IntentRouter,
+        traverser: Traverser,
+        answerer: Answerer,
+        event_extractor: EventExtractor | None = None,
+        consolidator: Consolidator | None = None,
+        edge_types: list[str] | tuple[str, ...] = EDGE_SPACES,
+        semantic_threshold: float = 0.6,
+        semantic_neighbours: int = 5,
+        neighbourhood_hops: int = 2,
+        vector_top_k: int = 20,
+        keyword_weight: float = 2.0,
+        rrf_k: int = 60,
+        anchor_k: int = 5,
+        context_tokens: int = 1500,
+    ) -> None:
+        super().__init__()
+        unknown = set(edge_types) - set(EDGE_SPACES)
+        if unknown:
+            raise ValueError(f"edge_types: unknown {sorted(unknown)}; MAGMA has {EDGE_SPACES}")
+        if anchor_k < 1 or vector_top_k < 1:
+            raise ValueError("anchor_k and vector_top_k must be positive")
+        self.segmenter = segmenter
+        self.embedder = embedder
+        self.router = router
+        self.traverser = traverser
+        self.answerer = answerer
+        self.event_extractor = event_extractor
+        self.consolidator = consolidator
+        self.edge_types = tuple(edge_types)
+        self.semantic_threshold = semantic_threshold
+        self.semantic_neighbours = semantic_neighbours
+        self.neighbourhood_hops = neighbourhood_hops
+        self.vector_top_k = vector_top_k
+        self.keyword_weight = keyword_weight
+        self.rrf_k = rrf_k
+        self.anchor_k = anchor_k
+        self.context_tokens = context_tokens
+
+    # -- memory ----------------------------------------------------------------------------
+    @property
+    def has_slow_path(self) -> bool:
+        return self.event_extractor is not None or ("causal" in self.edge_types and self.consolidator is not None)
+
+    def build(self, conversation: Conversation) -> MagmaMemory:
+        memory = MagmaMemory(
+            self.embedder, self.edge_types, self.semantic_threshold, self.semantic_neighbours,
+            consolidate=self.consolidate if self.has_slow_path else None, participants=tuple(conversation.speakers),
+        )
+        try:
+            for out in self.segmenter([SegmentIn(conversation.id, s) for s in conversation.sessions]):
+                for segment in out.units:
+                    memory.ingest(segment)
+            memory.wait_until_consolidated()
+        finally:
+            memory.close()
+        return memory
+
+    def consolidate(self, memory: MagmaMemory, event_id: str) -> None:
+        """The slow-path step for one event (Algorithm 3), run by the memory's worker."""
+        unit = memory.unit(event_id)
+        if self.event_extractor is not None:
+            out = self.event_extractor.run_one(EventIn(
+                speaker=unit.speaker or "", text=unit.text, prev_summary=memory.last_summary,
+                reference=unit.timestamp, participants=memory.participants,
+            ))
+            memory.graph.set_attributes(event_id, **out.attributes())
+            memory.last_summary = out.summary or memory.last_summary
+            if "entity" in self.edge_types:
+                for name in out.entities:
+                    entity_id = "entity:" + " ".join(re.findall(r"\w+", name.casefold()))
+                    memory.graph.add_node(entity_id, "entity", text=name)
+                    memory.graph.add_edge(event_id, entity_id, "entity", directed=False)
+        if "causal" in self.edge_types and self.consolidator is not None:
+            neighbours = memory.neighbourhood(event_id, self.neighbourhood_hops)
+            if neighbours:
+                refs = tuple(EventRef(n, memory.unit(n).text, memory.unit(n).timestamp) for n in neighbours)
+                found = self.consolidator.run_one(ConsolidateIn(EventRef(event_id, unit.text, unit.timestamp), refs))
+                for link in found.links:
+                    memory.graph.add_edge(link.cause, link.effect, "causal", weight=link.score, directed=True)
+
+    # -- query -----------------------------------------------------------------------------
+    def _search(self, memory: MagmaMemory, query: Query) -> tuple[RouteOut, TraverseOut, list[Retrieved]]:
+        route = self.router.run_one(RouteIn(query.text, query.timestamp or memory.latest_time()))
+        query_vector = self.embedder.encode([query.text])[0]
+        depth = max(self.vector_top_k, RECALL_DEPTH)
+        dense = memory.index.search_dense(query_vector, k=depth)
+        keywords = " ".join(route.keywords) or query.text
+        rankings = [[r.unit.id for r in dense[: self.vector_top_k]],
+                    [r.unit.id for r in memory.index.search_bm25(keywords, k=self.vector_top_k)]]
+        weights = [1.0, self.keyword_weight]
+        if route.time_window is not None:
+            window = MetadataFilter(start=datetime.combine(route.time_window[0], time.min),
+                                    end=datetime.combine(route.time_window[1], time.max))
+            rankings.append([r.unit.id for r in memory.index.search_dense(query_vector, self.vector_top_k, window)])
+            weights.append(1.0)
+        fused = rrf_fuse(rankings, k=self.rrf_k, weights=weights)
+        with torch.no_grad():
+            walk = self.traverser.run_one(
+                TraverseIn(memory.graph, query_vector, route.intent, tuple(fused[: self.anchor_k]), self.edge_types)
+            )
+        ranking: dict[str, float] = {}
+        for node, score, _ in walk.visited:
+            if memory.graph.node_type(node) == "event":
+                ranking.setdefault(node, score)
+        for node, score in fused:
+            ranking.setdefault(node, score)
+        for hit in dense:
+            ranking.setdefault(hit.unit.id, hit.score)
+        return route, walk, [Retrieved(memory.unit(n), s) for n, s in ranking.items()]
+
+    def retrieve(self, memory: MagmaMemory, query: Query) -> list[Retrieved]:
+        return self._search(memory, query)[2]
+
+    def answer(self, memory: MagmaMemory, query: Query) -> Answer:
+        trace = Trace()
+        route, walk, ranking = self._search(memory, query)
+        trace.add("route", intent=route.intent, question_type=route.question_type,
+                  time_window=[d.isoformat() for d in route.time_window] if route.time_window else None,
+                  keywords=list(route.keywords), error=route.error)
+        depth_of = {node: depth for node, _, depth in walk.visited}
+        events = [n for n, _, _ in walk.visited if memory.graph.node_type(n) == "event"]
+        trace.add("traverse", anchors=[n for n in events if depth_of[n] == 0], visited=events)
+        # Salience: anchors first (in anchor order), then the Eq. 5 score of the step that reached a node.
+        anchors = [n for n in events if depth_of[n] == 0]
+        salience = {n: walk.transition.get(n, 0.0) for n in events}
+        top = max(salience.values(), default=0.0) + len(anchors) + 1
+        salience.update({n: top - i for i, n in enumerate(anchors)})
+        ordered = order_events(memory.graph, events, route.intent)
+        context, kept = linearize(memory.graph, ordered, salience, self.context_tokens, self.embedder.count_tokens)
+        trace.add("linearize", order=ordered, kept=kept)
+        constraints = ""
+        if route.time_window is not None:
+            start, end = route.time_window
+            constraints = f"the question concerns {start:%d %B %Y} to {end:%d %B %Y}"
+        out = self.answerer.run_one(AdaptiveAnswerIn(
+            query.text, context, query.timestamp, question_type=route.question_type, constraints=constraints,
+        ))
+        trace.add("answer", text=out.text, error=out.error)
+        return Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=trace)

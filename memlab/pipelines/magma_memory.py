@@ -1,0 +1,172 @@
+"""MAGMA's memory: one multigraph of event nodes with four edge spaces, and its dual-stream
+evolution (MAGMA 3.2 and 3.4).
+
+* **Event nodes** ``<content, timestamp, embedding, attributes>`` (Eq. 3): one per segment
+  (a turn by default); the content is the segment's text with its relative dates resolved in
+  code; the provenance is the segment's turn ids; the attributes are filled by the slow path
+  (appendix C.1's extraction).
+* **Edge spaces** on one ``MemoryGraph``: ``temporal`` (the immutable chain n_{t-1} -> n_t, in
+  ingestion order, which is time order for a conversation), ``semantic`` (undirected, cosine
+  above ``semantic_threshold``, at most ``semantic_neighbours`` per new event), ``causal``
+  (directed, inferred by the slow path) and ``entity`` (event -- entity node, entities
+  de-duplicated across the conversation by their case-folded name). ``edge_types`` says which
+  spaces are built (the ablations of Tables 4 and 5).
+* **Fast path** (Algorithm 2, ``ingest``): node, temporal link, embedding and index, semantic
+  links, enqueue. No LLM call.
+* **Slow path** (Algorithm 3): a background worker thread dequeues event ids and runs the
+  ``consolidate`` step it was given (the pipeline's: extraction, entity links, causal links
+  from the 2-hop neighbourhood). A step that raises is logged and counted in
+  ``failed_steps``; the worker goes on. ``backlog`` is the number of events not yet
+  consolidated; ``wait_until_consolidated`` blocks until it is 0. Readers get consistent views
+  through ``graph.locked()`` (the graph's lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from memlab.embed.base import Embedder
+from memlab.memory.graph import MemoryGraph
+from memlab.memory.store import UnitMemory
+from memlab.stages.temporal import RuleTemporalNormalizer, TemporalIn, annotate
+from memlab.types import MemoryUnit
+
+log = logging.getLogger(__name__)
+
+EDGE_SPACES: tuple[str, ...] = ("temporal", "causal", "semantic", "entity")
+_STOP = object()
+
+
+class MagmaMemory:
+    """The multigraph, the event index and the consolidation worker of one conversation."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        edge_types: tuple[str, ...] = EDGE_SPACES,
+        semantic_threshold: float = 0.6,
+        semantic_neighbours: int = 5,
+        consolidate: Callable[["MagmaMemory", str], None] | None = None,
+        participants: tuple[str, ...] = (),
+    ) -> None:
+        unknown = set(edge_types) - set(EDGE_SPACES)
+        if unknown:
+            raise ValueError(f"unknown edge types {sorted(unknown)}; MAGMA has {EDGE_SPACES}")
+        self.graph = MemoryGraph()
+        self.index = UnitMemory(embedder)
+        self.edge_types = tuple(edge_types)
+        self.semantic_threshold = semantic_threshold
+        self.semantic_neighbours = semantic_neighbours
+        self.failed_steps = 0
+        self.errors: list[str] = []
+        self._consolidate = consolidate
+        #: The conversation's speakers (extracted entities are validated against them).
+        self.participants = tuple(participants)
+        #: Summary of the last consolidated event (C.1's {prev_summary}); the worker updates it.
+        self.last_summary = ""
+        self._normalizer = RuleTemporalNormalizer()
+        self._last_event: str | None = None
+        self._queue: queue.Queue = queue.Queue()
+        self._worker: threading.Thread | None = None
+
+    # -- fast path (Algorithm 2) -----------------------------------------------------------
+    def ingest(self, segment: MemoryUnit) -> str:
+        """Add one segment as an event node; returns its id. Never calls an LLM."""
+        content = segment.text
+        if segment.timestamp is not None:
+            mentions = self._normalizer.run_one(TemporalIn(content, segment.timestamp)).mentions
+            content = annotate(content, mentions)
+        unit = MemoryUnit(
+            id=segment.id, text=content, source_ids=segment.source_ids, timestamp=segment.timestamp,
+            kind="event", speaker=segment.speaker, attributes=dict(segment.attributes),
+        )
+        self.index.add([unit])
+        vector = self.index.vectors([unit.id])[0]
+        similar = []
+        if "semantic" in self.edge_types:
+            similar = [r for r in self.index.search_dense(vector, k=self.semantic_neighbours + 1) if r.unit.id != unit.id]
+        self.graph.add_node(unit.id, "event", text=content, timestamp=unit.timestamp,
+                            provenance=unit.source_ids, embedding=vector, speaker=unit.speaker)
+        if "temporal" in self.edge_types and self._last_event is not None:
+            self.graph.add_edge(self._last_event, unit.id, "temporal", directed=True)
+        for hit in similar:
+            if hit.score > self.semantic_threshold:
+                self.graph.add_edge(unit.id, hit.unit.id, "semantic", weight=hit.score, directed=False)
+        self._last_event = unit.id
+        if self._consolidate is not None:
+            self._ensure_worker()
+            self._queue.put(unit.id)
+        return unit.id
+
+    # -- slow path (Algorithm 3) -----------------------------------------------------------
+    def _ensure_worker(self) -> None:
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(target=self._work, name="magma-consolidation", daemon=True)
+            self._worker.start()
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is _STOP:
+                    return
+                self._consolidate(self, item)  # type: ignore[misc]
+            except Exception as e:  # a failed step must not kill the worker
+                self.failed_steps += 1
+                self.errors.append(f"{item}: {type(e).__name__}: {e}")
+                log.warning("MAGMA consolidation of %s failed: %s: %s", item, type(e).__name__, e)
+            finally:
+                self._queue.task_done()
+
+    @property
+    def backlog(self) -> int:
+        """Events enqueued and not yet consolidated."""
+        return self._queue.unfinished_tasks
+
+    def wait_until_consolidated(self, timeout: float | None = None) -> bool:
+        """Block until the backlog is empty; False if ``timeout`` seconds passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.backlog:
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def close(self) -> None:
+        """Finish the backlog and stop the worker."""
+        if self._worker is not None and self._worker.is_alive():
+            self._queue.put(_STOP)
+            self._worker.join()
+        self._worker = None
+
+    # -- reading ---------------------------------------------------------------------------
+    def events(self) -> list[str]:
+        return self.graph.nodes("event")
+
+    def unit(self, id: str) -> MemoryUnit:
+        return self.index.get(id)
+
+    def latest_time(self) -> datetime | None:
+        times = [u.timestamp for u in self.index.units.values() if u.timestamp is not None]
+        return max(times) if times else None
+
+    def neighbourhood(self, id: str, hops: int = 2) -> list[str]:
+        """Event ids within ``hops`` edges of ``id`` (any edge space, both directions)."""
+        with self.graph.locked():
+            seen, frontier = {id}, [id]
+            for _ in range(hops):
+                frontier = list(dict.fromkeys(
+                    v for u in frontier for v, _, _ in self.graph.neighbors(u, direction="both") if v not in seen
+                ))
+                seen.update(frontier)
+            return [n for n in seen if n != id and self.graph.node_type(n) == "event"]
+
+    def stats(self) -> dict[str, int]:
+        counts = {f"{t}_edges": len(self.graph.edges(t)) for t in EDGE_SPACES}
+        return {"events": len(self.events()), "entities": len(self.graph.nodes("entity")), **counts,
+                "backlog": self.backlog, "failed_steps": self.failed_steps}

@@ -1,0 +1,82 @@
+"""MAGMA's query-adaptive answerer (appendix C.2): one prompt, an instruction picked per question.
+
+The router (not a gold label) gives each question a type; the pipeline passes it in an
+``AdaptiveAnswerIn`` (an ``AnswerIn`` with the type and the constraints line), so this
+answerer also accepts a plain ``AnswerIn`` (it then uses ``default_type``), and any other
+answerer accepts what the MAGMA pipeline sends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.prompts import load_prompt
+from memlab.stage import PromptedStage
+from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer
+
+#: Appendix C.2's "Dynamic Instruction Injection Candidates", verbatim, by question type.
+DYNAMIC_INSTRUCTIONS: dict[str, str] = {
+    "multi-hop": "Connect related facts across different nodes. For comparison queries (e.g., 'both/all'), "
+                 "identify commonalities between entities rather than listing individual details.",
+    "temporal": "Resolve relative dates (e.g., 'yesterday') using the event timestamps. Output dates strictly in "
+                "'D Month YYYY' format. Calculate durations if asked.",
+    "open-domain": "Make reasonable inferences based on the user's personality traits, interests, and past "
+                   "behaviors. Support hypothetical ('would/could') reasoning with evidence.",
+    "single-hop": "Extract the specific entity, name, or method requested. Do not add explanations. Return the "
+                  "exact fact matching the query intent.",
+}
+
+
+@dataclass(frozen=True)
+class AdaptiveAnswerIn(AnswerIn):
+    #: The router's question type (a key of ``DYNAMIC_INSTRUCTIONS``), or None.
+    question_type: str | None = None
+    #: The constraints line of the prompt (e.g. the question's time window); "" for none.
+    constraints: str = ""
+
+
+class AdaptiveAnswerer(PromptedStage, Answerer):
+    """Answers with ``prompt`` ({context}, {question}, {category_specific_constraints},
+    {dynamic_instruction}); the instruction is ``instructions[question_type]``."""
+
+    def __init__(
+        self,
+        lm: LM,
+        prompt: str = "magma/answer",
+        instructions: dict[str, str] | None = None,
+        default_type: str = "single-hop",
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+    ) -> None:
+        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        self.prompt = load_prompt(prompt)
+        self.instructions = dict(DYNAMIC_INSTRUCTIONS if instructions is None else instructions)
+        if default_type not in self.instructions:
+            raise ValueError(f"default_type {default_type!r} has no instruction (have {sorted(self.instructions)})")
+        self.default_type = default_type
+
+    def render(self, item: AnswerIn) -> ChatRequest:
+        question_type = getattr(item, "question_type", None)
+        instruction = self.instructions.get(question_type or "", self.instructions[self.default_type])
+        constraints = [getattr(item, "constraints", "")]
+        if item.question_date is not None:
+            constraints.append(f"the question is asked on {item.question_date:%d %B %Y}")
+        text = self.prompt.render(
+            context=item.context or "(no memories)",
+            question=item.question,
+            category_specific_constraints="; ".join(c for c in constraints if c) or "none",
+            dynamic_instruction=instruction,
+        )
+        return self.request(text)
+
+    def parse(self, text: str, item: AnswerIn) -> AnswerOut:
+        answer = text.strip()
+        if answer.lower().startswith("answer:"):
+            answer = answer[len("answer:"):].strip()
+        if not answer:
+            raise ParseError("empty answer")
+        return AnswerOut(text=answer)
+
+    def fallback(self, item: AnswerIn, error: str) -> AnswerOut:
+        return AnswerOut(text="", error=error)

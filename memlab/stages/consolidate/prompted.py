@@ -1,0 +1,79 @@
+"""Prompted causal-link inference over a numbered neighbourhood (prompt magma/causal_links)."""
+
+from __future__ import annotations
+
+from memlab.lm.base import LM, ChatRequest
+from memlab.lm.jsonparse import object_schema, parse_json
+from memlab.prompts import load_prompt
+from memlab.stage import PromptedStage
+from memlab.stages.consolidate.base import CausalLink, ConsolidateIn, ConsolidateOut, Consolidator, EventRef
+
+
+class PromptedCausalConsolidator(PromptedStage, Consolidator):
+    """Numbers the events ([0] is the new one), asks for ``{"links": [...]}`` and validates.
+
+    ``threshold`` is delta (links scored at or below it are dropped); ``max_neighbours``
+    caps the prompt (nearest in time to the new event first); ``max_links`` bounds the list.
+    """
+
+    def __init__(
+        self,
+        lm: LM,
+        prompt: str = "magma/causal_links",
+        threshold: float = 0.5,
+        max_neighbours: int = 8,
+        max_links: int = 3,
+        max_chars: int = 300,
+        max_tokens: int = 160,
+        temperature: float = 0.0,
+    ) -> None:
+        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        self.prompt = load_prompt(prompt)
+        self.threshold = threshold
+        self.max_neighbours = max_neighbours
+        self.max_links = max_links
+        self.max_chars = max_chars
+
+    def numbered(self, item: ConsolidateIn) -> list[EventRef]:
+        """The events as numbered in the prompt: the new one, then its nearest neighbours in time."""
+        def distance(ref: EventRef) -> float:
+            if ref.timestamp is None or item.event.timestamp is None:
+                return float("inf")
+            return abs((ref.timestamp - item.event.timestamp).total_seconds())
+
+        neighbours = [n for n in item.neighbours if n.id != item.event.id]
+        return [item.event, *sorted(neighbours, key=distance)[: self.max_neighbours]]
+
+    def schema(self, count: int) -> dict:
+        index = {"type": "integer", "minimum": 0, "maximum": max(count - 1, 0)}
+        link = object_schema({"cause": index, "effect": index, "score": {"type": "number"}})
+        return object_schema({"links": {"type": "array", "items": link, "maxItems": self.max_links}})
+
+    def render(self, item: ConsolidateIn) -> ChatRequest:
+        events = self.numbered(item)
+        lines = []
+        for i, ref in enumerate(events):
+            when = f"({ref.timestamp:%d %B %Y}) " if ref.timestamp else ""
+            lines.append(f"[{i}] {when}{ref.text[: self.max_chars]}")
+        return self.request(self.prompt.render(events="\n".join(lines)), json_schema=self.schema(len(events)))
+
+    def parse(self, text: str, item: ConsolidateIn) -> ConsolidateOut:
+        events = self.numbered(item)
+        data = parse_json(text, self.schema(len(events)))
+        links: dict[tuple[str, str], CausalLink] = {}
+        for raw in data["links"]:
+            cause, effect, score = raw["cause"], raw["effect"], float(raw["score"])
+            if cause == effect or 0 not in (cause, effect):
+                continue  # not a link of the new event
+            if score <= self.threshold:
+                continue
+            first, second = events[cause], events[effect]
+            if first.timestamp and second.timestamp and first.timestamp > second.timestamp:
+                continue  # a cause cannot follow its effect
+            key = (first.id, second.id)
+            if key not in links or links[key].score < score:
+                links[key] = CausalLink(first.id, second.id, min(score, 1.0))
+        return ConsolidateOut(links=tuple(links.values()))
+
+    def fallback(self, item: ConsolidateIn, error: str) -> ConsolidateOut:
+        return ConsolidateOut(error=error)

@@ -1,0 +1,99 @@
+"""MAGMA's event extractor: appendix C.1's prompt, verbatim, with a JSON schema enforcing it.
+
+The schema bounds every list (``max_items``) so a small local model cannot ramble; dates
+are resolved in code and entities validated against the utterance (see the family
+docstring).
+"""
+
+from __future__ import annotations
+
+import re
+
+from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.jsonparse import object_schema, parse_json
+from memlab.prompts import load_prompt
+from memlab.stage import PromptedStage
+from memlab.stages.event.base import EventExtractor, EventIn, EventOut
+from memlab.stages.temporal import RuleTemporalNormalizer, TemporalIn, annotate
+
+
+def event_schema(max_items: int) -> dict:
+    strings = {"type": "array", "items": {"type": "string"}, "maxItems": max_items}
+    return object_schema(
+        {
+            "entities": strings,
+            "topic": {"type": "string"},
+            "relationships": strings,
+            "semantic_facts": strings,
+            "dates_mentioned": strings,
+            "summary": {"type": "string"},
+        }
+    )
+
+
+class PromptedEventExtractor(PromptedStage, EventExtractor):
+    """One constrained LLM call per utterance on ``prompt`` ({speaker}, {text}, {prev_summary})."""
+
+    def __init__(
+        self,
+        lm: LM,
+        prompt: str = "magma/event_extract",
+        max_items: int = 5,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+    ) -> None:
+        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        self.prompt = load_prompt(prompt)
+        self.max_items = max_items
+        self.schema = event_schema(max_items)
+        self.normalizer = RuleTemporalNormalizer()
+
+    def render(self, item: EventIn) -> ChatRequest:
+        text = self.prompt.render(speaker=item.speaker, text=item.text, prev_summary=item.prev_summary or "(none)")
+        return self.request(text, json_schema=self.schema)
+
+    def parse(self, text: str, item: EventIn) -> EventOut:
+        data = parse_json(text, self.schema)
+        summary = _clean(data["summary"])
+        if not summary:
+            raise ParseError("empty summary")
+        return EventOut(
+            entities=tuple(e for e in _strings(data["entities"], self.max_items) if _grounded(e, item)),
+            topic=_clean(data["topic"]),
+            relationships=_strings(data["relationships"], self.max_items),
+            semantic_facts=tuple(self._resolve_text(f, item) for f in _strings(data["semantic_facts"], self.max_items)),
+            dates_mentioned=tuple(self._resolve_date(d, item) for d in _strings(data["dates_mentioned"], self.max_items)),
+            summary=self._resolve_text(summary, item),
+        )
+
+    def fallback(self, item: EventIn, error: str) -> EventOut:
+        return EventOut(error=error)
+
+    def _resolve_text(self, text: str, item: EventIn) -> str:
+        if item.reference is None:
+            return text
+        return annotate(text, self.normalizer.run_one(TemporalIn(text, item.reference)).mentions)
+
+    def _resolve_date(self, text: str, item: EventIn) -> str:
+        if item.reference is None:
+            return text
+        mentions = self.normalizer.run_one(TemporalIn(text, item.reference)).mentions
+        return mentions[0].resolved if len(mentions) == 1 else annotate(text, mentions)
+
+
+def _clean(value: object) -> str:
+    return " ".join(str(value).split())
+
+
+def _strings(values: list, limit: int) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(s for s in (_clean(v) for v in values[:limit]) if s))
+
+
+def _grounded(entity: str, item: EventIn) -> bool:
+    """The entity is named in the utterance (any of its words) or is a participant."""
+    folded = entity.casefold()
+    if any(folded == p.casefold() for p in (item.speaker, *item.participants)):
+        return True
+    words = [w for w in re.findall(r"\w+", folded) if len(w) > 2]
+    text = item.text.casefold()
+    return bool(words) and any(re.search(rf"\b{re.escape(w)}\b", text) for w in words)

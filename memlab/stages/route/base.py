@@ -1,0 +1,78 @@
+"""Route family: a question -> the control signals that steer retrieval (MAGMA 3.3, stage 1).
+
+A router decomposes a question into an **intent** (which edge types a traversal favours;
+MAGMA's T_q in {WHY, WHEN, ENTITY}), an optional **question type** (a LoCoMo-style label,
+used only to pick the answer prompt's dynamic instruction, MAGMA appendix C.2), a **time
+window** (the question's time expressions resolved to absolute dates by the rule temporal
+normaliser) and **keywords** for lexical matching.
+
+Contract
+--------
+* ``RouteIn.reference`` is the time relative expressions are resolved against (the question
+  date, or the latest time in memory when the question has none); without it there is no
+  time window.
+* ``RouteOut.intent`` is one of the router's ``intents``; ``question_type`` is one of its
+  ``question_types`` or ``None``. A router never sees a gold category.
+* Implementations: ``RuleRouter`` (keyword patterns), ``PromptedRouter`` (a local or served
+  LLM, JSON-schema constrained). A trainable classifier fits the same slot: subclass
+  ``IntentRouter``, predict ``intent``/``question_type`` from ``RouteIn.question``, and fill
+  the time window and keywords with ``query_signals`` like the others do.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from memlab.memory.index import tokenize
+from memlab.stage import Stage
+from memlab.stages.temporal import RuleTemporalNormalizer, TemporalIn
+
+#: MAGMA's intents (3.3, T_q).
+INTENTS: tuple[str, ...] = ("WHY", "WHEN", "ENTITY")
+#: LoCoMo-style question types, each with a dynamic instruction in the answer prompt (C.2).
+QUESTION_TYPES: tuple[str, ...] = ("multi-hop", "temporal", "open-domain", "single-hop")
+
+
+@dataclass(frozen=True)
+class RouteIn:
+    question: str
+    reference: datetime | date | None = None
+
+
+@dataclass(frozen=True)
+class RouteOut:
+    intent: str
+    question_type: str | None = None
+    #: Inclusive absolute date range named by the question, if any.
+    time_window: tuple[date, date] | None = None
+    keywords: tuple[str, ...] = ()
+    error: str | None = None
+
+
+class IntentRouter(Stage[RouteIn, RouteOut]):
+    """Base class of the route family (``In = RouteIn``, ``Out = RouteOut``)."""
+
+    In = RouteIn
+    Out = RouteOut
+
+
+_NORMALIZER = RuleTemporalNormalizer()
+_QUESTION_WORDS = frozenset(
+    "what when where who whom whose which why how did does do is are was were has have had the a an of to in on "
+    "for with and or at by about from as that this it its be been being would could should will can may might "
+    "any some there their they them he she his her i you your me my we our us".split()
+)
+
+
+def query_signals(item: RouteIn) -> tuple[tuple[date, date] | None, tuple[str, ...]]:
+    """The question's time window (union of its resolved time expressions) and keywords."""
+    window = None
+    if item.reference is not None:
+        mentions = _NORMALIZER.run_one(TemporalIn(item.question, item.reference)).mentions
+        if mentions:
+            window = (min(m.start for m in mentions), max(m.end for m in mentions))
+    words = [w for w in re.findall(r"[A-Za-z0-9']+", item.question) if w.lower() not in _QUESTION_WORDS]
+    keywords = tuple(dict.fromkeys(w for w in words if tokenize(w)))
+    return window, keywords

@@ -1,0 +1,255 @@
+"""MAGMA control flow with a scripted LM, and one real-model run."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from memlab.config import build_pipeline
+from memlab.lm.base import ChatRequest
+from memlab.pipelines.base import RECALL_DEPTH
+from memlab.pipelines.magma import MAGMA
+from memlab.stages.answer.adaptive import AdaptiveAnswerer
+from memlab.stages.consolidate import PromptedCausalConsolidator
+from memlab.stages.event import PromptedEventExtractor
+from memlab.stages.route import RuleRouter
+from memlab.stages.segment import TurnSegmenter
+from memlab.stages.traverse import TraversalPolicy
+from memlab.types import Conversation, Query, Session, Turn
+from tests.fakes import ReplayLM
+from tests.memory.helpers import HashingEmbedder
+
+REPO = Path(__file__).resolve().parents[2]
+
+TURNS = [
+    ("Ann", "My car broke down on the highway."),
+    ("Bob", "Oh no, what happened after that?"),
+    ("Ann", "I missed my job interview in Boston because of it."),
+    ("Bob", "I started pottery classes with Maria."),
+    ("Ann", "Rex, my puppy, loves the beach."),
+    ("Bob", "Maria says my bowls are getting better."),
+]
+
+
+def conversation() -> Conversation:
+    sessions = []
+    for s in (1, 2):
+        turns = tuple(Turn(f"D{s}:{i + 1}", who, text) for i, (who, text) in enumerate(TURNS))
+        sessions.append(Session(f"session_{s}", datetime(2023, 5, s * 7, 12), turns))
+    return Conversation("c1", ("Ann", "Bob"), tuple(sessions))
+
+
+def scripted(request: ChatRequest) -> str:
+    prompt = request.messages[-1]["content"]
+    if "Graph Memory Parser" in prompt:
+        text = re.search(r"- Text: (.*)", prompt).group(1)
+        names = [w.strip(".,!?") for w in text.split() if w[:1].isupper() and w.strip(".,!?") not in ("My", "I", "Oh")]
+        return json.dumps({"entities": names + ["Zorro"], "topic": "life", "relationships": [],
+                           "semantic_facts": [text], "dates_mentioned": [], "summary": text})
+    if "Event [0] was just added" in prompt:
+        events = dict(re.findall(r"^\[(\d+)\] (?:\([^)]*\) )?(.*)$", prompt, flags=re.M))
+        if "missed my job interview" in events["0"]:
+            cause = next(int(i) for i, t in events.items() if "broke down" in t)
+            return json.dumps({"links": [{"cause": cause, "effect": 0, "score": 0.9}]})
+        return json.dumps({"links": []})
+    if "precision QA assistant" in prompt:
+        return "Her car broke down."
+    raise AssertionError(f"unexpected prompt: {prompt[:80]}")
+
+
+def make(lm, **kwargs) -> MAGMA:
+    return MAGMA(
+        segmenter=TurnSegmenter(), embedder=HashingEmbedder(), router=RuleRouter(),
+        traverser=TraversalPolicy(drop_threshold=0.0), answerer=AdaptiveAnswerer(lm),
+        event_extractor=PromptedEventExtractor(lm), consolidator=PromptedCausalConsolidator(lm), **kwargs,
+    )
+
+
+def test_build_makes_the_four_edge_spaces_with_provenance():
+    lm = ReplayLM(scripted)
+    memory = make(lm).build(conversation())
+    graph = memory.graph
+    events = graph.nodes("event")
+    assert len(events) == 12 and all(len(graph.provenance(e)) == 1 for e in events)
+    assert graph.provenance("c1/D1:3") == ("D1:3",)
+    temporal = graph.edges("temporal")
+    assert len(temporal) == 11 and all(d["directed"] for _, _, d in temporal)
+    assert ("c1/D1:6", "c1/D2:1") in {(u, v) for u, v, _ in temporal}
+    causal = {(u, v) for u, v, _ in graph.edges("causal")}
+    assert ("c1/D1:1", "c1/D1:3") in causal and ("c1/D2:1", "c1/D2:3") in causal
+    entities = graph.nodes("entity")
+    assert "entity:maria" in entities and "entity:boston" in entities and "entity:zorro" not in entities
+    maria = {v for v, _, _ in graph.neighbors("entity:maria", "entity", direction="both")}
+    assert maria == {"c1/D1:4", "c1/D1:6", "c1/D2:4", "c1/D2:6"}  # one node across sessions
+    assert graph.node("c1/D1:3")["topic"] == "life"
+    assert memory.stats()["backlog"] == 0 and memory.failed_steps == 0
+
+
+def test_ablation_edge_types_are_not_built_and_skip_llm_calls():
+    lm = ReplayLM(scripted)
+    memory = make(lm, edge_types=("temporal",)).build(conversation())
+    assert memory.graph.edges("causal") == [] and memory.graph.nodes("entity") == []
+    assert memory.graph.edges("semantic") == []
+    assert all("Event [0]" not in r.messages[-1]["content"] for r in lm.requests)
+
+
+def test_a_failing_consolidation_step_is_counted_not_fatal():
+    calls = {"n": 0}
+    lock = threading.Lock()
+
+    def flaky(request: ChatRequest) -> str:
+        with lock:
+            calls["n"] += 1
+        if "Graph Memory Parser" in request.messages[-1]["content"] and "pottery" in request.messages[-1]["content"]:
+            raise RuntimeError("server went away")
+        return scripted(request)
+
+    memory = make(ReplayLM(flaky)).build(conversation())
+    assert memory.failed_steps == 2 and "server went away" in memory.errors[0]
+    assert memory.backlog == 0 and len(memory.graph.nodes("event")) == 12
+
+
+def test_why_question_walks_the_causal_edge_and_answers_in_causal_order():
+    lm = ReplayLM(scripted)
+    pipeline = make(lm, anchor_k=1)
+    memory = pipeline.build(conversation())
+    answer = pipeline.answer(memory, Query("q1", "Why did Ann miss her job interview?"))
+    steps = {s["step"]: s for s in answer.trace.steps}
+    assert steps["route"]["intent"] == "WHY"
+    visited = steps["traverse"]["visited"]
+    anchor = steps["traverse"]["anchors"][0]
+    assert anchor.endswith(":3") and anchor.replace(":3", ":1") in visited
+    order = steps["linearize"]["order"]
+    assert order.index(anchor.replace(":3", ":1")) < order.index(anchor)
+    assert re.search(r"<t: \d+ May 2023> \[.*\] Ann: I missed my job interview .* <ref: c1/D\d:3>", answer.context)
+    assert answer.text == "Her car broke down."
+    prompt = lm.requests[-1].messages[-1]["content"]
+    assert "Extract the specific entity" in prompt  # single-hop instruction from the router
+    assert len(answer.retrieved) == 12 and len({r.unit.id for r in answer.retrieved}) == 12
+
+
+def test_retrieve_never_answers_and_ranks_to_recall_depth():
+    lm = ReplayLM(scripted)
+    pipeline = make(lm)
+    memory = pipeline.build(conversation())
+    before = len(lm.requests)
+    ranking = pipeline.retrieve(memory, Query("q", "When did Bob start pottery classes?"))
+    assert len(lm.requests) == before
+    assert len(ranking) == min(12, RECALL_DEPTH) and all(r.unit.source_ids for r in ranking)
+
+
+def test_token_budget_folds_low_salience_events():
+    lm = ReplayLM(scripted)
+    pipeline = make(lm, context_tokens=40)
+    memory = pipeline.build(conversation())
+    answer = pipeline.answer(memory, Query("q", "When did Bob start pottery classes with Maria?"))
+    assert "intermediate events..." in answer.context
+    assert len(answer.context.split()) < 80
+
+
+def test_config_and_ablations_build():
+    for config in ["pipelines/magma.yaml", "ablations/magma_no_adaptive_policy.yaml", "ablations/magma_causal_only.yaml"]:
+        pipeline, _, _ = build_pipeline(REPO / "configs" / config, [])
+        assert isinstance(pipeline, MAGMA)
+    pipeline, _, _ = build_pipeline(REPO / "configs/ablations/magma_no_adaptive_policy.yaml", [])
+    assert pipeline.traverser.weight.unique().numel() == 1
+    assert len(pipeline.lms()) == 1
+
+
+@pytest.mark.slow
+def test_magma_with_a_real_small_model(tmp_path):
+    pytest.importorskip("llama_cpp")
+    from memlab.data import load_sample
+    from memlab.lm.base import LMUnavailableError
+    from memlab.lm.models import resolve_model
+
+    try:
+        resolve_model("smollm2-135m-instruct-q4_1")
+    except LMUnavailableError as exc:
+        pytest.skip(str(exc))
+    overrides = ["answerer.lm.model=smollm2-135m-instruct-q4_1", "answerer.lm.n_ctx=2048",
+                 f"answerer.lm.cache={tmp_path / 'cache.sqlite'}", "event_extractor.max_tokens=96", "event_extractor.max_items=2",
+                 "consolidator.max_tokens=40", "consolidator.max_links=1", "consolidator.max_neighbours=3", "answerer.max_tokens=32", "context_tokens=300"]
+    pipeline, _, _ = build_pipeline(REPO / "configs" / "pipelines" / "magma.yaml", overrides)
+    sample = load_sample()[0]
+    sessions = tuple(replace(s, turns=s.turns[:2]) for s in sample.sessions[:2])
+    small = Conversation(sample.id, sample.speakers, sessions, sample.questions[:2])
+    memory = pipeline.build(small)
+    turn_ids = {t.id for _, t in small.turns()}
+    assert len(memory.events()) == 4
+    assert all(set(memory.graph.provenance(e)) <= turn_ids and memory.graph.provenance(e) for e in memory.events())
+    assert memory.backlog == 0
+    for question in small.questions:
+        answer = pipeline.answer(memory, question.as_query())
+        assert isinstance(answer.text, str)
+        assert len(answer.retrieved) == 4
+    lms = pipeline.lms()
+    assert len(lms) == 1 and lms[0].usage.snapshot()["llm_calls"] > 0
+    assert all(f.stage for f in pipeline.failures())
+    print("magma smollm2:", memory.stats(), lms[0].usage.snapshot(), len(pipeline.failures()), "failures")
+
+
+def test_narrative_order_and_folding():
+    from memlab.memory.graph import MemoryGraph
+    from memlab.pipelines.magma_narrative import linearize, order_events
+
+    g = MemoryGraph()
+    for i, day in enumerate([3, 1, 2, 4]):
+        g.add_node(f"e{i}", "event", text=f"event {i}", timestamp=datetime(2023, 5, day))
+    g.add_edge("e0", "e1", "causal")  # e0 (3 May) caused e1 (1 May): the causal order wins for WHY
+    events = ["e0", "e1", "e2", "e3"]
+    assert order_events(g, events, "WHEN") == ["e1", "e2", "e0", "e3"]
+    assert order_events(g, events, "WHY") == ["e2", "e0", "e1", "e3"]
+    g.add_edge("e1", "e0", "causal")  # a cycle: time order
+    assert order_events(g, events, "WHY") == ["e1", "e2", "e0", "e3"]
+    text, kept = linearize(g, ["e1", "e2", "e0", "e3"], {"e1": 3, "e2": 0.1, "e0": 0.2, "e3": 2},
+                           token_budget=20, count_tokens=lambda s: len(s.split()))
+    assert kept == ["e1", "e3"]
+    assert text.splitlines() == ["<t: 01 May 2023> event 1 <ref: e1>", "...2 intermediate events...",
+                                 "<t: 04 May 2023> event 3 <ref: e3>"]
+
+
+def test_worker_backlog_and_wait_timeout():
+    from memlab.pipelines.magma_memory import MagmaMemory
+    from memlab.types import MemoryUnit
+
+    release = threading.Event()
+    done: list[str] = []
+
+    def step(memory, event_id):
+        release.wait(5)
+        done.append(event_id)
+
+    memory = MagmaMemory(HashingEmbedder(), consolidate=step)
+    for i in range(3):
+        memory.ingest(MemoryUnit(f"e{i}", f"Ann: fact {i}", (f"D1:{i}",), datetime(2023, 5, 1 + i)))
+    assert memory.backlog == 3 and not memory.wait_until_consolidated(timeout=0.1)
+    assert memory.graph.num_nodes() == 3  # the fast path is done before any consolidation
+    release.set()
+    assert memory.wait_until_consolidated(timeout=5) and memory.backlog == 0
+    memory.close()
+    assert done == ["e0", "e1", "e2"]
+
+
+def test_router_slot_takes_a_prompted_router():
+    from memlab.stages.route import PromptedRouter
+
+    def script(request: ChatRequest) -> str:
+        if "Classify the question" in request.messages[-1]["content"]:
+            return json.dumps({"intent": "WHEN", "question_type": "temporal"})
+        return scripted(request)
+
+    lm = ReplayLM(script)
+    pipeline = make(lm)
+    pipeline.replace("router", PromptedRouter(lm))
+    memory = pipeline.build(conversation())
+    answer = pipeline.answer(memory, Query("q", "Why did Ann miss her job interview?"))
+    route = next(s for s in answer.trace.steps if s["step"] == "route")
+    assert (route["intent"], route["question_type"]) == ("WHEN", "temporal")
+    assert "Output dates strictly in 'D Month YYYY' format" in lm.requests[-1].messages[-1]["content"]

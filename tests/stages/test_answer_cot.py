@@ -1,0 +1,32 @@
+"""Zero-shot chain-of-thought answerer (EMem 3.3): reasoning first, then 'Answer: ...'."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from memlab.stages.answer import AnswerIn
+from memlab.stages.answer.cot import CoTAnswerer
+from tests.fakes import ReplayLM
+
+
+def test_render_puts_context_question_and_date():
+    lm = ReplayLM(["Answer: x"])
+    CoTAnswerer(lm=lm).run_one(AnswerIn("When did Ann move?", "[01 May 2023] (Ann) Ann moved.", datetime(2023, 6, 2)))
+    prompt = lm.requests[0].messages[-1]["content"]
+    assert "(The question is asked on 02 June 2023.)\n[01 May 2023] (Ann) Ann moved." in prompt
+    assert "Question: When did Ann move?" in prompt and "First reason step by step" in prompt
+
+
+def test_parse_takes_the_last_answer_line_and_keeps_the_reasoning():
+    lm = ReplayLM(["The memory says answer: maybe May.\nSo it was May.\n**Final Answer:** 1 May 2023\nextra"])
+    out = CoTAnswerer(lm=lm).run_one(AnswerIn("q", "c"))
+    assert out.text == "1 May 2023"
+    assert out.reasoning == "The memory says answer: maybe May.\nSo it was May."
+
+
+def test_missing_answer_line_is_retried_then_fails_softly():
+    stage = CoTAnswerer(lm=ReplayLM(["I think it is May.", "Still thinking."]))
+    out = stage.run_one(AnswerIn("q", "c"))
+    assert out.text == "" and "Answer:" in out.error and len(stage.failures) == 1
+    recovered = CoTAnswerer(lm=ReplayLM(["no marker", "Answer: May"])).run_one(AnswerIn("q", "c"))
+    assert recovered.text == "May" and recovered.error is None

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from memlab.stages.consolidate import ConsolidateIn, EventRef, PromptedCausalConsolidator
+from tests.fakes import ReplayLM
+
+NEW = EventRef("e3", "Tomas: I sprained my ankle, so I skipped the race.", datetime(2023, 5, 3))
+OLD = (
+    EventRef("e1", "Tomas: I signed up for the city race.", datetime(2023, 4, 1)),
+    EventRef("e2", "Tomas: I fell off my bike yesterday.", datetime(2023, 5, 2)),
+    EventRef("e4", "Priya: I'm sorry you missed it.", datetime(2023, 5, 4)),
+)
+ITEM = ConsolidateIn(NEW, OLD)
+
+
+def links(*triples) -> str:
+    return json.dumps({"links": [{"cause": c, "effect": e, "score": s} for c, e, s in triples]})
+
+
+def test_render_numbers_new_event_first_then_nearest_in_time():
+    lm = ReplayLM([links()])
+    PromptedCausalConsolidator(lm, max_neighbours=2).run_one(ITEM)
+    content = lm.requests[0].messages[-1]["content"]
+    assert "[0] (03 May 2023) Tomas: I sprained" in content
+    assert "[1] (02 May 2023)" in content and "[2] (04 May 2023)" in content and "signed up" not in content
+    assert lm.requests[0].json_schema["properties"]["links"]["items"]["properties"]["cause"]["maximum"] == 2
+
+
+def test_parse_keeps_valid_links_above_threshold():
+    # numbering: 0=e3, 1=e2 (1 day), 2=e4 (1 day), 3=e1
+    reply = links((1, 0, 0.9), (0, 2, 0.8), (3, 0, 0.3), (1, 2, 0.9), (2, 0, 0.9), (0, 0, 1.0))
+    out = PromptedCausalConsolidator(ReplayLM([reply]), threshold=0.5, max_links=6).run_one(ITEM)
+    found = {(l.cause, l.effect) for l in out.links}
+    # e1->e3 is below delta, e2->e4 does not involve the new event, e4->e3 runs backwards in time
+    assert found == {("e2", "e3"), ("e3", "e4")}
+
+
+def test_unusable_reply_is_a_counted_failure():
+    stage = PromptedCausalConsolidator(ReplayLM(["none", '{"links": [{"cause": 9, "effect": 0, "score": 1}]}']))
+    out = stage.run_one(ITEM)
+    assert out.links == () and out.error and len(stage.failures) == 1

@@ -1,0 +1,72 @@
+"""Plan family: rendering the published prompt, parsing plans, depth from complexity (ReplayLM)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+
+from memlab.stages.plan import FixedPlanner, PlanIn, PromptedPlanner
+from tests.fakes import ReplayLM
+
+
+def _plan(**fields) -> str:
+    plan = {"complexity": "HIGH", "retrieval_rationale": "many events", "lexical_keys": ["Tomas", "marathon"],
+            "temporalConstraints": {"start": "2023-03-01T00:00:00", "end": "2023-03-31T23:59:59"},
+            "semantic_query": "Tomas ran marathons."}
+    plan.update(fields)
+    return json.dumps(plan)
+
+
+def test_render_uses_the_published_prompt_and_states_the_question_date():
+    stage = PromptedPlanner(lm=ReplayLM([]), max_keys=4)
+    request = stage.render(PlanIn("What did Tomas run?", datetime(2023, 6, 1)))
+    prompt = request.messages[-1]["content"]
+    assert prompt.startswith("Analyze the following user query and generate a retrieval plan.")
+    assert "USER QUERY: What did Tomas run? (asked on 2023-06-01T00:00:00)" in prompt
+    schema = request.json_schema["properties"]
+    assert schema["complexity"]["enum"] == ["LOW", "HIGH"] and schema["lexical_keys"]["maxItems"] == 4
+
+
+def test_high_complexity_plans_the_maximum_depth():
+    out = PromptedPlanner(lm=ReplayLM([_plan()])).run_one(PlanIn("What races did Tomas run in March?"))
+    assert out.depth == 20 and out.complexity == "HIGH"
+    assert out.lexical_keys == ("Tomas", "marathon") and out.semantic_query == "Tomas ran marathons."
+    assert (out.start, out.end) == (datetime(2023, 3, 1), datetime(2023, 3, 31, 23, 59, 59))
+
+
+def test_low_complexity_fenced_snake_case_key_and_date_only_end():
+    text = "```json\n" + _plan(complexity="low", temporalConstraints=None,
+                                 temporal_constraints={"start": "2023-03-01", "end": "2023-03-05"}) + "\n```"
+    out = PromptedPlanner(lm=ReplayLM([text]), min_depth=3).run_one(PlanIn("q"))
+    assert out.depth == 3 and out.complexity == "LOW"
+    assert out.end == datetime(2023, 3, 5, 23, 59, 59)
+
+
+def test_unusable_fields_get_safe_values():
+    text = _plan(lexical_keys=["", "Tomas", "Tomas", " x "], semantic_query="  ",
+                 temporalConstraints={"start": "2023-05-01", "end": "2023-04-01"})
+    out = PromptedPlanner(lm=ReplayLM([text])).run_one(PlanIn("Where does Tomas live?"))
+    assert out.lexical_keys == ("Tomas", "x")
+    assert out.semantic_query == "Where does Tomas live?"
+    assert out.start is None and out.end is None
+    out = PromptedPlanner(lm=ReplayLM([_plan(temporalConstraints={"start": "", "end": "n/a"})])).run_one(PlanIn("q"))
+    assert out.start is None and out.end is None
+
+
+def test_invalid_plan_falls_back_to_the_query_at_maximum_depth():
+    lm = ReplayLM(['{"complexity": "MEDIUM"}', "no idea"])
+    stage = PromptedPlanner(lm=lm, max_depth=15)
+    out = stage.run_one(PlanIn("Where does Tomas live?"))
+    assert out.depth == 15 and out.semantic_query == "Where does Tomas live?" and out.error
+    assert len(stage.failures) == 1 and len(lm.requests) == 2
+
+
+def test_fixed_planner_and_settings():
+    out = FixedPlanner(depth=7).run_one(PlanIn("q"))
+    assert out.depth == 7 and out.semantic_query == "q" and out.lexical_keys == () and out.start is None
+    with pytest.raises(ValueError):
+        FixedPlanner(depth=0)
+    with pytest.raises(ValueError, match="min_depth"):
+        PromptedPlanner(lm=ReplayLM([]), min_depth=5, max_depth=3)
