@@ -100,6 +100,7 @@ def run_benchmark(
     build_seconds = 0.0
     build_usage: dict[str, float] = {}
     build_errors: dict[str, str] = {}
+    memory_stats: dict[str, dict[str, Any]] = {}
     stopped: str | None = None
     partial = out / "predictions.jsonl.partial"
     total_questions = sum(len(select_questions(c, options)) for c in conversations)
@@ -124,6 +125,7 @@ def run_benchmark(
             finally:
                 build_seconds += time.perf_counter() - t0
                 _accumulate(build_usage, UsageMeter.diff(pipeline_usage.snapshot(), before))
+            memory_stats[conversation.id] = pipeline.memory_stats(memory)
             bar.set_postfix_str(conversation.id)
             for question in questions:
                 try:
@@ -152,6 +154,7 @@ def run_benchmark(
             **(run_info or {}),
             "failures": failures,
             "build_errors": build_errors,
+            "memory": memory_stats,
             "stopped": stopped,
         },
     )

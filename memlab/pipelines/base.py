@@ -17,6 +17,8 @@ Contract
   ``Answer.context`` the text given to the answering model.
 * A pipeline only ever sees a ``Query`` (text and date): never a gold answer, a gold category
   or gold evidence.
+* ``memory_stats(memory)`` reports what the runner should record about a built memory (unit
+  counts, a consolidation backlog, failed background steps ...) in ``metrics.json``.
 * Stages that call an LM take it injected; ``lms()`` lists the distinct LMs so the runner can
   read their usage meters, and ``failures()`` collects the prompted stages' failed calls.
 """
@@ -47,6 +49,11 @@ class Pipeline(nn.Module):
 
     def answer(self, memory: Any, query: Query) -> Answer:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def memory_stats(self, memory: Any) -> dict[str, Any]:
+        """Facts about a built memory for the run's output; memories with ``stats()`` give theirs."""
+        stats = getattr(memory, "stats", None)
+        return dict(stats()) if callable(stats) else {}
 
     def named_stages(self) -> Iterator[tuple[str, Stage]]:
         for name, module in self.named_modules():

@@ -41,6 +41,7 @@ def test_run_writes_predictions_and_metrics_without_gold_reaching_the_pipeline(t
                                      "recall@20", "recall@tok500", "recall@tok1000", "recall@tok2000", "context_tokens"}
     assert saved["usage"]["query"]["llm_calls"] == 4 and saved["usage"]["build"]["llm_calls"] == 0
     assert saved["timing"]["query_seconds_p50"] is not None
+    assert set(saved["memory"]) == {conversations[0].id}
 
 
 def test_retrieval_only_makes_no_answering_call(tmp_path):
