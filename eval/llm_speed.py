@@ -1,0 +1,43 @@
+"""Prompt and generation speed of a local GGUF model through LlamaCppLM (no cache).
+
+    python eval/llm_speed.py [--model qwen2.5-coder-1.5b-instruct-q4_k_m] [--threads N]
+
+Prompt speed: a ~770-token prompt answered with one token. Generation speed: a 64-token
+completion of a short prompt, minus that prompt's time at the measured prompt speed.
+The two prompts differ, so llama.cpp's prefix cache cannot skip the second one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from memlab.lm import ChatRequest, LlamaCppLM
+from memlab.lm.models import DEFAULT_MODEL
+
+
+def filler(seed: int) -> str:
+    return " ".join(f"On day {i + seed} Priya walked dog {i * seed}, fed the cat and wrote notes about clinic {seed}."
+                    for i in range(30))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--threads", type=int, default=None, help="n_threads (default: llama.cpp's choice)")
+    args = parser.parse_args()
+    lm = LlamaCppLM(model=args.model, cache=None, n_threads=args.threads)
+    start = time.perf_counter()
+    lm.warm_up()
+    load = time.perf_counter() - start
+    prompt = lm.generate([ChatRequest.of(f"Summarise in two sentences:\n{filler(7)}", max_tokens=1)])[0]
+    prompt_speed = prompt.prompt_tokens / prompt.latency_s
+    story = lm.generate([ChatRequest.of(f"Write a 60-word story about {filler(3)[:200]}", max_tokens=64)])[0]
+    generation_s = story.latency_s - story.prompt_tokens / prompt_speed
+    print(f"model {args.model}, n_threads {args.threads}: load {load:.1f} s; "
+          f"prompt {prompt.prompt_tokens} tokens at {prompt_speed:.0f} tokens/s; "
+          f"generation {story.completion_tokens} tokens at {story.completion_tokens / generation_s:.1f} tokens/s")
+
+
+if __name__ == "__main__":
+    main()
