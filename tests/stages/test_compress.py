@@ -91,6 +91,14 @@ def test_parse_valid_units_keep_metadata_and_provenance():
     assert first.id == "c1/session_1/w0/u0" and first.kind == "unit"
 
 
+def test_resolved_dates_the_model_was_shown_count_as_grounded():
+    # The model sees "yesterday (9 March 2023)"; a unit naming that date is grounded in the window.
+    lm = ReplayLM([_reply(_unit("Tomas ran the city marathon on 9 March 2023.", ["Tomas", "9 March 2023"]))])
+    out = PromptedCompressor(lm=lm, temporal=RuleTemporalNormalizer()).run_one(_window())
+    assert [u.text for u in out.units] == ["Tomas ran the city marathon on 9 March 2023."]
+    assert out.units[0].attributes["entities"] == ["Tomas", "9 March 2023"]
+
+
 def test_parse_fenced_json():
     lm = ReplayLM(["Here you go:\n```json\n" + _reply(_unit("Tomas ran a marathon.", ["Tomas"])) + "\n```"])
     out = PromptedCompressor(lm=lm).run_one(_window())

@@ -147,7 +147,9 @@ class PromptedCompressor(PromptedStage, Compressor):
     # -- parsing and validation ---------------------------------------------------------------
     def parse(self, text: str, item: CompressIn) -> CompressOut:
         data = parse_json(text, PARSE_SCHEMA)
-        window_text = "\n".join(turn.render() for turn in item.turns)
+        # Validate against what the model was shown: the turns with their dates resolved, so a
+        # unit naming "28 March 2023" for "last Tuesday" is grounded, not dropped.
+        window_text = "\n".join(turn.render() for turn in self.annotated_turns(item))
         units: list[MemoryUnit] = []
         seen: set[str] = set()
         for raw in data["memory_units"]:
