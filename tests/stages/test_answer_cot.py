@@ -30,3 +30,10 @@ def test_missing_answer_line_is_retried_then_fails_softly():
     assert out.text == "" and "Answer:" in out.error and len(stage.failures) == 1
     recovered = CoTAnswerer(lm=ReplayLM(["no marker", "Answer: May"])).run_one(AnswerIn("q", "c"))
     assert recovered.text == "May" and recovered.error is None
+
+
+def test_parse_accepts_the_final_answer_is_phrasing():
+    stage = CoTAnswerer(lm=ReplayLM([]))
+    out = stage.parse("Memory 2 says he finished in 1 hour 52 minutes.\nThe final answer is: Answer: 1 hour 52 minutes",
+                      AnswerIn("q", "c"))
+    assert out.text == "1 hour 52 minutes" and out.reasoning.startswith("Memory 2")

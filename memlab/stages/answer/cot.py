@@ -16,7 +16,13 @@ from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer
 
-_MARKER = re.compile(r"(?:^|\n)\s*(?:\*\*)?(?:final\s+)?answer(?:\*\*)?\s*:\s*(?:\*\*)?", re.IGNORECASE)
+# "Answer:", "**Final answer:**", "The final answer is:" at the start of a line, and any
+# further "Answer:" labels right after it ("The final answer is: Answer: ...").
+_MARKER = re.compile(
+    r"(?:^|\n)\s*(?:\*\*)?(?:the\s+)?(?:final\s+)?answer(?:\s+is)?(?:\*\*)?\s*:\s*(?:\*\*)?"
+    r"(?:(?:final\s+)?answer\s*:\s*)*",
+    re.IGNORECASE,
+)
 
 
 class CoTAnswerer(PromptedStage, Answerer):
