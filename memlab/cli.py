@@ -86,6 +86,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             "conversations": [c.id for c in conversations],
         },
     )
+    for lm in pipeline.lms() + ([judge.lm] if judge is not None and hasattr(judge, "lm") else []):
+        close = getattr(lm, "close", None)
+        if callable(close):
+            close()  # llama.cpp frees its model noisily if left to interpreter shutdown
     print(format_table(metrics))
     print(f"\nwrote {out / 'predictions.jsonl'} and {out / 'metrics.json'}")
     if metrics.get("failures"):
