@@ -148,16 +148,7 @@ class ResponseCache:
         )
         if not rows:
             return None
-        text, prompt_tokens, completion_tokens, latency_s, completion_model, finish_reason = rows[0]
-        return Completion(
-            text=text,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            latency_s=latency_s,
-            model=completion_model,
-            cached=True,
-            finish_reason=finish_reason,
-        )
+        return _cached_completion(*rows[0])
 
     def put(self, model: str, request: ChatRequest, completion: Completion) -> None:
         """Store (or replace) the completion of ``request`` under ``model``."""
@@ -192,20 +183,9 @@ class ResponseCache:
             if not rows:
                 return
             for row in rows:
-                last_rowid, name, payload, text, p_tok, c_tok, latency, completion_model, finish = row
-                yield CacheEntry(
-                    model=name,
-                    request=request_from_payload(payload),
-                    completion=Completion(
-                        text=text,
-                        prompt_tokens=p_tok,
-                        completion_tokens=c_tok,
-                        latency_s=latency,
-                        model=completion_model,
-                        cached=True,
-                        finish_reason=finish,
-                    ),
-                )
+                last_rowid, name, payload, *completion = row
+                yield CacheEntry(model=name, request=request_from_payload(payload),
+                                 completion=_cached_completion(*completion))
 
     def models(self) -> list[str]:
         """Model names present in the cache."""
@@ -226,3 +206,16 @@ class ResponseCache:
 
     def __repr__(self) -> str:
         return f"ResponseCache({str(self.path)!r})"
+
+
+def _cached_completion(text, prompt_tokens, completion_tokens, latency_s, model, finish_reason) -> Completion:
+    """A stored row (columns text .. finish_reason) as the completion a cache hit returns."""
+    return Completion(
+        text=text,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        latency_s=latency_s,
+        model=model,
+        cached=True,
+        finish_reason=finish_reason,
+    )
