@@ -4,6 +4,11 @@ The judge is a stage family like any other, so a prompted judge and a trained gr
 interchangeable, and the judge's LM is injected (it should not be the pipeline's LM when
 the numbers are to be reported). What the judge was — model, prompt and number of runs — is
 pinned in metrics.json through ``judge_info()``.
+
+Two prompted judges: ``CorrectWrongJudge`` (SimpleMem's binary CORRECT/WRONG prompt, the
+default) and ``MagmaGraderJudge`` (MAGMA's continuous semantic grader, appendix C.3). What
+the runner records per question is ``Judge.metric(verdict)``: 1/0 for a binary judge, the
+score for a graded one, so metrics.json's ``judge`` means are accuracy or mean score.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ class JudgeIn:
 class JudgeOut:
     """A verdict. ``correct`` is None when the judge gave no usable verdict (``error`` says
     why); such questions are left out of the judge accuracy rather than counted wrong.
-    ``score`` is the share of the judge's runs that said correct (1.0 or 0.0 for one run)."""
+    ``score`` is the share of the judge's runs that said correct (1.0 or 0.0 for one run),
+    or, for a graded judge, its mean score in [0, 1]."""
 
     correct: bool | None
     score: float | None
@@ -50,6 +56,11 @@ class Judge(Stage[JudgeIn, JudgeOut]):
 
     def judge_info(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def metric(self, out: JudgeOut) -> float | None:
+        """The per-question value the runner records and averages: by default 1.0 / 0.0 for
+        correct / wrong (None when there was no usable verdict); graded judges override it."""
+        return None if out.correct is None else float(out.correct)
 
 
 LABELS = ("CORRECT", "WRONG")
@@ -124,15 +135,64 @@ def combine_votes(votes: list[JudgeOut]) -> JudgeOut:
     return JudgeOut(correct=correct, score=score, explanation=explanation)
 
 
-class CorrectWrongJudge(PromptedStage, Judge):
-    """Binary judge on SimpleMem's CORRECT/WRONG prompt (appendix A.4, Listing 4).
+class PromptedJudge(PromptedStage, Judge):
+    """What the prompted judges share: a template that may use only ``PLACEHOLDERS``,
+    ``runs`` requests per item differing in their seed (``seed``, ``seed + 1`` ...) and
+    merged by ``combine``, and the judge identity for metrics.json. Use a ``temperature``
+    above 0 with ``runs > 1``: a greedy backend would give the same answer every run. A reply
+    that cannot be parsed is retried once, then counted in ``failures`` and returned as
+    ``correct=None``."""
 
-    With ``runs > 1`` each item is judged ``runs`` times, the requests differing in their
-    seed (``seed``, ``seed + 1`` ...), and the majority wins (see ``combine_votes``). Use a
-    ``temperature`` above 0 then: a greedy backend would give the same answer every run.
-    A reply that cannot be parsed is retried once, then counted in ``failures`` and
-    returned as ``correct=None``.
-    """
+    PLACEHOLDERS: frozenset[str] = frozenset()
+
+    def __init__(self, lm: LM, runs: int, prompt: str, temperature: float, max_tokens: int, seed: int) -> None:
+        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        name = type(self).__name__
+        if not isinstance(runs, int) or runs < 1:
+            raise ValueError(f"{name}: runs must be a positive integer, got {runs!r}")
+        self.runs = runs
+        self.seed = seed
+        self.template = load_prompt(prompt)
+        unknown = self.template.placeholders - self.PLACEHOLDERS
+        if unknown:
+            raise ValueError(
+                f"{name}: prompt {prompt!r} has placeholders {sorted(unknown)}; "
+                f"a judge prompt can only use {sorted(self.PLACEHOLDERS)}"
+            )
+        if runs > 1 and temperature == 0:
+            log.warning("%s: runs=%d at temperature 0 will mostly repeat one verdict", name, runs)
+
+    def seed_of(self, item: JudgeIn) -> int:
+        return self.seed + (item.run if isinstance(item, _Ballot) else 0)
+
+    def combine(self, votes: list[JudgeOut]) -> JudgeOut:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def fallback(self, item: JudgeIn, error: str) -> JudgeOut:
+        return JudgeOut(correct=None, score=None, explanation="", error=error)
+
+    def forward(self, batch: list[JudgeIn]) -> list[JudgeOut]:
+        ballots = [
+            _Ballot(item.question, item.gold, item.prediction, run=run) for item in batch for run in range(self.runs)
+        ]
+        votes = super().forward(ballots)
+        return [self.combine(votes[i * self.runs : (i + 1) * self.runs]) for i in range(len(batch))]
+
+    def judge_info(self) -> dict[str, Any]:
+        return {
+            "judge_model": self.lm.name,
+            "prompt_id": self.template.id,
+            "prompt_source": self.template.source,
+            "runs": self.runs,
+            "temperature": self.temperature,
+        }
+
+
+class CorrectWrongJudge(PromptedJudge):
+    """Binary judge on SimpleMem's CORRECT/WRONG prompt (appendix A.4, Listing 4); several
+    runs are merged by majority (``combine_votes``)."""
+
+    PLACEHOLDERS = frozenset(_PLACEHOLDERS)
 
     def __init__(
         self,
@@ -143,48 +203,101 @@ class CorrectWrongJudge(PromptedStage, Judge):
         max_tokens: int = 256,
         seed: int = 0,
     ) -> None:
-        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
-        if not isinstance(runs, int) or runs < 1:
-            raise ValueError(f"CorrectWrongJudge: runs must be a positive integer, got {runs!r}")
-        self.runs = runs
-        self.seed = seed
-        self.template = load_prompt(prompt)
-        unknown = self.template.placeholders - _PLACEHOLDERS
-        if unknown:
-            raise ValueError(
-                f"CorrectWrongJudge: prompt {prompt!r} has placeholders {sorted(unknown)}; "
-                f"a judge prompt can only use {sorted(_PLACEHOLDERS)}"
-            )
-        if runs > 1 and temperature == 0:
-            log.warning("CorrectWrongJudge: runs=%d at temperature 0 will mostly repeat one verdict", runs)
+        super().__init__(lm, runs, prompt, temperature, max_tokens, seed)
 
     def render(self, item: JudgeIn) -> ChatRequest:
-        run = item.run if isinstance(item, _Ballot) else 0
         prompt = self.template.render(
             question=item.question, gold_answer=item.gold, generated_answer=item.prediction
         )
-        return self.request(prompt, json_schema=LABEL_SCHEMA, seed=self.seed + run)
+        return self.request(prompt, json_schema=LABEL_SCHEMA, seed=self.seed_of(item))
 
     def parse(self, text: str, item: JudgeIn) -> JudgeOut:
         label, explanation = parse_label(text)
         correct = label == "CORRECT"
         return JudgeOut(correct=correct, score=float(correct), explanation=explanation)
 
-    def fallback(self, item: JudgeIn, error: str) -> JudgeOut:
-        return JudgeOut(correct=None, score=None, explanation="", error=error)
+    def combine(self, votes: list[JudgeOut]) -> JudgeOut:
+        return combine_votes(votes)
 
-    def forward(self, batch: list[JudgeIn]) -> list[JudgeOut]:
-        ballots = [
-            _Ballot(item.question, item.gold, item.prediction, run=run) for item in batch for run in range(self.runs)
-        ]
-        votes = super().forward(ballots)
-        return [combine_votes(votes[i * self.runs : (i + 1) * self.runs]) for i in range(len(batch))]
+
+#: MAGMA's grader (appendix C.3) asks for ``{"score": float, "reasoning": ...}``, score first.
+SCORE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1}, "reasoning": {"type": "string"}},
+    "required": ["score"],
+}
+_LENIENT_SCORE_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"score": {"type": "number"}}, "required": ["score"]}
+_SCORE_IN_PROSE = re.compile(r"\bscore\b\W{0,3}(\d+(?:\.\d+)?|\.\d+)", re.IGNORECASE)
+_BARE_NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*")
+
+
+def parse_score(text: str) -> tuple[float, str]:
+    """``(score, reasoning)`` from a grader completion.
+
+    A JSON object with a numeric ``"score"`` wins; without one, the last "score: x" in the
+    text, or a reply that is only a number. The score must lie in [0, 1]; anything else
+    raises ``ParseError``.
+    """
+    try:
+        data = parse_json(text, _LENIENT_SCORE_SCHEMA)
+    except ParseError:
+        data = None
+    if data is not None:
+        score, reasoning = float(data["score"]), data.get("reasoning")
+        reasoning = reasoning.strip() if isinstance(reasoning, str) else ""
+    else:
+        visible = strip_thinking(text)
+        found = _SCORE_IN_PROSE.findall(visible)
+        bare = _BARE_NUMBER.fullmatch(visible)
+        if not found and not bare:
+            raise ParseError('no {"score": ...} JSON and no "score: <number>" in the reply')
+        score, reasoning = float(found[-1] if found else bare.group(1)), visible.strip()
+    if not 0.0 <= score <= 1.0:
+        raise ParseError(f"score must lie in [0, 1], got {score}")
+    return score, reasoning
+
+
+class MagmaGraderJudge(PromptedJudge):
+    """MAGMA's continuous semantic grader (appendix C.3): a score in [0, 1] per answer.
+
+    The per-question ``judge`` value in predictions.jsonl, and so the judge means in
+    metrics.json, is the score (the mean over usable runs when ``runs > 1``), as MAGMA
+    reports it. ``correct`` is ``score >= pass_mark``, kept for readers of verdicts only.
+    """
+
+    PLACEHOLDERS = frozenset({"question", "gold", "generated"})
+
+    def __init__(
+        self,
+        lm: LM,
+        runs: int = 1,
+        prompt: str = "magma/judge_semantic",
+        temperature: float = 0.0,
+        max_tokens: int = 256,
+        seed: int = 0,
+        pass_mark: float = 0.5,
+    ) -> None:
+        super().__init__(lm, runs, prompt, temperature, max_tokens, seed)
+        self.pass_mark = pass_mark
+
+    def render(self, item: JudgeIn) -> ChatRequest:
+        prompt = self.template.render(question=item.question, gold=item.gold, generated=item.prediction)
+        return self.request(prompt, json_schema=SCORE_SCHEMA, seed=self.seed_of(item))
+
+    def parse(self, text: str, item: JudgeIn) -> JudgeOut:
+        score, reasoning = parse_score(text)
+        return JudgeOut(correct=score >= self.pass_mark, score=score, explanation=reasoning)
+
+    def combine(self, votes: list[JudgeOut]) -> JudgeOut:
+        usable = [vote for vote in votes if vote.score is not None]
+        if not usable:
+            error = next((vote.error for vote in reversed(votes) if vote.error), None)
+            return JudgeOut(correct=None, score=None, explanation="", error=error or "no usable score")
+        score = sum(vote.score for vote in usable) / len(usable)
+        return JudgeOut(correct=score >= self.pass_mark, score=score, explanation=usable[0].explanation)
+
+    def metric(self, out: JudgeOut) -> float | None:
+        return out.score
 
     def judge_info(self) -> dict[str, Any]:
-        return {
-            "judge_model": self.lm.name,
-            "prompt_id": self.template.id,
-            "prompt_source": self.template.source,
-            "runs": self.runs,
-            "temperature": self.temperature,
-        }
+        return {**super().judge_info(), "scale": "continuous [0, 1], mean score"}

@@ -204,7 +204,7 @@ def _answer_one(pipeline, memory, question, options, count_tokens, usage: _Usage
         # An adversarial question's gold is the planted wrong answer: judging against it is meaningless.
         if judge is not None and question.category != "adversarial":
             verdict = judge.run_one(judge.In(question.text, question.answer, answer.text))
-            row["judge"] = None if verdict.correct is None else float(verdict.correct)
+            row["judge"] = judge.metric(verdict)
     return row
 
 

@@ -194,22 +194,7 @@ class UnitMemory:
                     graph_dict = self.graph.to_dict()
                     (tmp / GRAPH_FILE).write_text(json.dumps(graph_dict, ensure_ascii=False))
                     counts.update(graph_nodes=len(graph_dict["nodes"]), graph_edges=len(graph_dict["edges"]))
-            files = sorted(p.name for p in tmp.iterdir())
-            manifest = {
-                "format": FORMAT,
-                "format_version": FORMAT_VERSION,
-                "memlab_version": _memlab_version(),
-                "versions": _package_versions(),
-                "created": datetime.now(timezone.utc).isoformat(),
-                "embedder": self.embedder.identity,
-                "counts": counts,
-                "files": {name: _sha256(tmp / name) for name in files},
-            }
-            (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True))
-            for path in tmp.iterdir():
-                _fsync_file(path)
-            _fsync_dir(tmp)
-            _swap_in(tmp, folder)
+            finish_save(tmp, folder, FORMAT, FORMAT_VERSION, self.embedder, counts)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -220,12 +205,7 @@ class UnitMemory:
         """Load a saved memory, checking format, embedder identity and checksums first."""
         folder = Path(folder)
         manifest = read_manifest(folder)
-        expected = _jsonable(embedder.identity)
-        if manifest.get("embedder") != expected:
-            raise MemoryStoreError(
-                f"{folder}: built with another embedder.\n  saved:   {json.dumps(manifest.get('embedder'), sort_keys=True)}"
-                f"\n  current: {json.dumps(expected, sort_keys=True)}"
-            )
+        check_embedder(folder, manifest, embedder)
         try:
             units = [unit_from_dict(row) for row in _read_jsonl(folder / UNITS_FILE)]
             dense = VectorIndex.load(folder)
@@ -255,8 +235,9 @@ class UnitMemory:
 
 
 # -- folder helpers ----------------------------------------------------------------------
-def read_manifest(folder: Path) -> dict[str, Any]:
-    """The manifest of a saved memory folder, after checking format version and checksums."""
+def read_manifest(folder: Path, format: str = FORMAT, format_version: int = FORMAT_VERSION) -> dict[str, Any]:
+    """The manifest of a saved memory folder, after checking format, version and checksums
+    (``format``/``format_version``: what the caller reads; composite memories pass theirs)."""
     if not folder.is_dir():
         leftovers = sorted(p.name for p in folder.parent.glob(f".{folder.name}.old-*")) if folder.parent.is_dir() else []
         hint = f" (a previous version was left at {leftovers[-1]} by an interrupted save)" if leftovers else ""
@@ -274,11 +255,11 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         manifest["counts"]["units"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise MemoryStoreError(f"{path}: unreadable manifest ({type(e).__name__}: {e})") from None
-    if fmt != FORMAT:
-        raise MemoryStoreError(f"{folder}: holds {fmt!r}, not {FORMAT!r}")
-    if version != FORMAT_VERSION:
+    if fmt != format:
+        raise MemoryStoreError(f"{folder}: holds {fmt!r}, not {format!r}")
+    if version != format_version:
         raise MemoryStoreError(
-            f"{folder}: format version {version}, this memlab reads version {FORMAT_VERSION} "
+            f"{folder}: format version {version}, this memlab reads version {format_version} "
             f"(saved by memlab {manifest.get('memlab_version')}); rebuild the memory"
         )
     for name, digest in files.items():
@@ -288,6 +269,42 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         if _sha256(file) != digest:
             raise MemoryStoreError(f"{folder}: file {name} is corrupted or truncated (sha256 does not match the manifest)")
     return manifest
+
+
+def finish_save(
+    tmp: Path, folder: Path, format: str, format_version: int, embedder: Embedder, counts: dict[str, int],
+    **extra: Any,
+) -> None:
+    """Complete a save whose files are all in ``tmp``: write the manifest (``extra`` keys
+    added) with the sha256 of every file, sub-folders included, fsync, and swap it in."""
+    files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
+    manifest = {
+        "format": format,
+        "format_version": format_version,
+        "memlab_version": _memlab_version(),
+        "versions": _package_versions(),
+        "created": datetime.now(timezone.utc).isoformat(),
+        "embedder": embedder.identity,
+        "counts": counts,
+        "files": {name: _sha256(tmp / name) for name in files},
+        **extra,
+    }
+    (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    for path in tmp.rglob("*"):
+        if path.is_file():
+            _fsync_file(path)
+    _fsync_dir(tmp)
+    _swap_in(tmp, folder)
+
+
+def check_embedder(folder: Path, manifest: dict[str, Any], embedder: Embedder) -> None:
+    """Refuse a memory saved with an embedder of another identity (both are shown)."""
+    expected = _jsonable(embedder.identity)
+    if manifest.get("embedder") != expected:
+        raise MemoryStoreError(
+            f"{folder}: built with another embedder.\n  saved:   {json.dumps(manifest.get('embedder'), sort_keys=True)}"
+            f"\n  current: {json.dumps(expected, sort_keys=True)}"
+        )
 
 
 def _check_replaceable(folder: Path) -> None:

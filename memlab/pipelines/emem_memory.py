@@ -12,6 +12,10 @@ the heterogeneous ``MemoryGraph``:
 
 An argument unit's provenance is the union of the provenance of the EDUs it occurs in. The
 weighted adjacency matrix is computed once here, for Personalized PageRank at query time.
+
+Saving: ``save(dir)`` / ``EventMemory.load(dir, embedder)`` (``memlab.memory.bundle``): the two
+unit memories with their vectors, the graph, the frames and the extraction errors, written
+atomically and checked on load; the adjacency matrix is recomputed from the loaded graph.
 """
 
 from __future__ import annotations
@@ -22,14 +26,17 @@ import numpy as np
 import scipy.sparse as sp
 
 from memlab.embed.base import Embedder
+from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.ppr import adjacency_matrix
-from memlab.memory.store import UnitMemory
+from memlab.memory.store import MemoryStoreError, UnitMemory
 from memlab.stages.arguments import ArgumentExtractor, ArgumentIn, EventFrame, normalize_argument
 from memlab.stages.segment import SegmentIn, Segmenter
 from memlab.types import Conversation, MemoryUnit
 
 SESSION, EDU, ARGUMENT = "session", "edu", "argument"
+FORMAT = "memlab.EMem.EventMemory"
+FORMAT_VERSION = 1
 
 
 @dataclass
@@ -52,6 +59,30 @@ class EventMemory:
         self.edu_mask = np.array(
             [self.graph.node_type(node) == EDU and node in self.edus for node in self.node_ids], dtype=bool
         )
+
+    def save(self, folder) -> None:
+        """Save atomically (module docstring)."""
+        state = {
+            "frames": {i: {"event_type": f.event_type, "arguments": [list(a) for a in f.arguments]}
+                       for i, f in self.frames.items()},
+            "errors": dict(self.errors),
+        }
+        save_bundle(folder, format=FORMAT, format_version=FORMAT_VERSION, embedder=self.edus.embedder,
+                    parts={"edus": self.edus, "arguments": self.arguments}, graph=self.graph, state=state)
+
+    @classmethod
+    def load(cls, folder, embedder: Embedder) -> "EventMemory":
+        bundle = load_bundle(folder, format=FORMAT, format_version=FORMAT_VERSION, embedder=embedder)
+        try:
+            edus, arguments = bundle.parts["edus"], bundle.parts["arguments"]
+            frames = {
+                i: EventFrame(f["event_type"], tuple((role, arg) for role, arg in f["arguments"]))
+                for i, f in bundle.state["frames"].items()
+            }
+            errors = dict(bundle.state["errors"])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise MemoryStoreError(f"{folder}: not an EMem memory: {type(e).__name__}: {e}") from None
+        return cls(edus, arguments, bundle.graph, frames=frames, errors=errors)
 
 
 def synonym_pairs(vectors: np.ndarray, threshold: float, cap: int, block: int = 1024) -> list[tuple[int, int, float]]:

@@ -19,6 +19,14 @@ evolution (MAGMA 3.2 and 3.4).
   ``failed_steps``; the worker goes on. ``backlog`` is the number of events not yet
   consolidated; ``wait_until_consolidated`` blocks until it is 0. Readers get consistent views
   through ``graph.locked()`` (the graph's lock).
+
+Saving: ``save(dir)`` / ``MagmaMemory.load(dir, embedder)`` (``memlab.memory.bundle``: the
+event index, the graph with its four edge spaces and entity nodes, and the evolution state,
+written atomically and checked on load). Only a consolidated memory is saved: ``save``
+refuses while the backlog is not empty, because a snapshot taken mid-step could hold part
+of a step's edges and re-running that step after loading would duplicate them. Call
+``wait_until_consolidated()`` first. ``consolidate`` (the pipeline's step) is not saved;
+pass it to ``load`` to go on ingesting.
 """
 
 from __future__ import annotations
@@ -31,14 +39,17 @@ from collections.abc import Callable
 from datetime import datetime
 
 from memlab.embed.base import Embedder
+from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
-from memlab.memory.store import UnitMemory
+from memlab.memory.store import MemoryStoreError, UnitMemory
 from memlab.stages.temporal import RuleTemporalNormalizer, TemporalIn, annotate
 from memlab.types import MemoryUnit
 
 log = logging.getLogger(__name__)
 
 EDGE_SPACES: tuple[str, ...] = ("temporal", "causal", "semantic", "entity")
+FORMAT = "memlab.MagmaMemory"
+FORMAT_VERSION = 1
 _STOP = object()
 
 
@@ -170,3 +181,51 @@ class MagmaMemory:
         counts = {f"{t}_edges": len(self.graph.edges(t)) for t in EDGE_SPACES}
         return {"events": len(self.events()), "entities": len(self.graph.nodes("entity")), **counts,
                 "backlog": self.backlog, "failed_steps": self.failed_steps}
+
+    # -- saving ----------------------------------------------------------------------------
+    def save(self, folder) -> None:
+        """Save a consolidated memory atomically (module docstring); refuses a backlog."""
+        if self.backlog:
+            raise MemoryStoreError(
+                f"{folder}: MAGMA memory has {self.backlog} events not yet consolidated; "
+                "call wait_until_consolidated() before save()"
+            )
+        with self.graph.locked():
+            state = {
+                "edge_types": list(self.edge_types),
+                "semantic_threshold": self.semantic_threshold,
+                "semantic_neighbours": self.semantic_neighbours,
+                "participants": list(self.participants),
+                "last_summary": self.last_summary,
+                "last_event": self._last_event,
+                "failed_steps": self.failed_steps,
+                "errors": list(self.errors),
+            }
+            save_bundle(folder, format=FORMAT, format_version=FORMAT_VERSION, embedder=self.index.embedder,
+                        parts={"events": self.index}, graph=self.graph, state=state)
+
+    @classmethod
+    def load(
+        cls, folder, embedder: Embedder, consolidate: Callable[["MagmaMemory", str], None] | None = None
+    ) -> "MagmaMemory":
+        """A memory saved by ``save``; ``consolidate`` is the step for events ingested from now on."""
+        bundle = load_bundle(folder, format=FORMAT, format_version=FORMAT_VERSION, embedder=embedder)
+        state = bundle.state
+        try:
+            memory = cls(embedder, edge_types=tuple(state["edge_types"]),
+                         semantic_threshold=state["semantic_threshold"],
+                         semantic_neighbours=state["semantic_neighbours"], consolidate=consolidate,
+                         participants=tuple(state["participants"]))
+            memory.last_summary = state["last_summary"]
+            memory._last_event = state["last_event"]
+            memory.failed_steps = state["failed_steps"]
+            memory.errors = list(state["errors"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise MemoryStoreError(f"{folder}: state.json is not a MAGMA state: {type(e).__name__}: {e}") from None
+        events = bundle.parts.get("events")
+        if events is None:
+            raise MemoryStoreError(f"{folder}: no 'events' part in the manifest")
+        if set(bundle.graph.nodes("event")) != set(events.units):
+            raise MemoryStoreError(f"{folder}: graph.json events and the event index differ")
+        memory.graph, memory.index = bundle.graph, events
+        return memory

@@ -36,10 +36,16 @@ FACTS = [
 ]
 
 
+SMALL_TALK = "Nice, see you soon!"
+
+
 def conversation() -> Conversation:
+    # Each session: three facts, small talk, three facts, small talk (8 turns), so a window of
+    # 4 turns holds 3 facts and fits the extractor's "fewer EDUs than turns" bound.
+    lines = FACTS[:3] + [("Bob", SMALL_TALK)] + FACTS[3:] + [("Ann", SMALL_TALK)]
     sessions = []
     for s in range(1, 5):
-        turns = tuple(Turn(f"D{s}:{i + 1}", who, f"{text} (session {s})") for i, (who, text) in enumerate(FACTS))
+        turns = tuple(Turn(f"D{s}:{i + 1}", who, f"{text} (session {s})") for i, (who, text) in enumerate(lines))
         sessions.append(Session(f"session_{s}", datetime(2023, 5, s * 7), turns))
     return Conversation("c1", ("Ann", "Bob"), tuple(sessions))
 
@@ -50,8 +56,9 @@ def scripted(request: ChatRequest) -> str:
     if "elementary discourse units" in prompt:
         session = prompt.split("Now the session to process.")[1]
         lines = re.findall(r"^\[(D\d+:\d+)\] (\w+): (.*)$", session, flags=re.M)
-        edus = [{"text": f"{who} said: {text}", "source_turns": [tid]} for tid, who, text in lines]
-        edus.append({"text": "Invented fact about Zyx.", "source_turns": ["D99:1"]})  # ungrounded: dropped
+        edus = [{"text": "Invented fact about Zyx.", "source_turns": ["D99:1"]}]  # ungrounded: dropped
+        edus += [{"text": f"{who} said: {text}", "source_turns": [tid]} for tid, who, text in lines
+                 if not text.startswith(SMALL_TALK)]  # small talk is skipped
         return json.dumps({"edus": edus})
     if "Each numbered sentence" in prompt:
         sentences = re.findall(r"^(\d+)\. (.*)$", prompt.split("Sentences:")[1], flags=re.M)
@@ -94,7 +101,7 @@ def test_emem_g_builds_the_event_graph_with_provenance():
     lm = ReplayLM(scripted)
     pipeline = emem_g(lm)
     memory = pipeline.build(conversation())
-    assert len(memory.edus) == 24  # 6 turns x 4 sessions; the invented EDU is dropped every time
+    assert len(memory.edus) == 24  # 6 facts x 4 sessions; the invented EDU is dropped every time
     for unit in memory.edus.units.values():
         session = unit.attributes["session"]
         assert unit.source_ids and all(sid.startswith(f"D{session[-1]}:") for sid in unit.source_ids)
@@ -110,9 +117,9 @@ def test_emem_g_builds_the_event_graph_with_provenance():
     # arguments were extracted in batches of 8 EDUs, not one call per EDU
     argument_calls = [r for r in lm.requests if "Each numbered sentence" in r.messages[-1]["content"]]
     assert len(argument_calls) == 3
-    # sessions of 6 turns in windows of 4 turns: 2 calls per session
+    # sessions of 8 turns in windows of 4 turns: 2 calls per session, each asking for < 4 EDUs
     edu_calls = [r for r in lm.requests if "elementary discourse units" in r.messages[-1]["content"]]
-    assert len(edu_calls) == 8 and edu_calls[0].json_schema["properties"]["edus"]["maxItems"] == 16
+    assert len(edu_calls) == 8 and edu_calls[0].json_schema["properties"]["edus"]["maxItems"] == 3
 
 
 def test_emem_g_answers_from_ppr_ranked_edus_and_ranks_to_recall_depth():

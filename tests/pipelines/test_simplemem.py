@@ -173,6 +173,23 @@ def test_context_blocks_round_trip_and_answer_parsing():
     assert "[ABSTRACT REPRESENTATIONS]: (none)" in stage.render(AnswerIn("Who?", "")).messages[-1]["content"]
 
 
+def test_answer_suffix_is_memlab_text_inserted_before_the_cue_and_can_be_turned_off():
+    from memlab.prompts import load_prompt
+    from memlab.stages.answer import AnswerIn
+
+    item = AnswerIn("Who plays the cello?", join_context([], ["Bob plays the cello."]))
+    faithful = ReconstructiveAnswerer(lm=ReplayLM([]), answer_suffix=False).render(item).messages[-1]["content"]
+    grounded = ReconstructiveAnswerer(lm=ReplayLM([])).render(item).messages[-1]["content"]
+    a3 = load_prompt("simplemem/answer")
+    suffix = load_prompt("simplemem/answer_suffix")
+    assert a3.status == "published" and suffix.status == "written" and "memlab" in suffix.source
+    assert "abstain only when no retrieved entry" in grounded.lower() and "Abstain" not in faithful
+    # Every A.3 line is kept, in order; the suffix sits between instruction 4 and the cue.
+    a3_lines = faithful.splitlines()
+    assert grounded.splitlines() == a3_lines[:-1] + suffix.body.splitlines() + a3_lines[-1:]
+    assert grounded.rstrip().endswith("FINAL ANSWER:")
+
+
 def test_empty_memory_answers_from_nothing():
     lm = ReplayLM(_script)
     pipeline = _pipeline(lm)

@@ -119,6 +119,26 @@ def test_invalid_output_is_retried_then_falls_back_and_is_counted():
     assert len(stage.failures) == 1 and len(lm.requests) == 2
 
 
+def test_units_all_rejected_by_validation_are_retried_then_fall_back():
+    copied = _reply(_unit("Alice agreed to meet Bob at the Starbucks.", ["Alice", "Bob"]), _unit("  "))
+    lm = ReplayLM([copied, copied])
+    stage = PromptedCompressor(lm=lm)
+    out = stage.run_one(_window())
+    assert out.units == () and "failed validation" in out.error
+    assert len(stage.failures) == 1 and len(lm.requests) == 2
+
+
+def test_a_retry_after_all_units_were_rejected_can_succeed():
+    lm = ReplayLM([_reply(_unit("Alice met Bob.", ["Alice"])), _reply(_unit("Tomas ran a marathon.", ["Tomas"]))])
+    stage = PromptedCompressor(lm=lm)
+    out = stage.run_one(_window())
+    assert [u.text for u in out.units] == ["Tomas ran a marathon."] and out.error is None and stage.failures == []
+
+
+def test_default_budget_leaves_room_for_a_full_list_of_units():
+    assert PromptedCompressor(lm=ReplayLM([])).render(_window()).max_tokens >= 1024
+
+
 def test_provenance_falls_back_to_the_window_ids():
     lm = ReplayLM([_reply(
         _unit("Tomas ran a marathon.", ["Tomas"], source_turns=["D9:9", "nonsense"]),

@@ -24,14 +24,59 @@ def extractor(script, **kwargs) -> PromptedEDUExtractor:
 
 
 def test_render_resolves_dates_in_code_and_bounds_the_output():
-    stage = extractor([json.dumps({"edus": []})], max_edus=5)
+    stage = extractor([], max_edus=5)
     request = stage.render(stage.windows(SegmentIn("c", SESSION))[0])
     prompt = request.messages[-1]["content"]
     session_part = prompt.split("Now the session to process.")[1]
     assert "Session date: 08 May 2023" in session_part
     assert "[D1:1] Caroline: I went to the LGBTQ support group yesterday (7 May 2023)." in session_part
-    assert request.json_schema["properties"]["edus"]["maxItems"] == 5
-    assert "at most 5 EDUs" in prompt
+    # three turns: the call asks for fewer EDUs than turns (2), below max_edus
+    assert request.json_schema["properties"]["edus"]["maxItems"] == 2 and "at most 2 EDUs" in prompt
+    long_session = Session("s", SESSION.timestamp, tuple(Turn(f"D1:{i}", "Ann", f"fact {i}") for i in range(12)))
+    request = stage.render(stage.windows(SegmentIn("c", long_session))[0])
+    assert request.json_schema["properties"]["edus"]["maxItems"] == 5 and "at most 5 EDUs" in request.messages[-1]["content"]
+
+
+def test_default_windows_are_short():
+    session = Session("s", SESSION.timestamp, tuple(Turn(f"D1:{i}", "Ann", f"fact {i}") for i in range(30)))
+    stage = extractor([])
+    assert [len(w.turns) for w in stage.windows(SegmentIn("c", session))] == [12, 12, 6]
+    assert all(stage.edus_per_call(w) < len(w.turns) for w in stage.windows(SegmentIn("c", session)))
+
+
+def _edu(text, source="D1:1"):
+    return {"text": text, "source_turns": [source]}
+
+
+def test_duplicate_edus_are_dropped_within_a_window_and_across_windows():
+    session = Session("s", SESSION.timestamp, TURNS + tuple(Turn(f"D1:{i}", t.speaker, t.text) for i, t in
+                                                            zip((4, 5, 6), TURNS)))
+    reply1 = json.dumps({"edus": [_edu("Caroline went to the LGBTQ support group."),
+                                  _edu("caroline went to the  LGBTQ support-group!", "D1:2"),
+                                  _edu("Melanie signed up for a pottery class.", "D1:2")]})
+    reply2 = json.dumps({"edus": [_edu("Caroline went to the LGBTQ support group.", "D1:4"),
+                                  _edu("Caroline found the stories inspiring.", "D1:6")]})
+    out = extractor([reply1, reply2], max_turns_per_call=3).run_one(SegmentIn("c", session))
+    assert [u.text for u in out.units] == ["Caroline went to the LGBTQ support group.",
+                                           "Melanie signed up for a pottery class.",
+                                           "Caroline found the stories inspiring."]
+    assert out.error is None
+
+
+def test_repetition_loops_are_retried_then_fall_back():
+    looped = json.dumps({"edus": [_edu("Caroline went to the support group.")] * 3})
+    stage = extractor([looped, looped], max_edus=5)
+    out = stage.run_one(SegmentIn("c", SESSION))
+    assert out.units == () and "repeated 3 times" in out.error and len(stage.failures) == 1
+    phrase = json.dumps({"edus": [_edu("Caroline went to the group and the group and the group and the group.")]})
+    cut_off = json.dumps({"edus": [_edu("Melanie signed up for pottery.")] * 3})[:-12]  # 2 complete + 1 cut
+    good = json.dumps({"edus": [_edu("Melanie signed up for a pottery class.", "D1:2")]})
+    stage = extractor([phrase, good, cut_off, good])
+    for _ in range(2):
+        out = stage.run_one(SegmentIn("c", SESSION))
+        assert [u.text for u in out.units] == ["Melanie signed up for a pottery class."] and out.error is None
+    assert len(stage.lm.requests) == 4 and "over and over" in stage.lm.requests[1].messages[-1]["content"]
+    assert "cut off" in stage.lm.requests[3].messages[-1]["content"]
 
 
 def test_long_sessions_are_split_into_windows_of_turns():
@@ -133,6 +178,7 @@ def test_structured_chunks_for_long_turns_and_generic_edus_for_the_rest():
         Turn("t1", "user", "I am planning a trip to Kyoto next month, any ideas?"),
         Turn("t2", "assistant", LONG_ANSWER),
         Turn("t3", "user", "Thanks, I love cycling."),
+        Turn("t4", "user", "Any tips for a rainy day?"),
     ))
 
     def script(request):

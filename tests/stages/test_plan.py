@@ -70,3 +70,43 @@ def test_fixed_planner_and_settings():
         FixedPlanner(depth=0)
     with pytest.raises(ValueError, match="min_depth"):
         PromptedPlanner(lm=ReplayLM([]), min_depth=5, max_depth=3)
+
+
+def test_temporal_constraints_are_nullable_and_null_means_no_range():
+    request = PromptedPlanner(lm=ReplayLM([])).render(PlanIn("Where does Tomas live?"))
+    options = request.json_schema["properties"]["temporalConstraints"]["anyOf"]
+    assert {"type": "null"} in options and any(o.get("type") == "object" for o in options)
+    out = PromptedPlanner(lm=ReplayLM([_plan(temporalConstraints=None)])).run_one(PlanIn("Where does Tomas live?"))
+    assert out.start is None and out.end is None and out.error is None
+
+
+@pytest.mark.parametrize("copied", [
+    {"lexical_keys": ["Starbucks", "Tomas"]},
+    {"lexical_keys": ["bob"]},
+    {"temporalConstraints": {"start": "2025-11-01T00:00:00", "end": "2025-11-30T23:59:59"}},
+    {"semantic_query": "The user is asking about the scheduled meeting with Bob, including location and time."},
+])
+def test_a_plan_copying_the_prompt_example_is_retried_then_falls_back(copied):
+    lm = ReplayLM([_plan(**copied), _plan(**copied)])
+    stage = PromptedPlanner(lm=lm, max_depth=20)
+    out = stage.run_one(PlanIn("What races did Tomas run in March?", datetime(2023, 6, 1)))
+    assert len(lm.requests) == 2 and "example" in out.error
+    assert out.semantic_query == "What races did Tomas run in March?" and out.start is None
+    assert len(stage.failures) == 1
+
+
+def test_a_copy_is_retried_and_the_corrected_plan_is_used():
+    lm = ReplayLM([_plan(lexical_keys=["Starbucks"]), _plan()])
+    out = PromptedPlanner(lm=lm).run_one(PlanIn("What races did Tomas run in March?"))
+    assert out.error is None and out.lexical_keys == ("Tomas", "marathon") and len(lm.requests) == 2
+
+
+def test_example_names_or_year_that_the_query_itself_uses_are_not_copies():
+    stage = PromptedPlanner(lm=ReplayLM([
+        _plan(lexical_keys=["Bob", "Starbucks"]),
+        _plan(temporalConstraints={"start": "2025-11-01", "end": "2025-11-30"}),
+    ]))
+    out = stage.run_one(PlanIn("When did Bob go to Starbucks?"))
+    assert out.error is None and out.lexical_keys == ("Bob", "Starbucks")
+    out = stage.run_one(PlanIn("What did Tomas do last month?", datetime(2025, 12, 3)))
+    assert out.error is None and out.start == datetime(2025, 11, 1)

@@ -8,7 +8,7 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from memlab.stages.synthesize import PromptedSynthesizer, SynthesizeIn, greedy_clusters, merged_unit, union_ids
+from memlab.stages.synthesize import PromptedSynthesizer, SynthesizeIn, complete_link_clusters, merged_unit, union_ids
 from memlab.types import MemoryUnit
 from tests.fakes import ReplayLM
 from tests.memory.helpers import HashingEmbedder
@@ -37,12 +37,25 @@ def _stage(lm, threshold=0.3):
     return PromptedSynthesizer(lm=lm, embedder=HashingEmbedder(), threshold=threshold)
 
 
-def test_greedy_clusters_single_link_in_order_with_a_size_cap():
+def _angles(*degrees) -> np.ndarray:
+    rad = np.radians(degrees)
+    return np.stack([np.cos(rad), np.sin(rad)], axis=1).astype(np.float32)
+
+
+def test_clusters_in_order_with_a_size_cap():
     v = np.array([[1, 0], [0.9, 0.1], [0, 1], [0.95, 0.05]], dtype=np.float32)
     v /= np.linalg.norm(v, axis=1, keepdims=True)
-    assert greedy_clusters(v, 0.9, max_cluster=5) == [[0, 1, 3], [2]]
-    assert greedy_clusters(v, 0.9, max_cluster=2) == [[0, 1], [2], [3]]
-    assert greedy_clusters(np.zeros((0, 2), dtype=np.float32), 0.9, 2) == []
+    assert complete_link_clusters(v, 0.9, max_cluster=5) == [[0, 1, 3], [2]]
+    assert complete_link_clusters(v, 0.9, max_cluster=2) == [[0, 1], [2], [3]]
+    assert complete_link_clusters(np.zeros((0, 2), dtype=np.float32), 0.9, 2) == []
+
+
+def test_complete_link_does_not_chain_unrelated_units():
+    # 0 deg ~ 30 deg ~ 60 deg (cos 30 = 0.87) but 0 deg vs 60 deg is 0.5: single link would merge all three.
+    assert complete_link_clusters(_angles(0, 30, 60), 0.8, max_cluster=5) == [[0, 1], [2]]
+    # A unit that fits two clusters joins the one whose weakest link to it is strongest.
+    assert complete_link_clusters(_angles(0, 90, 50), 0.6, max_cluster=5) == [[0], [1, 2]]
+    assert complete_link_clusters(_angles(0, 90, 45), 0.6, max_cluster=5) == [[0, 2], [1]]  # tie: earliest
 
 
 def test_related_fragments_are_merged_with_the_union_of_provenance_and_an_abstract():

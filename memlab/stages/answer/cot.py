@@ -32,7 +32,7 @@ class CoTAnswerer(PromptedStage, Answerer):
         self,
         lm: LM,
         prompt: str = "emem/answer_cot",
-        max_tokens: int = 320,
+        max_tokens: int = 512,
         temperature: float = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)

@@ -5,6 +5,11 @@ The prompt reads abstract representations and detailed memory units in two block
 ``join_context`` (one entry per line, abstracts marked ``[ABSTRACT]``), so any answerer reads
 it as plain memory text, and this one splits it back into the two blocks with
 ``split_context``.
+
+With ``answer_suffix`` (the default) memlab's short instructions from
+``simplemem/answer_suffix`` (answer from an entry that states or implies the answer, abstain
+only when none does) are inserted before A.3's closing answer cue; every A.3 line stays
+verbatim. ``answer_suffix=False`` renders A.3 alone, the faithful variant.
 """
 
 from __future__ import annotations
@@ -37,11 +42,21 @@ def split_context(context: str) -> tuple[list[str], list[str]]:
 
 class ReconstructiveAnswerer(PromptedStage, Answerer):
     """One call on ``prompt`` (placeholders ``user_query``, ``retrieved_abstracts``,
-    ``retrieved_units``). When the question date is known it is stated before the units."""
+    ``retrieved_units``). When the question date is known it is stated before the units.
+    ``suffix`` (used when ``answer_suffix``) goes before the prompt's last line, its answer cue."""
 
-    def __init__(self, lm: LM, prompt: str = "simplemem/answer", max_tokens: int = 64, temperature: float = 0.0) -> None:
+    def __init__(
+        self,
+        lm: LM,
+        prompt: str = "simplemem/answer",
+        answer_suffix: bool = True,
+        suffix: str = "simplemem/answer_suffix",
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+    ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         self.prompt = load_prompt(prompt)
+        self.suffix = load_prompt(suffix).render() if answer_suffix else None
 
     def render(self, item: AnswerIn) -> ChatRequest:
         abstracts, units = split_context(item.context)
@@ -51,6 +66,9 @@ class ReconstructiveAnswerer(PromptedStage, Answerer):
         text = self.prompt.render(
             user_query=item.question, retrieved_abstracts=block(abstracts), retrieved_units=block(units)
         )
+        if self.suffix is not None:
+            body, _, cue = text.rstrip().rpartition("\n")
+            text = f"{body}\n{self.suffix}\n{cue}"
         return self.request(text)
 
     def parse(self, text: str, item: AnswerIn) -> AnswerOut:

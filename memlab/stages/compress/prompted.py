@@ -15,6 +15,9 @@ it changes the algorithm, and all of it is harmless for a strong model):
   invented people). A timestamp that does not parse, or lies outside
   ``[window time - max_past_years, window time + max_future_years]``, is replaced by the
   window's time.
+* An explicit empty ``memory_units`` list is a valid answer (the window is gated out), but a
+  reply whose units were *all* rejected by validation is a ``ParseError``, so the call is
+  retried (then falls back) instead of silently losing the window.
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ class PromptedCompressor(PromptedStage, Compressor):
         max_sources: int = 3,
         max_past_years: int = 30,
         max_future_years: int = 5,
-        max_tokens: int = 640,
+        max_tokens: int = 1024,
         temperature: float = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
@@ -159,6 +162,11 @@ class PromptedCompressor(PromptedStage, Compressor):
                 units.append(unit)
             if len(units) >= self.max_units:
                 break
+        if data["memory_units"] and not units:
+            raise ParseError(
+                f"all {len(data['memory_units'])} memory units failed validation against the window "
+                "(empty content, or people/entities that are not in the dialogue)"
+            )
         return CompressOut(units=tuple(units))
 
     def to_unit(self, raw: dict[str, Any], item: CompressIn, window_text: str, index: int) -> MemoryUnit | None:

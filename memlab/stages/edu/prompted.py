@@ -6,10 +6,24 @@ call; the output is JSON-schema constrained with at most ``max_edus`` items; a l
 can be split into windows of ``max_turns_per_call`` turns and ``max_chars_per_call``
 characters (``None`` turns: the whole session in one call, as in the paper, when it fits); every EDU's source ids are checked against the window
 (``validate_sources``) and EDUs sharing no word with the window are dropped.
+
+Guards against the weak model's degenerate outputs (the first 1.5B runs looped):
+
+* Windows are short by default (``max_turns_per_call`` = 12), so one call's input and
+  output stay short, and a call asks for fewer EDUs than its window has turns
+  (``edus_per_call``), which leaves no room for padding the list with repeats.
+* EDUs are de-duplicated on normalised text (case, punctuation and spacing ignored) within
+  a window and across the windows of a session; the first occurrence is kept.
+* A repetition loop is a ``ParseError`` (retried, then the window falls back to no EDUs):
+  the same EDU ``loop_repeats`` times or more, an EDU repeating one short phrase
+  (2-4 words) ``loop_repeats + 1`` times or more, or output cut off (no closing brace)
+  that repeats an EDU.
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass
 
 from memlab.lm.base import LM, ChatRequest, ParseError
@@ -57,6 +71,33 @@ def annotated_lines(session: Session, turns: tuple[Turn, ...], normalizer: RuleT
     return tuple(f"[{turn.id}] {text}" for turn, text in zip(turns, texts))
 
 
+_NON_WORD = re.compile(r"[^\w\s]+")
+
+
+def normalised(text: str) -> str:
+    """The de-duplication key of an EDU: lower case, no punctuation, single spaces."""
+    return " ".join(_NON_WORD.sub(" ", text.casefold()).split())
+
+
+def repetition_loop(texts: list[str], truncated: bool, repeats: int = 3) -> str | None:
+    """Why ``texts`` (one reply's EDUs) look like a decoding loop; None when they do not."""
+    counts = Counter(normalised(t) for t in texts if normalised(t))
+    if counts:
+        text, times = counts.most_common(1)[0]
+        if times >= repeats:
+            return f"the same EDU is repeated {times} times ({text[:60]!r})"
+        if truncated and times >= 2:
+            return "the output was cut off while repeating EDUs"
+    for text in texts:
+        words = normalised(text).split()
+        for n in (2, 3, 4):
+            grams = Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+            if grams and max(grams.values()) > repeats:
+                phrase = " ".join(grams.most_common(1)[0][0])
+                return f"an EDU repeats the phrase {phrase!r} over and over"
+    return None
+
+
 class PromptedEDUExtractor(PromptedStage, EDUExtractor):
     """EDU extractor of EMem 3.2 (see the module docstring); prompt ``emem/edu_extract``."""
 
@@ -64,11 +105,12 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
         self,
         lm: LM,
         prompt: str = "emem/edu_extract",
-        max_edus: int = 16,
-        max_turns_per_call: int | None = 20,
+        max_edus: int = 10,
+        max_turns_per_call: int | None = 12,
         max_chars_per_turn: int = 1200,
         max_chars_per_call: int = 6000,
         max_tokens: int = 768,
+        loop_repeats: int = 3,
         temperature: float = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
@@ -81,6 +123,7 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
         self.max_turns_per_call = max_turns_per_call
         self.max_chars_per_turn = max_chars_per_turn
         self.max_chars_per_call = max_chars_per_call
+        self.loop_repeats = loop_repeats
         self.normalizer = RuleTemporalNormalizer()
 
     # -- windows -------------------------------------------------------------------------
@@ -103,14 +146,23 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
             for n, group in enumerate(groups)
         ]
 
+    def edus_per_call(self, window: _Window) -> int:
+        """At most ``max_edus``, and fewer than the window's turns (at least one)."""
+        return max(1, min(self.max_edus, len(window.turns) - 1))
+
     def forward(self, batch: list[SegmentIn]) -> list[SegmentOut]:  # type: ignore[override]
         windows = [w for item in batch for w in self.windows(item)]
         results = PromptedStage.forward(self, windows) if windows else []
         by_session: dict[tuple[str, str], list[MemoryUnit]] = {}
+        seen: dict[tuple[str, str], set[str]] = {}
         errors: dict[tuple[str, str], str] = {}
         for window, (units, error) in zip(windows, results):
             key = (window.conversation_id, window.session.id)
-            by_session.setdefault(key, []).extend(units)
+            keys = seen.setdefault(key, set())
+            for unit in units:  # the same EDU from two windows of one session: keep the first
+                if normalised(unit.text) not in keys:
+                    keys.add(normalised(unit.text))
+                    by_session.setdefault(key, []).append(unit)
             if error:
                 errors[key] = error
         return [
@@ -121,16 +173,25 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
 
     # -- one call ------------------------------------------------------------------------
     def render(self, item: _Window) -> ChatRequest:  # type: ignore[override]
-        text = self.prompt.render(date=format_date(item.session), turns="\n".join(item.lines), max_edus=self.max_edus)
-        return self.request(text, json_schema=edu_schema(self.max_edus))
+        limit = self.edus_per_call(item)
+        text = self.prompt.render(date=format_date(item.session), turns="\n".join(item.lines), max_edus=limit)
+        return self.request(text, json_schema=edu_schema(limit))
 
     def parse(self, text: str, item: _Window) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]
-        rows = parse_json(text, edu_schema())["edus"][: self.max_edus]
+        rows = parse_json(text, edu_schema())["edus"]
+        truncated = not text.rstrip().rstrip("`").rstrip().endswith("}")
+        loop = repetition_loop([str(row["text"]) for row in rows], truncated, self.loop_repeats)
+        if loop is not None:
+            raise ParseError(f"repetition loop: {loop}; write each EDU once")
         units = []
+        seen: set[str] = set()
         for row in rows:
+            if len(units) >= self.edus_per_call(item):
+                break
             edu = " ".join(row["text"].split())
-            if not edu or not grounded(edu, item.turns):
+            if not edu or normalised(edu) in seen or not grounded(edu, item.turns):
                 continue
+            seen.add(normalised(edu))
             sources = validate_sources(row.get("source_turns", ()), edu, item.turns)
             if not sources:
                 continue

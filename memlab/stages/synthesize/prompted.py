@@ -1,9 +1,14 @@
 """Prompted synthesizer: embedding clusters within a session, then one LLM call per cluster.
 
 How "related" is decided (the paper leaves it open): the session's units are embedded and
-clustered greedily in extraction order — a unit joins the earliest cluster holding a unit
-whose cosine similarity to it is at least ``threshold`` (single link), unless that cluster
-already has ``max_cluster`` units; otherwise it starts a new cluster. Clusters of one unit
+clustered greedily in extraction order with **complete link** — a unit may join a cluster
+only if its cosine similarity to *every* member is at least ``threshold`` and the cluster
+has fewer than ``max_cluster`` units; of the clusters it may join it takes the one whose
+weakest link to it is strongest (the earliest on a tie), otherwise it starts a new cluster.
+Why complete link: single link chained unrelated facts (A~B and B~C put A and C in one
+merge although A and C are unrelated), and average link still lets a close pair carry an
+unrelated third fragment into a merge; a false merge loses facts, a missed merge only
+leaves two entries, so the strict criterion is the safe one. Clusters of one unit
 are committed as they are. A cluster whose fragments all say the same thing (identical
 text, e.g. the same fact from two overlapping windows) is merged without a call. Any other
 cluster gets one call on ``prompt`` (section 2.2, written), which returns a consolidated
@@ -46,17 +51,20 @@ class Merge:
     fragments: tuple[MemoryUnit, ...]
 
 
-def greedy_clusters(vectors: np.ndarray, threshold: float, max_cluster: int) -> list[list[int]]:
-    """Single-link greedy clustering in input order (see the module docstring)."""
+def complete_link_clusters(vectors: np.ndarray, threshold: float, max_cluster: int) -> list[list[int]]:
+    """Greedy complete-link clustering of unit vectors in input order (see the module docstring)."""
     clusters: list[list[int]] = []
     similarity = vectors @ vectors.T if len(vectors) else np.zeros((0, 0))
     for i in range(len(vectors)):
+        best, best_link = None, threshold
         for cluster in clusters:
-            if len(cluster) < max_cluster and max(similarity[i, j] for j in cluster) >= threshold:
-                cluster.append(i)
-                break
-        else:
+            weakest = float(similarity[i, cluster].min())
+            if len(cluster) < max_cluster and weakest >= best_link and (best is None or weakest > best_link):
+                best, best_link = cluster, weakest
+        if best is None:
             clusters.append([i])
+        else:
+            best.append(i)
     return clusters
 
 
@@ -88,7 +96,7 @@ class PromptedSynthesizer(PromptedStage, Synthesizer):
             return []
         vectors = np.asarray(self.embedder.encode([u.text for u in item.units]), dtype=np.float32)
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        groups = greedy_clusters(vectors, self.threshold, self.max_cluster)
+        groups = complete_link_clusters(vectors, self.threshold, self.max_cluster)
         return [Cluster(item, k, tuple(item.units[i] for i in group)) for k, group in enumerate(groups)]
 
     def forward(self, batch: list[SynthesizeIn]) -> list[SynthesizeOut]:  # type: ignore[override]
