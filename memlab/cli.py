@@ -2,6 +2,8 @@
 
   memlab run CONFIG [--data PATH] [--conversations ID,...] [--max-questions N]
                     [--categories NAMES] [--retrieval-only] [--out DIR] [key=value ...]
+  memlab train RECIPE --config PATH [key=value ...]
+  memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...]
   memlab models
 """
 
@@ -33,6 +35,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="output folder (default: runs/<config>-<time>)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    train = commands.add_parser("train", help="run a training recipe (train/<RECIPE>.py) with its config")
+    train.add_argument("recipe", help="recipe name, e.g. finetune_reranker (a script in train/)")
+    train.add_argument("--config", required=True, help="training YAML (configs/train/*.yaml)")
+    train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=1e-4 output_dir=checkpoints/x")
+
+    evaluate = commands.add_parser("evaluate-stage", help="evaluate a saved stage (reranker or router) on data")
+    evaluate.add_argument("checkpoint", help="folder written by Stage.save (e.g. checkpoints/reranker-minilm-turns)")
+    evaluate.add_argument("--data", help="LoCoMo JSON (default: the embedded sample)")
+    evaluate.add_argument("--conversations", help="comma-separated conversation ids to keep")
+    evaluate.add_argument("--depth", type=int, default=50,
+                          help="reranker: first-stage candidates re-ranked per question (default 50)")
+
     commands.add_parser("models", help="list the known local models and whether they are installed")
     return parser
 
@@ -43,24 +57,17 @@ def _csv(value: str | None) -> tuple[str, ...] | None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from memlab.config import build_pipeline, dump_config, instantiate
-    from memlab.data import DataError, load_dataset, load_sample
+    from memlab.data import DataError
     from memlab.eval.report import format_table
     from memlab.eval.runner import RunOptions, run_benchmark
 
     overrides = list(args.overrides)
     pipeline, runner_settings, tree = build_pipeline(args.config, overrides)
     try:
-        conversations = load_dataset(args.data) if args.data else load_sample()
-    except DataError as e:
+        conversations = _load_conversations(args)
+    except (DataError, ValueError) as e:
         log.error("%s", e)
         return 2
-    wanted = _csv(args.conversations)
-    if wanted:
-        unknown = set(wanted) - {c.id for c in conversations}
-        if unknown:
-            log.error("unknown conversation ids %s (known: %s)", sorted(unknown), [c.id for c in conversations])
-            return 2
-        conversations = [c for c in conversations if c.id in wanted]
     options = RunOptions(
         retrieval_only=args.retrieval_only,
         max_questions=args.max_questions,
@@ -100,6 +107,60 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_conversations(args: argparse.Namespace):
+    from memlab.data import load_dataset, load_sample
+
+    conversations = load_dataset(args.data) if args.data else load_sample()
+    wanted = _csv(args.conversations)
+    if wanted:
+        unknown = set(wanted) - {c.id for c in conversations}
+        if unknown:
+            raise ValueError(f"unknown conversation ids {sorted(unknown)} (known: {[c.id for c in conversations]})")
+        conversations = [c for c in conversations if c.id in wanted]
+    return conversations
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from memlab.training import load_recipe_config, run_recipe
+
+    config = load_recipe_config(args.config, list(args.overrides))
+    if config["recipe"] != args.recipe:
+        log.error("%s is a config for recipe %r, not %r", args.config, config["recipe"], args.recipe)
+        return 2
+    summary = run_recipe(args.recipe, config)
+    print(json.dumps(summary, indent=2, default=str))
+    return 0
+
+
+def cmd_evaluate_stage(args: argparse.Namespace) -> int:
+    from memlab.data import DataError
+    from memlab.embed import SentenceTransformerEmbedder
+    from memlab.eval.stage_eval import evaluate_reranker, evaluate_router, reranker_candidates
+    from memlab.stage import Stage, StageError
+    from memlab.stages.rerank import Reranker
+    from memlab.stages.route import IntentRouter
+
+    try:
+        stage = Stage.load(args.checkpoint)
+        conversations = _load_conversations(args)
+    except (StageError, DataError, ValueError) as e:
+        log.error("%s", e)
+        return 2
+    stage.eval()
+    if isinstance(stage, Reranker):
+        items = reranker_candidates(conversations, SentenceTransformerEmbedder(), depth=args.depth)
+        result = evaluate_reranker(stage, items)
+    elif isinstance(stage, IntentRouter):
+        result = evaluate_router(stage, conversations)
+    else:
+        log.error("%s: evaluate-stage knows rerankers and routers, not %s", args.checkpoint, type(stage).__name__)
+        return 2
+    result = {"checkpoint": str(args.checkpoint), "stage": type(stage).__name__,
+              "data": args.data or "embedded sample", "conversations": [c.id for c in conversations], **result}
+    print(json.dumps(result, indent=2))
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from memlab.lm.models import model_status
 
@@ -116,14 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     # Overrides may come before or after options: argparse leaves the later ones unparsed.
     args, extra = parser.parse_known_args(argv)
     unknown = [e for e in extra if e.startswith("-") or "=" not in e]
-    if unknown or (extra and args.command != "run"):
+    if unknown or (extra and args.command not in ("run", "train")):
         parser.error(f"unrecognized arguments: {' '.join(unknown or extra)}")
     if extra:
         args.overrides = list(args.overrides) + extra
     from memlab.config import ConfigError
 
     try:
-        return {"run": cmd_run, "models": cmd_models}[args.command](args)
+        commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage, "models": cmd_models}
+        return commands[args.command](args)
     except ConfigError as e:
         log.error("%s", e)
         return 2

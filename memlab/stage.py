@@ -21,10 +21,16 @@ outputs: ``forward(batch: list[In]) -> list[Out]``, one output per input, in ord
 * **Trainable stages** are ordinary ``nn.Module``s with parameters; they add what training
   needs (``featurize``, ``loss`` ...) as their family requires.
 * **Serialisation.** ``save(dir)`` writes ``config.json`` (class path + the JSON-serialisable
-  init kwargs, recorded automatically), ``model.safetensors`` (the state dict, when there is
-  one) and ``versions.json``; ``Stage.load(dir, **collaborators)`` rebuilds it. The folder is
+  init kwargs, recorded automatically), ``model.safetensors`` (``checkpoint_state()``, when
+  there is one) and ``versions.json``; ``Stage.load(dir, **collaborators)`` rebuilds it. The folder is
   written to a temporary sibling and renamed, so a crash never leaves half a checkpoint.
   Stage classes live in the ``memlab`` package, never in a script's ``__main__``.
+  ``checkpoint_state()`` is the full state dict by default; a stage whose construction
+  rebuilds part of its weights (a frozen packaged base under a LoRA adapter) returns only
+  what differs, and loading checks that every saved key lands on a parameter and that
+  nothing ``checkpoint_state()`` names is missing. ``load_stage(path)`` is the same load as
+  a function, so a config node ``{_component_: memlab.stage.load_stage, path: ...}`` puts a
+  checkpoint into any slot.
 """
 
 from __future__ import annotations
@@ -104,7 +110,7 @@ class Stage(nn.Module, Generic[In, Out]):
         try:
             config = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "kwargs": self.init_kwargs}
             (tmp / "config.json").write_text(json.dumps(config, indent=2))
-            state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+            state = {k: v.detach().cpu().contiguous() for k, v in self.checkpoint_state().items()}
             if state:
                 from safetensors.torch import save_file
 
@@ -118,6 +124,10 @@ class Stage(nn.Module, Generic[In, Out]):
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return target
+
+    def checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """The tensors ``save`` writes: the full state dict unless a stage saves only a subset."""
+        return self.state_dict()
 
     def _save_extra(self, directory: Path) -> None:
         """Hook for stages with more to save than a state dict (e.g. a PEFT adapter)."""
@@ -151,13 +161,25 @@ class Stage(nn.Module, Generic[In, Out]):
         return stage
 
     def _load_state(self, state: dict[str, torch.Tensor], directory: Path) -> None:
-        missing, unexpected = self.load_state_dict(state, strict=False)
+        # A subset checkpoint is fine; a saved key that fits nowhere, or a key the stage
+        # would have saved but that is absent, means the checkpoint is for another stage.
+        unexpected = sorted(set(state) - set(self.state_dict()))
+        missing = sorted(set(self.checkpoint_state()) - set(state))
         if missing or unexpected:
             raise StageError(f"{directory}: weights do not match {type(self).__name__} "
                              f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+        try:
+            self.load_state_dict(state, strict=False)
+        except RuntimeError as e:  # shape mismatches
+            raise StageError(f"{directory}: weights do not match {type(self).__name__}: {e}") from None
 
     def _load_extra(self, directory: Path) -> None:
         """Hook mirroring ``_save_extra``."""
+
+
+def load_stage(path: str | os.PathLike, **collaborators: Any) -> Stage:
+    """``Stage.load`` as a function for config nodes; a relative ``path`` is taken from the cwd."""
+    return Stage.load(Path(path).expanduser().absolute(), **collaborators)
 
 
 def _recording_init(init):

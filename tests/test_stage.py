@@ -1,6 +1,8 @@
 import json
 
 import pytest
+import torch
+import yaml
 
 from memlab.lm.base import ParseError
 from memlab.prompts import PromptError, load_prompt
@@ -88,3 +90,68 @@ def test_prompt_files_have_sources():
         template.render(context="x")
     with pytest.raises(PromptError, match="no prompt file"):
         load_prompt("compassmem/nope")
+
+
+class _Scaler(Stage):
+    """A stage with two parameters, of which only ``scale`` is checkpointed (like a LoRA adapter)."""
+
+    def __init__(self, factor: float = 1.0) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor([factor]))
+        self.base = torch.nn.Parameter(torch.tensor([2.0]), requires_grad=False)
+
+    def checkpoint_state(self):
+        return {"scale": self.state_dict()["scale"]}
+
+    def forward(self, batch):
+        return [float(x * self.scale * self.base) for x in batch]
+
+
+@pytest.fixture
+def scaler_in_memlab(monkeypatch):
+    """Saved stages must be importable from ``memlab``: lend the test class a place there."""
+    import memlab.stage
+
+    monkeypatch.setattr(_Scaler, "__module__", "memlab.stage")
+    monkeypatch.setattr(memlab.stage, "_Scaler", _Scaler, raising=False)
+
+
+def test_checkpoint_state_saves_a_subset_and_loading_checks_every_key(tmp_path, scaler_in_memlab):
+    from safetensors.torch import load_file, save_file
+
+    stage = _Scaler()
+    with torch.no_grad():
+        stage.scale.fill_(3.0)
+    stage.save(tmp_path / "s")
+    assert set(load_file(str(tmp_path / "s" / "model.safetensors"))) == {"scale"}
+    assert Stage.load(tmp_path / "s")([1.0]) == [6.0]
+    save_file({"scale": torch.tensor([1.0]), "stray": torch.tensor([0.0])}, str(tmp_path / "s" / "model.safetensors"))
+    with pytest.raises(StageError, match="unexpected \\['stray'\\]"):
+        Stage.load(tmp_path / "s")
+    save_file({"base": torch.tensor([1.0])}, str(tmp_path / "s" / "model.safetensors"))
+    with pytest.raises(StageError, match="missing \\['scale'\\]"):
+        Stage.load(tmp_path / "s")
+    save_file({"scale": torch.tensor([1.0, 2.0])}, str(tmp_path / "s" / "model.safetensors"))
+    with pytest.raises(StageError, match="do not match"):
+        Stage.load(tmp_path / "s")
+
+
+def test_load_stage_puts_a_checkpoint_into_a_config_slot(tmp_path, monkeypatch, scaler_in_memlab):
+    from memlab.config import instantiate, validate
+
+    stage = _Scaler(factor=1.5)
+    with torch.no_grad():
+        stage.scale.fill_(4.0)
+    stage.save(tmp_path / "checkpoints" / "scaler")
+    monkeypatch.chdir(tmp_path)  # a relative path is taken from the cwd
+    node = yaml.safe_load("stage:\n  _component_: memlab.stage.load_stage\n  path: checkpoints/scaler\n")
+    validate(node)
+    loaded = instantiate(node)["stage"]
+    assert isinstance(loaded, _Scaler) and loaded([1.0]) == [8.0]
+    answerer = PromptedAnswerer(lm=ReplayLM([]), max_tokens=7)
+    answerer.save(tmp_path / "ans")
+    lm = ReplayLM([])
+    built = instantiate({"_component_": "memlab.stage.load_stage", "path": "ans", "lm": lm})
+    assert built.lm is lm and built.max_tokens == 7
+    with pytest.raises(StageError, match="no config.json"):
+        instantiate({"_component_": "memlab.stage.load_stage", "path": "nowhere"})

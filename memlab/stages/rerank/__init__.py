@@ -1,3 +1,7 @@
 from memlab.stages.rerank.base import RerankIn, RerankOut, Reranker
+from memlab.stages.rerank.baselines import CosineReranker, FusionReranker
+from memlab.stages.rerank.neural import CrossEncoderReranker
+from memlab.stages.rerank.prompted import PromptedReranker
 
-__all__ = ["RerankIn", "RerankOut", "Reranker"]
+__all__ = ["CosineReranker", "CrossEncoderReranker", "FusionReranker", "PromptedReranker", "RerankIn", "RerankOut",
+           "Reranker"]

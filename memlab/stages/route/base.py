@@ -12,11 +12,13 @@ Contract
   date, or the latest time in memory when the question has none); without it there is no
   time window.
 * ``RouteOut.intent`` is one of the router's ``intents``; ``question_type`` is one of its
-  ``question_types`` or ``None``. A router never sees a gold category.
+  ``question_types`` or ``None``. ``complexity`` is SimpleMem's retrieval complexity
+  (section 2.3: ``"LOW"`` for a single-fact lookup, ``"HIGH"`` for a question that needs
+  several memories combined), or ``None`` from routers that do not estimate it. A router
+  never sees a gold category.
 * Implementations: ``RuleRouter`` (keyword patterns), ``PromptedRouter`` (a local or served
-  LLM, JSON-schema constrained). A trainable classifier fits the same slot: subclass
-  ``IntentRouter``, predict ``intent``/``question_type`` from ``RouteIn.question``, and fill
-  the time window and keywords with ``query_signals`` like the others do.
+  LLM, JSON-schema constrained), ``QueryRouter`` (a trainable encoder with one classifier
+  head per signal). Each fills the time window and keywords with ``query_signals``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class RouteOut:
     time_window: tuple[date, date] | None = None
     keywords: tuple[str, ...] = ()
     error: str | None = None
+    #: SimpleMem's retrieval complexity (2.3), "LOW" / "HIGH", or None when not estimated.
+    complexity: str | None = None
 
 
 class IntentRouter(Stage[RouteIn, RouteOut]):

@@ -1,0 +1,380 @@
+"""Training data for memlab's trainable stages, derived from LoCoMo-format conversations.
+
+Every data set is a ``datasets.Dataset`` whose ``info.description`` is its dataset card:
+what each row is, how labels were derived, the arguments used and what was skipped.
+
+Splits are always **by conversation**: a conversation is entirely train or entirely
+evaluation (``fixed_split``: the 5/2 split with ``FIXED_EVAL_IDS`` held out over the 7 dev
+conversations; ``leave_one_out``: one split per conversation).
+
+* **Reranking** (``rerank_examples``): (question, unit text, label); label 1 when the unit's
+  ``source_ids`` hold a gold evidence turn. Hard negatives are the best-ranked non-positive
+  units of the BM25 and dense rankings of a ``UnitMemory`` over the same units. Units are
+  turns by default (exactly ``TurnSegmenter``'s, as ``rag_turns`` hands them to a reranker) or
+  whatever a ``units`` callable makes (EMem EDUs, MAGMA events ...).
+* **Routing** (``routing_examples``): question -> LoCoMo question type (5 classes), retrieval
+  intent and complexity. LoCoMo has no intent labels; they are derived by this documented
+  mapping (not by a teacher model):
+
+  - ``intent`` = ``WHEN`` for temporal questions (and for adversarial questions matching a
+    ``DEFAULT_INTENT_RULES["WHEN"]`` pattern: their category says nothing of what they ask); else ``WHY`` when the question asks for a
+    reason or cause (any pattern of ``memlab.stages.route.rules.DEFAULT_INTENT_RULES["WHY"]``
+    matches, case-insensitively); else ``ENTITY`` (MAGMA 3.3's T_q).
+  - ``complexity`` = ``HIGH`` for multi-hop and open-domain questions (aggregation or
+    reasoning over several facts), ``LOW`` otherwise (single-fact lookups; SimpleMem 2.3).
+
+* **Traversal** (``traversal_targets``): per question, the unit / graph-node ids whose
+  provenance holds a gold evidence turn: the nodes a traversal policy should reach.
+* **Distillation** (``distillation_examples``): a prompted stage's cached LM calls as
+  (messages, completion) pairs, to fine-tune a local model in its place.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import datasets
+
+from memlab.types import ANSWERABLE_CATEGORIES, LOCOMO_CATEGORIES, Conversation, MemoryUnit, Question
+
+if TYPE_CHECKING:  # imported lazily: building data sets must not load the memory stack eagerly
+    from memlab.embed.base import Embedder
+    from memlab.lm.cache import ResponseCache
+    from memlab.pipelines.magma_memory import MagmaMemory
+
+#: The evaluation conversations of the fixed 5/2 split over the 7 LoCoMo dev conversations.
+FIXED_EVAL_IDS: tuple[str, ...] = ("conv-26", "conv-30")
+
+
+# -- splits -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Split:
+    """A by-conversation split: ``train_ids`` and ``eval_ids`` never share a conversation."""
+
+    name: str
+    train_ids: tuple[str, ...]
+    eval_ids: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        shared = sorted(set(self.train_ids) & set(self.eval_ids))
+        if shared:
+            raise ValueError(f"split {self.name!r}: conversations {shared} are in both train and eval")
+        if not self.train_ids:
+            raise ValueError(f"split {self.name!r}: no training conversation left")
+        if not self.eval_ids:
+            raise ValueError(f"split {self.name!r}: no evaluation conversation")
+
+
+def _unique_ids(conversation_ids: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(conversation_ids, str):
+        raise TypeError(f"expected a sequence of conversation ids, got one string {conversation_ids!r}")
+    return tuple(dict.fromkeys(conversation_ids))
+
+
+def fixed_split(conversation_ids: Iterable[str], eval_ids: Sequence[str] = FIXED_EVAL_IDS) -> Split:
+    """``eval_ids`` held out, every other conversation for training."""
+    ids = _unique_ids(conversation_ids)
+    eval_ids = _unique_ids(eval_ids)
+    missing = [i for i in eval_ids if i not in ids]
+    if missing:
+        raise ValueError(f"fixed_split: evaluation conversations {missing} are not among {list(ids)}")
+    train = tuple(i for i in ids if i not in eval_ids)
+    if not train:
+        raise ValueError(f"fixed_split: holding out {list(eval_ids)} leaves no training conversation")
+    return Split(name="fixed-" + "+".join(eval_ids), train_ids=train, eval_ids=eval_ids)
+
+
+def leave_one_out(conversation_ids: Iterable[str]) -> list[Split]:
+    """One split per conversation, holding it out and training on all the others."""
+    ids = _unique_ids(conversation_ids)
+    if len(ids) < 2:
+        raise ValueError(f"leave_one_out needs at least 2 conversations, got {list(ids)}")
+    return [Split(name=f"loo-{held}", train_ids=tuple(i for i in ids if i != held), eval_ids=(held,)) for held in ids]
+
+
+def split_conversations(
+    conversations: Sequence[Conversation], split: Split
+) -> tuple[list[Conversation], list[Conversation]]:
+    """The (train, eval) conversations of ``split``, in the split's id order."""
+    by_id = {c.id: c for c in conversations}
+    missing = [i for i in (*split.train_ids, *split.eval_ids) if i not in by_id]
+    if missing:
+        raise ValueError(f"split {split.name!r}: conversations {missing} are not in the data ({sorted(by_id)})")
+    return [by_id[i] for i in split.train_ids], [by_id[i] for i in split.eval_ids]
+
+
+# -- reranking ----------------------------------------------------------------------------
+RERANK_FEATURES = datasets.Features(
+    {
+        "conversation_id": datasets.Value("string"),
+        "question_id": datasets.Value("string"),
+        "question": datasets.Value("string"),
+        "unit_id": datasets.Value("string"),
+        "text": datasets.Value("string"),
+        "label": datasets.Value("int64"),
+        "source": datasets.Value("string"),
+        "rank": datasets.Value("int64"),
+    }
+)
+
+
+def turn_units(conversation: Conversation) -> list[MemoryUnit]:
+    """One unit per turn, exactly as ``TurnSegmenter`` (the ``rag_turns`` segmenter) makes them."""
+    from memlab.stages.segment import SegmentIn, TurnSegmenter
+
+    outputs = TurnSegmenter()([SegmentIn(conversation.id, session) for session in conversation.sessions])
+    return [unit for out in outputs for unit in out.units]
+
+
+def magma_event_units(memory: "MagmaMemory") -> list[MemoryUnit]:
+    """The event nodes of a built MAGMA memory as units (their ``source_ids`` are the provenance)."""
+    return [memory.unit(i) for i in memory.events()]
+
+
+def is_positive(unit: MemoryUnit, evidence: Iterable[str]) -> bool:
+    return not set(unit.source_ids).isdisjoint(evidence)
+
+
+def rerank_examples(
+    conversations: Sequence[Conversation],
+    embedder: "Embedder",
+    units: Callable[[Conversation], list[MemoryUnit]] | None = None,
+    negatives: int = 8,
+    candidates: int = 50,
+    rrf_k: int = 10,
+    categories: Sequence[str] = ANSWERABLE_CATEGORIES,
+    seed: int = 0,
+) -> datasets.Dataset:
+    """Labelled (question, unit) pairs for a reranker (see the module docstring).
+
+    Per question of ``categories`` with gold evidence: every positive unit (``source="positive"``,
+    ``rank`` = its rank in the hybrid RRF ranking of the first ``candidates`` per side, -1 when
+    outside it), then up to ``negatives`` hard negatives, half from BM25 and half from dense
+    (``rank`` = rank in that ranking), best ranks first, a unit taken once. With an odd
+    ``negatives`` the side getting the extra one is drawn from ``seed`` and the question id;
+    a side that runs out is topped up from the other. Questions without a positive unit are
+    skipped and counted in the card.
+    """
+    from memlab.memory.index import rrf_fuse
+    from memlab.memory.store import UnitMemory
+
+    if negatives < 0 or candidates < 1:
+        raise ValueError(f"need negatives >= 0 and candidates >= 1, got {negatives} and {candidates}")
+    unknown = sorted(set(categories) - set(LOCOMO_CATEGORIES.values()))
+    if unknown:
+        raise ValueError(f"unknown categories {unknown}; LoCoMo has {list(LOCOMO_CATEGORIES.values())}")
+    make_units = units or turn_units
+    rows: list[dict[str, Any]] = []
+    counts = {"questions": 0, "no_evidence": 0, "no_positive_unit": 0, "positives": 0, "negatives": 0}
+    for conversation in conversations:
+        conversation_units = make_units(conversation)
+        if not conversation_units:
+            raise ValueError(f"conversation {conversation.id}: the units callable gave no units")
+        memory = UnitMemory.build(conversation_units, embedder)
+        for question in conversation.questions:
+            if question.category not in categories:
+                continue
+            if not question.evidence:
+                counts["no_evidence"] += 1
+                continue
+            positives = [u for u in conversation_units if is_positive(u, question.evidence)]
+            if not positives:
+                counts["no_positive_unit"] += 1
+                continue
+            counts["questions"] += 1
+            bm25 = [r.unit.id for r in memory.search_bm25(question.text, k=candidates)]
+            dense = [r.unit.id for r in memory.search_dense(question.text, k=candidates)]
+            hybrid = [i for i, _ in rrf_fuse([dense, bm25], k=rrf_k)]
+            positive_ids = {u.id for u in positives}
+
+            def row(unit: MemoryUnit, label: int, source: str, rank: int) -> dict[str, Any]:
+                return {
+                    "conversation_id": conversation.id, "question_id": question.id, "question": question.text,
+                    "unit_id": unit.id, "text": unit.text, "label": label, "source": source, "rank": rank,
+                }
+
+            for unit in positives:
+                rows.append(row(unit, 1, "positive", hybrid.index(unit.id) if unit.id in hybrid else -1))
+            rng = random.Random(f"{seed}:{question.id}")
+            picked = _pick_negatives(
+                {"bm25": [i for i in bm25 if i not in positive_ids], "dense": [i for i in dense if i not in positive_ids]},
+                negatives,
+                extra_to=rng.choice(["bm25", "dense"]),
+            )
+            for unit_id, source in picked:
+                rank = (bm25 if source == "bm25" else dense).index(unit_id)
+                rows.append(row(memory.get(unit_id), 0, source, rank))
+            counts["positives"] += len(positives)
+            counts["negatives"] += len(picked)
+    card = f"""memlab reranking supervision (memlab.data.supervision.rerank_examples).
+Rows: one (question, memory unit) pair; label 1 when the unit's source_ids contain a gold evidence turn id, else 0.
+Units: {"turn units (TurnSegmenter, as rag_turns)" if units is None else getattr(units, "__name__", repr(units))}.
+Positives: every unit holding gold evidence (source "positive", rank = rank in the hybrid RRF ranking, -1 if outside).
+Hard negatives: up to {negatives} per question, the best-ranked non-positive units of the BM25 and dense rankings
+(top {candidates} each, split evenly, odd one by seed={seed}) of a UnitMemory over the same units (rrf_k={rrf_k}).
+Categories: {list(categories)}. Conversations: {[c.id for c in conversations]}.
+Questions used: {counts["questions"]}; skipped without evidence: {counts["no_evidence"]}; skipped with no positive unit: {counts["no_positive_unit"]}.
+Rows: {counts["positives"]} positive, {counts["negatives"]} negative."""
+    return _dataset(rows, RERANK_FEATURES, card)
+
+
+def _pick_negatives(rankings: dict[str, list[str]], n: int, extra_to: str) -> list[tuple[str, str]]:
+    """Up to ``n`` distinct ids, best first from each ranking, ``n // 2`` per side plus the odd one."""
+    other = "dense" if extra_to == "bm25" else "bm25"
+    quota = {extra_to: n - n // 2, other: n // 2}
+    picked: dict[str, str] = {}
+    for source in (extra_to, other):
+        for unit_id in rankings[source]:
+            if sum(1 for s in picked.values() if s == source) >= quota[source]:
+                break
+            picked.setdefault(unit_id, source)
+    for source in (extra_to, other):  # top up from either side when one ran short
+        for unit_id in rankings[source]:
+            if len(picked) >= n:
+                break
+            picked.setdefault(unit_id, source)
+    return list(picked.items())
+
+
+# -- routing ------------------------------------------------------------------------------
+#: Label names of the routing columns (stored as strings; a classifier maps them to indexes).
+QUESTION_TYPE_LABELS: tuple[str, ...] = tuple(LOCOMO_CATEGORIES[c] for c in sorted(LOCOMO_CATEGORIES))
+INTENT_LABELS: tuple[str, ...] = ("WHY", "WHEN", "ENTITY")
+COMPLEXITY_LABELS: tuple[str, ...] = ("LOW", "HIGH")
+ROUTING_FEATURES = datasets.Features(
+    {
+        "conversation_id": datasets.Value("string"),
+        "question_id": datasets.Value("string"),
+        "question": datasets.Value("string"),
+        "question_type": datasets.Value("string"),
+        "intent": datasets.Value("string"),
+        "complexity": datasets.Value("string"),
+    }
+)
+HIGH_COMPLEXITY_TYPES: tuple[str, ...] = ("multi-hop", "open-domain")
+
+
+def question_intent(question: Question) -> str:
+    """WHEN for temporal questions, WHY for reason/cause questions, else ENTITY (module docstring)."""
+    from memlab.stages.route.rules import DEFAULT_INTENT_RULES
+
+    if question.category == "temporal":
+        return "WHEN"
+    # An adversarial question's category says nothing about what it asks; it reads like an
+    # ordinary question, so its WHEN is read from the question like the rule router does.
+    if question.category == "adversarial" and any(
+        re.search(p, question.text, re.IGNORECASE) for p in DEFAULT_INTENT_RULES["WHEN"]
+    ):
+        return "WHEN"
+    if any(re.search(p, question.text, re.IGNORECASE) for p in DEFAULT_INTENT_RULES["WHY"]):
+        return "WHY"
+    return "ENTITY"
+
+
+def question_complexity(question: Question) -> str:
+    return "HIGH" if question.category in HIGH_COMPLEXITY_TYPES else "LOW"
+
+
+def routing_examples(conversations: Sequence[Conversation]) -> datasets.Dataset:
+    """Every question with its LoCoMo type and derived intent / complexity (module docstring)."""
+    rows = []
+    for conversation in conversations:
+        for question in conversation.questions:
+            if question.category not in LOCOMO_CATEGORIES.values():
+                raise ValueError(
+                    f"question {question.id}: category {question.category!r} is not a LoCoMo category "
+                    f"{list(LOCOMO_CATEGORIES.values())}"
+                )
+            rows.append({
+                "conversation_id": conversation.id, "question_id": question.id, "question": question.text,
+                "question_type": question.category, "intent": question_intent(question),
+                "complexity": question_complexity(question),
+            })
+    card = f"""memlab routing supervision (memlab.data.supervision.routing_examples).
+Rows: one LoCoMo question. question_type: the gold LoCoMo category (5 classes, by name).
+intent and complexity are DERIVED by a fixed mapping (LoCoMo has no intent labels; no teacher model):
+  intent = WHEN for temporal questions (and adversarial ones matching a DEFAULT_INTENT_RULES["WHEN"] pattern);
+  else WHY when a DEFAULT_INTENT_RULES["WHY"] pattern matches the question
+  (reason/cause); else ENTITY (MAGMA 3.3).
+  complexity = HIGH for {list(HIGH_COMPLEXITY_TYPES)}, LOW otherwise (SimpleMem 2.3).
+Conversations: {[c.id for c in conversations]}. Questions: {len(rows)}."""
+    return _dataset(rows, ROUTING_FEATURES, card)
+
+
+# -- traversal ----------------------------------------------------------------------------
+def traversal_targets(questions: Iterable[Question], units: Sequence[MemoryUnit]) -> list[dict[str, Any]]:
+    """Per question, the ids of ``units`` whose ``source_ids`` hold a gold evidence turn.
+
+    ``questions`` and ``units`` come from one conversation (evidence turn ids are only unique
+    within one). Questions without evidence or without any target are skipped.
+    """
+    questions = list(questions)
+    conversation_ids = sorted({q.conversation_id for q in questions})
+    if len(conversation_ids) > 1:
+        raise ValueError(f"traversal_targets takes one conversation's questions, got {conversation_ids}")
+    out = []
+    for question in questions:
+        targets = [u.id for u in units if is_positive(u, question.evidence)]
+        if targets:
+            out.append({"question_id": question.id, "question": question.text,
+                        "conversation_id": question.conversation_id, "targets": targets})
+    return out
+
+
+# -- distillation -------------------------------------------------------------------------
+DISTILLATION_FEATURES = datasets.Features(
+    {
+        "model": datasets.Value("string"),
+        "messages": datasets.List({"role": datasets.Value("string"), "content": datasets.Value("string")}),
+        "completion": datasets.Value("string"),
+        "json_schema": datasets.Value("string"),
+    }
+)
+
+
+def distillation_examples(
+    cache: "ResponseCache", model: str | None = None, match: str | None = None
+) -> datasets.Dataset:
+    """The cached calls of ``model`` (all models if None) as supervised (messages, completion) rows.
+
+    ``match``: a regular expression searched in the request's first message, to keep one
+    prompted stage's calls. Completions cut off by the token limit (``finish_reason ==
+    "length"``) and empty ones are dropped (and counted in the card).
+    """
+    try:
+        pattern = re.compile(match) if match is not None else None
+    except re.error as e:
+        raise ValueError(f"distillation_examples: bad match pattern {match!r} ({e})") from None
+    rows = []
+    dropped = {"not_matching": 0, "truncated": 0, "empty": 0}
+    for entry in cache.entries(model):
+        messages = entry.request.messages
+        if pattern is not None and not (messages and pattern.search(messages[0].get("content", ""))):
+            dropped["not_matching"] += 1
+        elif entry.completion.finish_reason == "length":
+            dropped["truncated"] += 1
+        elif not entry.completion.text.strip():
+            dropped["empty"] += 1
+        else:
+            schema = entry.request.json_schema
+            rows.append({
+                "model": entry.model,
+                "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+                "completion": entry.completion.text,
+                "json_schema": json.dumps(schema, sort_keys=True) if schema is not None else "",
+            })
+    card = f"""memlab distillation data (memlab.data.supervision.distillation_examples).
+Rows: one cached LM call: the request messages and the completion the teacher model produced (json_schema: the
+request's constrained-decoding schema as JSON, "" if none). Source: {cache.path}; model: {model or "all"};
+first-message pattern: {match!r}. Kept {len(rows)}; dropped {dropped["not_matching"]} not matching,
+{dropped["truncated"]} cut off by the token limit, {dropped["empty"]} empty."""
+    return _dataset(rows, DISTILLATION_FEATURES, card)
+
+
+def _dataset(rows: list[dict[str, Any]], features: datasets.Features, card: str) -> datasets.Dataset:
+    return datasets.Dataset.from_list(rows, features=features, info=datasets.DatasetInfo(description=card, features=features))

@@ -1,0 +1,164 @@
+"""What every training recipe in ``train/`` shares, and how ``memlab train`` finds them.
+
+A recipe is a flat script, readable top to bottom (DESIGN.md, "Training recipes"): it names
+its phases after ``Recipe`` (set-up, train, save a checkpoint) and needs no base class. This
+module holds only the pieces that would otherwise be copied into each script:
+
+* ``load_recipe_config``: the recipe's YAML (the same ``_component_`` mechanism as pipeline
+  configs, ``_base_`` and dotted overrides included) with its common keys checked;
+* ``seed_everything``: one seed for python, numpy and torch (CPU and GPU);
+* ``make_accelerator``: accelerate's ``Accelerator`` for device and precision, so the same
+  script runs on this CPU and on a GPU;
+* ``EarlyStopping`` on an evaluation metric (higher is better);
+* ``MetricsLog``: one JSON line per evaluation, flushed as it is written, so a run that is
+  interrupted keeps its log;
+* ``recipe_path`` / ``run_recipe``: locate ``train/<name>.py`` and run its ``main(config)``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from memlab.config import ConfigError, load_config
+
+
+class Recipe(Protocol):
+    """The phases a recipe script implements, in order (names, not a base class)."""
+
+    def setup(self) -> None: ...
+
+    def train(self) -> dict[str, Any]: ...
+
+    def save_checkpoint(self) -> Path: ...
+
+
+#: Keys every recipe config has; the rest is the recipe's own.
+REQUIRED_KEYS = ("recipe", "output_dir")
+
+
+def load_recipe_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    config = load_config(path, overrides)
+    missing = [k for k in REQUIRED_KEYS if k not in config]
+    if missing:
+        raise ConfigError(f"{path}: a training config needs the keys {missing}")
+    config.setdefault("seed", 0)
+    return config
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def make_accelerator(precision: str = "no", cpu: bool = False):
+    """accelerate's device/precision handling (``precision``: no, fp16, bf16)."""
+    from accelerate import Accelerator
+
+    if not torch.cuda.is_available():
+        precision = "no"  # half precision on this CPU is slower, not faster
+    return Accelerator(mixed_precision=precision, cpu=cpu)
+
+
+class EarlyStopping:
+    """Stop after ``patience`` evaluations without an improvement of at least ``min_delta``."""
+
+    def __init__(self, patience: int = 3, min_delta: float = 0.0) -> None:
+        if patience < 1:
+            raise ValueError(f"patience must be >= 1, got {patience}")
+        self.patience = patience
+        self.min_delta = min_delta
+        self.best: float | None = None
+        self.bad_evaluations = 0
+
+    def step(self, value: float) -> bool:
+        """Record one evaluation; True when it is the best so far (save a checkpoint then)."""
+        if self.best is None or value > self.best + self.min_delta:
+            self.best = value
+            self.bad_evaluations = 0
+            return True
+        self.bad_evaluations += 1
+        return False
+
+    @property
+    def should_stop(self) -> bool:
+        return self.bad_evaluations >= self.patience
+
+
+class MetricsLog:
+    """Append-only JSON-lines log of a run (``metrics.jsonl`` in the run's output folder)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._start = time.perf_counter()
+        self.path.write_text("")
+
+    def write(self, **record: Any) -> dict[str, Any]:
+        record = {"elapsed_s": round(time.perf_counter() - self._start, 2), **record}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+        return record
+
+
+def recipe_path(name: str, search: tuple[Path, ...] | None = None) -> Path:
+    """``train/<name>.py`` in the current directory or in the checkout memlab runs from."""
+    if not name.replace("_", "").isalnum():
+        raise ConfigError(f"recipe name {name!r} must be a plain identifier (e.g. finetune_reranker)")
+    roots = search or (Path.cwd(), Path(__file__).resolve().parents[1])
+    for root in roots:
+        candidate = root / "train" / f"{name}.py"
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"no recipe train/{name}.py under {[str(r) for r in roots]} "
+                      "(memlab train runs from a memlab checkout)")
+
+
+def run_recipe(name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Import ``train/<name>.py`` and call its ``main(config)``; returns its summary."""
+    path = recipe_path(name)
+    spec = importlib.util.spec_from_file_location(f"memlab_recipe_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "main", None)):
+        raise ConfigError(f"{path} has no main(config) function")
+    return module.main(config)
+
+
+def recipe_conversations(data: dict[str, Any]):
+    """(train, validation, evaluation) conversations from a recipe's ``data`` section.
+
+    ``data.path``: a LoCoMo file (default: the embedded sample). ``data.eval_ids``: the held-out
+    evaluation conversations (default ``FIXED_EVAL_IDS``, the fixed 5/2 split). ``data.validation_ids``:
+    training conversations set aside for early stopping (default: the last training one), so
+    model selection never looks at the evaluation conversations, which are scored once, at the end.
+    """
+    from memlab.data import load_dataset, load_sample
+    from memlab.data.supervision import FIXED_EVAL_IDS, fixed_split, split_conversations
+
+    conversations = load_dataset(data["path"]) if data.get("path") else load_sample()
+    split = fixed_split([c.id for c in conversations], data.get("eval_ids") or FIXED_EVAL_IDS)
+    train, evaluation = split_conversations(conversations, split)
+    validation_ids = data.get("validation_ids") or [train[-1].id]
+    unknown = set(validation_ids) - {c.id for c in train}
+    if unknown:
+        raise ConfigError(f"data.validation_ids {sorted(unknown)} must be training conversations "
+                          f"({[c.id for c in train]})")
+    validation = [c for c in train if c.id in validation_ids]
+    train = [c for c in train if c.id not in validation_ids]
+    if not train:
+        raise ConfigError("data.validation_ids leave no conversation to train on")
+    return train, validation, evaluation

@@ -1,0 +1,202 @@
+"""Fine-tune a reranker on LoCoMo evidence supervision (issue 5).
+
+    memlab train finetune_reranker --config configs/train/reranker.yaml [key=value ...]
+
+Read top to bottom: ``setup`` (conversations split by conversation, supervision, stage,
+optimiser), ``train`` (an explicit loop with periodic validation and early stopping),
+``save_checkpoint`` (the best stage, via ``Stage.save``), then one final evaluation on the
+held-out conversations, written next to the checkpoint as ``training.json``.
+
+Objective: for each (question, positive unit) the stage scores the positive against the
+question's hard negatives (BM25 and dense, ``memlab.data.supervision.rerank_examples``) and
+is trained with a softmax cross-entropy over that group (the positive is the target): a
+ranking loss, since recall@k only depends on the order of the candidates.
+
+Config keys: ``recipe, output_dir, seed, precision`` (no/fp16/bf16; ignored on CPU),
+``data {path, eval_ids, validation_ids, conversations, max_questions}``, ``embedder`` (a
+``_component_`` node: first-stage retrieval and hard negatives), ``stage`` (the reranker's
+``_component_`` node), ``negatives, rerank_depth, rrf_k``, ``optim {lr, weight_decay, epochs,
+batch_size (groups per step), warmup_fraction, max_steps}``, ``eval_every`` (steps),
+``patience`` (evaluations), ``metric`` (validation metric for early stopping, e.g. recall@10).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from memlab.config import instantiate
+from memlab.data.supervision import rerank_examples
+from memlab.eval.stage_eval import evaluate_reranker, reranker_candidates
+from memlab.stage import Stage
+from memlab.training import EarlyStopping, MetricsLog, make_accelerator, recipe_conversations, seed_everything
+
+
+@dataclass
+class Run:
+    config: dict[str, Any]
+    out: Path
+    stage: Any = None
+    groups: list[tuple[str, list[str]]] = field(default_factory=list)  # (question, [positive, negatives...])
+    validation: list[dict] = field(default_factory=list)
+    evaluation: list[dict] = field(default_factory=list)
+    split: dict[str, list[str]] = field(default_factory=dict)
+    accelerator: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    log: MetricsLog | None = None
+
+
+def select(conversations, data: dict[str, Any]):
+    """Keep ``data.conversations`` (ids) and at most ``data.max_questions`` per conversation."""
+    import dataclasses
+
+    keep = data.get("conversations")
+    conversations = [c for c in conversations if not keep or c.id in keep]
+    limit = data.get("max_questions")
+    if limit:
+        conversations = [dataclasses.replace(c, questions=c.questions[:limit]) for c in conversations]
+    return conversations
+
+
+def build_groups(dataset) -> list[tuple[str, list[str]]]:
+    """One group per (question, positive): the positive first, then the question's negatives."""
+    positives, negatives, questions = defaultdict(list), defaultdict(list), {}
+    for row in dataset:
+        questions[row["question_id"]] = row["question"]
+        (positives if row["label"] == 1 else negatives)[row["question_id"]].append(row["text"])
+    return [(questions[q], [p, *negatives[q]]) for q in questions for p in positives[q] if negatives[q]]
+
+
+def setup(config: dict[str, Any]) -> Run:
+    seed_everything(int(config["seed"]))
+    run = Run(config=config, out=Path(config["output_dir"]))
+    data = config.get("data") or {}
+    train, validation, evaluation = (select(part, data) for part in recipe_conversations(data))
+    run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
+                 "evaluation": [c.id for c in evaluation]}
+    embedder = instantiate(config["embedder"])
+    rrf_k, depth = int(config.get("rrf_k", 10)), int(config.get("rerank_depth", 50))
+    examples = rerank_examples(train, embedder, negatives=int(config.get("negatives", 8)), rrf_k=rrf_k,
+                               seed=int(config["seed"]))
+    run.groups = build_groups(examples)
+    if not run.groups:
+        raise ValueError("no training groups: the training conversations have no question with evidence")
+    run.validation = reranker_candidates(validation, embedder, depth=depth, rrf_k=rrf_k)
+    run.evaluation = reranker_candidates(evaluation, embedder, depth=depth, rrf_k=rrf_k)
+
+    run.stage = instantiate(config["stage"])
+    run.stage.warm_up()
+    optim = config.get("optim") or {}
+    trainable = [p for p in run.stage.parameters() if p.requires_grad]
+    run.optimizer = torch.optim.AdamW(trainable, lr=float(optim.get("lr", 2e-5)),
+                                      weight_decay=float(optim.get("weight_decay", 0.01)))
+    steps = total_steps(run)
+    warmup = int(steps * float(optim.get("warmup_fraction", 0.1)))
+    run.scheduler = torch.optim.lr_scheduler.LambdaLR(
+        run.optimizer, lambda s: min(1.0, (s + 1) / max(1, warmup)) * max(0.0, (steps - s) / max(1, steps - warmup))
+        if s >= warmup else (s + 1) / max(1, warmup))
+    run.accelerator = make_accelerator(config.get("precision", "no"))
+    run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
+    run.log = MetricsLog(run.out.parent / f"{run.out.name}.metrics.jsonl")
+    return run
+
+
+def total_steps(run: Run) -> int:
+    optim = run.config.get("optim") or {}
+    per_epoch = math.ceil(len(run.groups) / int(optim.get("batch_size", 16)))
+    steps = per_epoch * int(optim.get("epochs", 2))
+    return min(steps, int(optim["max_steps"])) if optim.get("max_steps") else steps
+
+
+def group_loss(stage, batch: list[tuple[str, list[str]]]) -> torch.Tensor:
+    queries = [question for question, texts in batch for _ in texts]
+    texts = [text for _, group in batch for text in group]
+    logits = stage.score_pairs(queries, texts)
+    losses = [F.cross_entropy(chunk.unsqueeze(0), torch.zeros(1, dtype=torch.long, device=chunk.device))
+              for chunk in torch.split(logits, [len(group) for _, group in batch])]
+    return torch.stack(losses).mean()
+
+
+def validate(run: Run) -> dict[str, Any]:
+    stage = run.accelerator.unwrap_model(run.stage)
+    return evaluate_reranker(stage, run.validation)["reranked"]
+
+
+def train(run: Run) -> dict[str, Any]:
+    optim = run.config.get("optim") or {}
+    batch_size, steps = int(optim.get("batch_size", 16)), total_steps(run)
+    eval_every = int(run.config.get("eval_every", 100))
+    metric = run.config.get("metric", "recall@10")
+    stopper = EarlyStopping(patience=int(run.config.get("patience", 3)))
+    rng = random.Random(int(run.config["seed"]))
+    baseline = evaluate_reranker(None, run.validation)["first_stage"]
+    run.log.write(step=0, validation_first_stage=baseline)
+    step, pairs, train_seconds, best = 0, 0, 0.0, None
+    progress = tqdm(total=steps, desc="reranker", disable=not run.config.get("progress", True))
+    run.stage.train()
+    while step < steps and not stopper.should_stop:
+        order = list(range(len(run.groups)))
+        rng.shuffle(order)
+        for start in range(0, len(order), batch_size):
+            batch = [run.groups[i] for i in order[start:start + batch_size]]
+            started = time.perf_counter()
+            loss = group_loss(run.stage, batch)
+            run.accelerator.backward(loss)
+            run.optimizer.step()
+            run.scheduler.step()
+            run.optimizer.zero_grad()
+            train_seconds += time.perf_counter() - started
+            pairs += sum(len(group) for _, group in batch)
+            step += 1
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss.item():.3f}")
+            if step % eval_every == 0 or step == steps:
+                scores = validate(run)
+                improved = stopper.step(scores[metric])
+                run.log.write(step=step, loss=loss.item(), validation=scores, best=stopper.best,
+                              pairs_per_second=pairs / train_seconds)
+                if improved:
+                    best = {"step": step, "validation": scores}
+                    save_checkpoint(run)
+                run.stage.train()
+                if stopper.should_stop:
+                    break
+            if step >= steps:
+                break
+    progress.close()
+    return {"steps": step, "train_seconds": round(train_seconds, 1), "pairs": pairs,
+            "pairs_per_second": round(pairs / max(train_seconds, 1e-9), 1), "best": best,
+            "validation_first_stage": baseline}
+
+
+def save_checkpoint(run: Run) -> Path:
+    return run.accelerator.unwrap_model(run.stage).save(run.out)
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def main(config: dict[str, Any]) -> dict[str, Any]:
+    run = setup(config)
+    summary = train(run)
+    best = Stage.load(run.out)  # the early-stopped best, exactly as a user will load it
+    final = evaluate_reranker(best, run.evaluation)
+    summary.update(split=run.split, groups=len(run.groups), evaluation=final, checkpoint=str(run.out),
+                   device=str(run.accelerator.device))
+    write_json_atomic(run.out / "training.json", {"config": config, **summary})
+    return summary
