@@ -12,15 +12,18 @@ module holds only the pieces that would otherwise be copied into each script:
 * ``EarlyStopping`` on an evaluation metric (higher is better);
 * ``MetricsLog``: one JSON line per evaluation, flushed as it is written, so a run that is
   interrupted keeps its log;
-* ``recipe_path`` / ``run_recipe``: locate ``train/<name>.py`` and run its ``main(config)``.
+* ``recipe_path`` / ``load_recipe`` / ``run_recipe``: locate ``train/<name>.py``, import it, run its
+  ``main(config)``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -126,22 +129,29 @@ def recipe_path(name: str, search: tuple[Path, ...] | None = None) -> Path:
                       "(memlab train runs from a memlab checkout)")
 
 
-def run_recipe(name: str, config: dict[str, Any]) -> dict[str, Any]:
-    """Import ``train/<name>.py`` and call its ``main(config)``; returns its summary."""
+def load_recipe(name: str):
+    """Import ``train/<name>.py`` as a module (its phases can then be called one by one)."""
     path = recipe_path(name)
     spec = importlib.util.spec_from_file_location(f"memlab_recipe_{name}", path)
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
+    sys.modules[spec.name] = module  # dataclasses and pickling look the module up by name
     spec.loader.exec_module(module)
     if not callable(getattr(module, "main", None)):
         raise ConfigError(f"{path} has no main(config) function")
-    return module.main(config)
+    return module
+
+
+def run_recipe(name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Run ``train/<name>.py``'s ``main(config)``; returns its summary."""
+    return load_recipe(name).main(config)
 
 
 def recipe_conversations(data: dict[str, Any]):
     """(train, validation, evaluation) conversations from a recipe's ``data`` section.
 
-    ``data.path``: a LoCoMo file (default: the embedded sample). ``data.eval_ids``: the held-out
+    ``data.path``: a LoCoMo file (default: the embedded sample); ``data.conversations`` keeps only
+    those ids, ``data.max_questions`` the first questions of each. ``data.eval_ids``: the held-out
     evaluation conversations (default ``FIXED_EVAL_IDS``, the fixed 5/2 split). ``data.validation_ids``:
     training conversations set aside for early stopping (default: the last training one), so
     model selection never looks at the evaluation conversations, which are scored once, at the end.
@@ -150,6 +160,10 @@ def recipe_conversations(data: dict[str, Any]):
     from memlab.data.supervision import FIXED_EVAL_IDS, fixed_split, split_conversations
 
     conversations = load_dataset(data["path"]) if data.get("path") else load_sample()
+    keep, limit = data.get("conversations"), data.get("max_questions")
+    conversations = [c for c in conversations if not keep or c.id in keep]
+    if limit:  # a quick run (tests, smoke checks): the first questions of each conversation
+        conversations = [dataclasses.replace(c, questions=c.questions[:limit]) for c in conversations]
     split = fixed_split([c.id for c in conversations], data.get("eval_ids") or FIXED_EVAL_IDS)
     train, evaluation = split_conversations(conversations, split)
     validation_ids = data.get("validation_ids") or [train[-1].id]
@@ -162,3 +176,22 @@ def recipe_conversations(data: dict[str, Any]):
     if not train:
         raise ConfigError("data.validation_ids leave no conversation to train on")
     return train, validation, evaluation
+
+
+def linear_schedule(optimizer, total_steps: int, warmup_fraction: float = 0.1):
+    """Linear warm-up to the optimiser's learning rate, then linear decay to zero."""
+    warmup = max(1, int(total_steps * warmup_fraction))
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def write_json_atomic(path: str | os.PathLike, payload: dict[str, Any]) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str))
+    os.replace(tmp, path)

@@ -22,9 +22,7 @@ batch_size (groups per step), warmup_fraction, max_steps}``, ``eval_every`` (ste
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
 import time
 from collections import defaultdict
@@ -40,7 +38,8 @@ from memlab.config import instantiate
 from memlab.data.supervision import rerank_examples
 from memlab.eval.stage_eval import evaluate_reranker, reranker_candidates
 from memlab.stage import Stage
-from memlab.training import EarlyStopping, MetricsLog, make_accelerator, recipe_conversations, seed_everything
+from memlab.training import (EarlyStopping, MetricsLog, linear_schedule, make_accelerator, recipe_conversations,
+                             seed_everything, write_json_atomic)
 
 
 @dataclass
@@ -58,18 +57,6 @@ class Run:
     log: MetricsLog | None = None
 
 
-def select(conversations, data: dict[str, Any]):
-    """Keep ``data.conversations`` (ids) and at most ``data.max_questions`` per conversation."""
-    import dataclasses
-
-    keep = data.get("conversations")
-    conversations = [c for c in conversations if not keep or c.id in keep]
-    limit = data.get("max_questions")
-    if limit:
-        conversations = [dataclasses.replace(c, questions=c.questions[:limit]) for c in conversations]
-    return conversations
-
-
 def build_groups(dataset) -> list[tuple[str, list[str]]]:
     """One group per (question, positive): the positive first, then the question's negatives."""
     positives, negatives, questions = defaultdict(list), defaultdict(list), {}
@@ -83,7 +70,7 @@ def setup(config: dict[str, Any]) -> Run:
     seed_everything(int(config["seed"]))
     run = Run(config=config, out=Path(config["output_dir"]))
     data = config.get("data") or {}
-    train, validation, evaluation = (select(part, data) for part in recipe_conversations(data))
+    train, validation, evaluation = recipe_conversations(data)
     run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
                  "evaluation": [c.id for c in evaluation]}
     embedder = instantiate(config["embedder"])
@@ -102,11 +89,7 @@ def setup(config: dict[str, Any]) -> Run:
     trainable = [p for p in run.stage.parameters() if p.requires_grad]
     run.optimizer = torch.optim.AdamW(trainable, lr=float(optim.get("lr", 2e-5)),
                                       weight_decay=float(optim.get("weight_decay", 0.01)))
-    steps = total_steps(run)
-    warmup = int(steps * float(optim.get("warmup_fraction", 0.1)))
-    run.scheduler = torch.optim.lr_scheduler.LambdaLR(
-        run.optimizer, lambda s: min(1.0, (s + 1) / max(1, warmup)) * max(0.0, (steps - s) / max(1, steps - warmup))
-        if s >= warmup else (s + 1) / max(1, warmup))
+    run.scheduler = linear_schedule(run.optimizer, total_steps(run), float(optim.get("warmup_fraction", 0.1)))
     run.accelerator = make_accelerator(config.get("precision", "no"))
     run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
     run.log = MetricsLog(run.out.parent / f"{run.out.name}.metrics.jsonl")
@@ -183,12 +166,6 @@ def train(run: Run) -> dict[str, Any]:
 
 def save_checkpoint(run: Run) -> Path:
     return run.accelerator.unwrap_model(run.stage).save(run.out)
-
-
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str))
-    os.replace(tmp, path)
 
 
 def main(config: dict[str, Any]) -> dict[str, Any]:

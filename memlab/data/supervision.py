@@ -377,4 +377,7 @@ first-message pattern: {match!r}. Kept {len(rows)}; dropped {dropped["not_matchi
 
 
 def _dataset(rows: list[dict[str, Any]], features: datasets.Features, card: str) -> datasets.Dataset:
-    return datasets.Dataset.from_list(rows, features=features, info=datasets.DatasetInfo(description=card, features=features))
+    info = datasets.DatasetInfo(description=card, features=features)
+    if not rows:  # from_list cannot infer the columns of an empty list
+        return datasets.Dataset.from_dict({name: [] for name in features}, features=features, info=info)
+    return datasets.Dataset.from_list(rows, features=features, info=info)

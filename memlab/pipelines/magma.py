@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, time
 
+import numpy as np
 import torch
 
 from memlab.embed.base import Embedder
@@ -131,7 +132,8 @@ class MAGMA(Pipeline):
                     memory.graph.add_edge(link.cause, link.effect, "causal", weight=link.score, directed=True)
 
     # -- query -----------------------------------------------------------------------------
-    def _search(self, memory: MagmaMemory, query: Query) -> tuple[RouteOut, TraverseOut, list[Retrieved]]:
+    def anchors(self, memory: MagmaMemory, query: Query) -> tuple[RouteOut, np.ndarray, list, list[Retrieved]]:
+        """Steps 1-2: (route, query vector, fused RRF ranking of (id, score), dense ranking)."""
         route = self.router.run_one(RouteIn(query.text, query.timestamp or memory.latest_time()))
         query_vector = self.embedder.encode([query.text])[0]
         depth = max(self.vector_top_k, RECALL_DEPTH)
@@ -145,7 +147,10 @@ class MAGMA(Pipeline):
                                     end=datetime.combine(route.time_window[1], time.max))
             rankings.append([r.unit.id for r in memory.index.search_dense(query_vector, self.vector_top_k, window)])
             weights.append(1.0)
-        fused = rrf_fuse(rankings, k=self.rrf_k, weights=weights)
+        return route, query_vector, rrf_fuse(rankings, k=self.rrf_k, weights=weights), dense
+
+    def _search(self, memory: MagmaMemory, query: Query) -> tuple[RouteOut, TraverseOut, list[Retrieved]]:
+        route, query_vector, fused, dense = self.anchors(memory, query)
         with torch.no_grad():
             walk = self.traverser.run_one(
                 TraverseIn(memory.graph, query_vector, route.intent, tuple(fused[: self.anchor_k]), self.edge_types)

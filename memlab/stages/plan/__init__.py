@@ -1,5 +1,6 @@
 from memlab.stages.plan.base import COMPLEXITY_LEVELS, PlanIn, PlanOut, Planner
 from memlab.stages.plan.fixed import FixedPlanner
 from memlab.stages.plan.prompted import PromptedPlanner
+from memlab.stages.plan.routed import RoutedPlanner
 
-__all__ = ["COMPLEXITY_LEVELS", "FixedPlanner", "PlanIn", "PlanOut", "Planner", "PromptedPlanner"]
+__all__ = ["COMPLEXITY_LEVELS", "FixedPlanner", "PlanIn", "PlanOut", "Planner", "PromptedPlanner", "RoutedPlanner"]

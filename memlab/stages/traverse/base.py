@@ -48,6 +48,9 @@ class TraverseOut:
     #: Cumulative scores of ``visited`` as a tensor, differentiable with respect to the
     #: stage's parameters when gradients are enabled (None for stages without parameters).
     score_tensor: Any = None
+    #: Per beam step, the candidate nodes (best first) and their cumulative scores as a tensor
+    #: (differentiable like ``score_tensor``): what a policy is trained on (``train/``).
+    steps: list[tuple[list[str], Any]] = field(default_factory=list)
 
     def scores(self) -> dict[str, float]:
         return {node: score for node, score, _ in self.visited}

@@ -125,6 +125,7 @@ class TraversalPolicy(Traverser):
             scores: dict[str, torch.Tensor] = {}
             depth_of: dict[str, int] = {}
             transition: dict[str, float] = {}
+            beam_steps: list[tuple[list[str], torch.Tensor]] = []
             for node, _ in item.anchors:
                 if node in scores or not graph.has_node(node):
                     continue
@@ -150,6 +151,7 @@ class TraversalPolicy(Traverser):
                     if v not in candidates or cumulative.item() > candidates[v][0].item():
                         candidates[v] = (cumulative, step.item())
                 ranked = sorted(candidates, key=lambda v: -candidates[v][0].item())
+                beam_steps.append((ranked, torch.stack([candidates[v][0] for v in ranked])))
                 room = self.max_nodes - len(scores)
                 frontier = ranked[: min(self.beam_width, room)]
                 for v in frontier:
@@ -157,7 +159,7 @@ class TraversalPolicy(Traverser):
                     depth_of[v] = depth
         visited = [(node, score.item(), depth_of[node]) for node, score in scores.items()]
         score_tensor = torch.stack(list(scores.values())) if scores else torch.zeros(0)
-        return TraverseOut(visited=visited, transition=transition, score_tensor=score_tensor)
+        return TraverseOut(visited=visited, transition=transition, score_tensor=score_tensor, steps=beam_steps)
 
 
 class _SimilarityCache:

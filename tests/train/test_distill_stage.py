@@ -1,0 +1,126 @@
+"""train/distill_stage.py: a teacher's cached calls -> a LoRA-tuned, merged local student."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from memlab.lm.base import ChatRequest, Completion
+from memlab.lm.cache import ResponseCache
+from memlab.training import recipe_path, run_recipe
+
+TEACHER = "fake-teacher"
+SYSTEM = "COUNT-STAGE: reply with JSON giving how many items the note mentions."
+NUMBERS = ["three", "five", "seven", "two", "nine", "four", "six", "eight", "one", "ten", "eleven", "twelve"]
+
+
+def load_recipe():
+    spec = importlib.util.spec_from_file_location("distill_stage_recipe", recipe_path("distill_stage"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fill_cache(path) -> ResponseCache:
+    """12 calls of one prompted stage by the teacher, plus calls that must not be picked."""
+    cache = ResponseCache(path)
+    for i, word in enumerate(NUMBERS):
+        request = ChatRequest.of([{"role": "system", "content": SYSTEM},
+                                  {"role": "user", "content": f"Note: Ann bought {word} apples."}], max_tokens=16)
+        cache.put(TEACHER, request, Completion(text=f'{{"count": {i}}}', prompt_tokens=30, completion_tokens=6,
+                                               latency_s=0.1, model=TEACHER, finish_reason="stop"))
+    other_stage = ChatRequest.of([{"role": "user", "content": "Summarise: the sky is blue."}])
+    cache.put(TEACHER, other_stage, Completion(text="Blue sky.", prompt_tokens=9, completion_tokens=3, latency_s=0.1))
+    other_model = ChatRequest.of([{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Note: none."}])
+    cache.put("other-model", other_model, Completion(text='{"count": 0}', prompt_tokens=9, completion_tokens=5,
+                                                     latency_s=0.1))
+    return cache
+
+
+def config(tmp_path, **overrides):
+    base = {
+        "recipe": "distill_stage",
+        "output_dir": str(tmp_path / "run"),
+        "seed": 0,
+        "cache": str(tmp_path / "responses.sqlite"),
+        "teacher_model": TEACHER,
+        "match": "^COUNT-STAGE",
+        "student": "smollm2-135m-instruct-q4_1",
+        "lora": {"rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
+        "optim": {"lr": 3e-3, "epochs": 2, "batch_size": 3, "max_steps": 6},
+        "eval_fraction": 0.25,
+        "max_length": 96,
+        "eval_every": 3,
+        "patience": 5,
+        "precision": "no",
+    }
+    return {**base, **overrides}
+
+
+def test_no_matching_call_is_a_clear_error(tmp_path):
+    fill_cache(tmp_path / "responses.sqlite").close()
+    with pytest.raises(ValueError, match="no cached call .* matches teacher_model='fake-teacher'"):
+        run_recipe("distill_stage", config(tmp_path, match="^NO-SUCH-STAGE"))
+    assert not (tmp_path / "run").exists() and not (tmp_path / "run.partial").exists()
+
+
+def test_missing_cache_and_unknown_keys_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no response cache at"):
+        run_recipe("distill_stage", config(tmp_path))
+    with pytest.raises(ValueError, match="unknown optim keys \\['learning_rate'\\]"):
+        run_recipe("distill_stage", config(tmp_path, optim={"learning_rate": 1e-3}))
+
+
+def test_split_is_by_request_and_deterministic():
+    recipe = load_recipe()
+    rows = [{"messages": [{"role": "user", "content": f"q{i % 10}"}], "json_schema": "", "completion": str(i)}
+            for i in range(20)]  # every request appears twice
+    train, held_out = recipe.split_examples(rows, 0.2, seed=1)
+    assert len(held_out) == 4 and len(train) == 16
+    assert not {r["messages"][0]["content"] for r in train} & {r["messages"][0]["content"] for r in held_out}
+    assert recipe.split_examples(rows, 0.2, seed=1) == (train, held_out)
+    assert recipe.split_examples(rows, 0.2, seed=2)[1] != held_out  # the seed salts the split
+
+
+def saved_eval_loss(tmp_path, folder) -> float:
+    """The saved student's loss on the held-out calls, recomputed from the folder alone."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    recipe = load_recipe()
+    cfg = recipe.resolve_config(config(tmp_path))
+    _, held_out = recipe.split_examples(recipe.load_examples(cfg), cfg["eval_fraction"], cfg["seed"])
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+    rows = [recipe.tokenize(tokenizer, e, cfg["max_length"]) for e in held_out]
+    loader = [recipe.collate(rows[i : i + 3], tokenizer.pad_token_id) for i in range(0, len(rows), 3)]
+    return recipe.evaluate(model, loader)
+
+
+@pytest.mark.slow
+def test_distilled_student_learns_and_serves(tmp_path):
+    from memlab.lm.hf import HFLM
+
+    fill_cache(tmp_path / "responses.sqlite").close()
+    summary = run_recipe("distill_stage", config(tmp_path))
+    run = tmp_path / "run"
+    assert summary["output"] == str(run) and not (tmp_path / "run.partial").exists()
+    assert summary["examples"]["examples"] == 12 and summary["examples"]["eval"] == 3
+    assert summary["steps"] == 6 and summary["examples_per_second"] > 0
+
+    evaluations = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evaluations] == [0, 3, 6]
+    assert evaluations[-1]["eval_loss"] < evaluations[0]["eval_loss"]
+    assert summary["best_eval_loss"] == min(e["eval_loss"] for e in evaluations)
+    record = json.loads((run / "distill.json").read_text())
+    assert record["teacher_model"] == TEACHER and record["match"] == "^COUNT-STAGE"
+
+    assert evaluations[-1]["eval_loss"] != summary["best_eval_loss"]  # so the next check tells best from last
+    assert saved_eval_loss(tmp_path, run / "model") == pytest.approx(summary["best_eval_loss"], rel=1e-3)
+
+    student = HFLM(model=str(run / "model"), cache=None)
+    request = ChatRequest.of([{"role": "system", "content": SYSTEM},
+                              {"role": "user", "content": "Note: Ann bought thirteen apples."}], max_tokens=8)
+    [completion] = student.generate([request])
+    assert completion.completion_tokens > 0 and completion.text.strip()

@@ -1,0 +1,341 @@
+"""Distil one prompted stage into a small local model: LoRA fine-tuning on the teacher's cached calls.
+
+Every call a prompted stage makes goes through the LM response cache, which keeps the request
+and the completion. This recipe turns one stage's cached calls (``teacher_model`` + ``match``)
+into supervised (chat prompt -> completion) pairs with
+``memlab.data.supervision.distillation_examples``, fine-tunes a small causal LM with LoRA
+adapters on them, and saves the best student as a merged transformers folder, which
+``memlab.lm.hf.HFLM(model=<output_dir>/model)`` serves in place of the teacher.
+
+Run: ``memlab train distill_stage --config configs/train/distill_stage.yaml [key=value ...]``
+
+Config keys (defaults in ``DEFAULTS``):
+
+* ``recipe``: ``distill_stage``; ``output_dir``: the run folder (``metrics.jsonl``,
+  ``distill.json``, ``model/``); written as ``<output_dir>.partial`` and renamed when done,
+  so a finished folder is always complete (an interrupted run keeps its log in ``.partial``).
+* ``seed``: python/numpy/torch seed, also salts the train/eval split.
+* ``cache``: the response cache SQLite file (``default``: ``$MEMLAB_CACHE`` or
+  ``~/.cache/memlab/responses.sqlite``).
+* ``teacher_model``: the cache's model name to distil (null: every model).
+* ``match``: regular expression searched in a call's first message, picking one stage's calls.
+* ``student``: a local model folder, a .gguf file or a known GGUF name
+  (``smollm2-135m-instruct-q4_1``); GGUF weights are dequantized by transformers.
+* ``lora``: ``rank``, ``alpha``, ``dropout``, ``target_modules`` (PEFT ``LoraConfig``).
+* ``optim``: ``lr`` (AdamW, constant), ``epochs``, ``batch_size``, ``max_steps`` (null: no cap).
+* ``eval_fraction``: share of distinct requests held out (at least one).
+* ``max_length``: token limit of prompt + completion; longer examples are dropped (counted),
+  since a cut-off target would teach the student never to stop.
+* ``eval_every``: optimizer steps between evaluations (there is one before training and one
+  at the end as well); ``patience``: evaluations without a lower eval loss before stopping.
+* ``precision``: ``no``, ``fp16`` or ``bf16`` (accelerate; full precision on a CPU).
+
+Phases, top to bottom: ``setup`` (examples, split, student, LoRA, tokenised batches),
+``train`` (explicit loop with accelerate, progress bar, metrics log, early stopping on the
+eval loss, best adapter weights kept in memory), ``save_checkpoint`` (merge, save, rename).
+The loss is computed on completion tokens only (the prompt's labels are -100).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from memlab.config import ConfigError
+from memlab.training import EarlyStopping, MetricsLog, make_accelerator, seed_everything
+
+IGNORE_INDEX = -100
+
+DEFAULTS: dict[str, Any] = {
+    "seed": 0,
+    "cache": "default",
+    "teacher_model": None,
+    "match": None,
+    "student": "smollm2-135m-instruct-q4_1",
+    "lora": {"rank": 8, "alpha": 16, "dropout": 0.05, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+    "optim": {"lr": 2e-4, "epochs": 3, "batch_size": 4, "max_steps": None},
+    "eval_fraction": 0.1,
+    "max_length": 2048,
+    "eval_every": 50,
+    "patience": 3,
+    "precision": "no",
+}
+
+
+def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config over ``DEFAULTS`` (one level deep for ``lora`` / ``optim``), checked."""
+    unknown = set(config) - set(DEFAULTS) - {"recipe", "output_dir"}
+    if unknown:
+        raise ConfigError(f"distill_stage: unknown config keys {sorted(unknown)} (known: {sorted(DEFAULTS)})")
+    cfg = {**copy.deepcopy(DEFAULTS), **{k: v for k, v in config.items() if k not in ("lora", "optim")}}
+    for group in ("lora", "optim"):
+        extra = set(config.get(group) or {}) - set(DEFAULTS[group])
+        if extra:
+            raise ConfigError(f"distill_stage: unknown {group} keys {sorted(extra)} (known: {sorted(DEFAULTS[group])})")
+        cfg[group] = {**DEFAULTS[group], **(config.get(group) or {})}
+    if "output_dir" not in cfg:
+        raise ConfigError("distill_stage: output_dir is required")
+    if not 0 < float(cfg["eval_fraction"]) < 1:
+        raise ConfigError(f"distill_stage: eval_fraction must be in (0, 1), got {cfg['eval_fraction']}")
+    for key, value in (("max_length", cfg["max_length"]), ("eval_every", cfg["eval_every"]),
+                       ("patience", cfg["patience"]), ("optim.batch_size", cfg["optim"]["batch_size"]),
+                       ("optim.epochs", cfg["optim"]["epochs"])):
+        if int(value) < 1:
+            raise ConfigError(f"distill_stage: {key} must be >= 1, got {value}")
+    return cfg
+
+
+# ----------------------------------------------------------------------------- set-up
+
+
+def load_examples(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """The teacher's cached calls of one stage, as dataset rows; a clear error when there are none."""
+    from memlab.data.supervision import distillation_examples
+    from memlab.lm.cache import ResponseCache, default_cache_path
+
+    path = default_cache_path() if str(cfg["cache"]) == "default" else Path(cfg["cache"]).expanduser()
+    if not path.is_file():  # ResponseCache would create an empty file; say what is missing instead
+        raise FileNotFoundError(f"distill_stage: no response cache at {path} (run the teacher pipeline first, "
+                                "or set cache=PATH)")
+    cache = ResponseCache.open(path)
+    dataset = distillation_examples(cache, model=cfg["teacher_model"], match=cfg["match"])
+    if len(dataset) == 0:
+        raise ValueError(
+            f"distill_stage: no cached call in {path} matches teacher_model={cfg['teacher_model']!r} and "
+            f"match={cfg['match']!r} (models in the cache: {cache.models()}); "
+            f"{dataset.info.description or ''}".strip()
+        )
+    return list(dataset)
+
+
+def request_hash(example: dict[str, Any], seed: int) -> str:
+    """Identity of a request (messages + schema), salted with the seed: decides its split."""
+    payload = json.dumps([example["messages"], example["json_schema"]], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(f"{seed}\0{payload}".encode()).hexdigest()
+
+
+def split_examples(examples: list[dict[str, Any]], eval_fraction: float, seed: int):
+    """Deterministic split by request: the same request (e.g. under two teachers) never straddles it."""
+    requests = sorted({request_hash(e, seed) for e in examples})
+    if len(requests) < 2:
+        raise ValueError(f"distill_stage: {len(requests)} distinct request(s); need at least 2 to hold one out")
+    n_eval = min(len(requests) - 1, max(1, round(eval_fraction * len(requests))))
+    held_out = set(requests[:n_eval])  # sha256 order is a seeded shuffle
+    train = [e for e in examples if request_hash(e, seed) not in held_out]
+    evaluation = [e for e in examples if request_hash(e, seed) in held_out]
+    return train, evaluation
+
+
+def load_student(name: str):
+    """(tokenizer, model) from a folder or a GGUF file, local files only (as ``memlab.lm.hf`` does)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from memlab.lm.models import resolve_model
+
+    path = Path(name).expanduser()
+    if path.is_dir():
+        folder, gguf = path, None
+    else:
+        resolved = resolve_model(name)  # a known name or a .gguf path; raises naming what is missing
+        folder, gguf = resolved.parent, resolved.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, local_files_only=True,
+                                                 **_dequantized_gguf(gguf))
+    if not tokenizer.chat_template:
+        raise ValueError(f"distill_stage: the student's tokenizer ({name}) has no chat template")
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"distill_stage: the student's tokenizer ({name}) has no eos token to end a completion")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, model
+
+
+def _dequantized_gguf(gguf: str | None) -> dict[str, Any]:
+    """Ask for plain dense weights: LoRA needs ordinary Linear layers, and transformers refuses to
+    ``save_pretrained`` a model it holds as GGUF-quantized (versions before ``GgufConfig`` always
+    dequantize and need nothing)."""
+    try:
+        from transformers import GgufConfig
+    except ImportError:
+        return {}
+    return {"quantization_config": GgufConfig(dequantize=True)} if gguf else {}
+
+
+def add_lora(model, lora: dict[str, Any]):
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=int(lora["rank"]), lora_alpha=float(lora["alpha"]), lora_dropout=float(lora["dropout"]),
+                        target_modules=list(lora["target_modules"]), task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def tokenize(tokenizer, example: dict[str, Any], max_length: int) -> dict[str, list[int]] | None:
+    """Prompt (chat template, generation prompt) + completion + eos; labels only on the completion."""
+    prompt = tokenizer.apply_chat_template(example["messages"], tokenize=False, add_generation_prompt=True)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    target_ids = tokenizer(example["completion"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    if len(prompt_ids) + len(target_ids) > max_length:
+        return None
+    return {"input_ids": prompt_ids + target_ids, "labels": [IGNORE_INDEX] * len(prompt_ids) + target_ids}
+
+
+def collate(rows: list[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded batch; padding is masked out of attention and loss."""
+    width = max(len(r["input_ids"]) for r in rows)
+    batch = {"input_ids": [], "attention_mask": [], "labels": []}
+    for r in rows:
+        pad = width - len(r["input_ids"])
+        batch["input_ids"].append(r["input_ids"] + [pad_id] * pad)
+        batch["attention_mask"].append([1] * len(r["input_ids"]) + [0] * pad)
+        batch["labels"].append(r["labels"] + [IGNORE_INDEX] * pad)
+    return {k: torch.tensor(v) for k, v in batch.items()}
+
+
+def setup(cfg: dict[str, Any]) -> dict[str, Any]:
+    seed_everything(int(cfg["seed"]))
+    examples = load_examples(cfg)
+    train_examples, eval_examples = split_examples(examples, float(cfg["eval_fraction"]), int(cfg["seed"]))
+    tokenizer, model = load_student(str(cfg["student"]))
+    model = add_lora(model, cfg["lora"])
+    tokenized = {}
+    for split, rows in (("train", train_examples), ("eval", eval_examples)):
+        kept = [t for t in (tokenize(tokenizer, e, int(cfg["max_length"])) for e in rows) if t is not None]
+        if not kept:
+            raise ValueError(f"distill_stage: every {split} example is longer than max_length={cfg['max_length']} "
+                             "tokens; raise max_length")
+        tokenized[split] = kept
+    dropped = len(examples) - len(tokenized["train"]) - len(tokenized["eval"])
+    generator = torch.Generator().manual_seed(int(cfg["seed"]))
+    batch_size = int(cfg["optim"]["batch_size"])
+    loaders = {
+        split: torch.utils.data.DataLoader(rows, batch_size=batch_size, shuffle=split == "train",
+                                           generator=generator, collate_fn=lambda b: collate(b, tokenizer.pad_token_id))
+        for split, rows in tokenized.items()
+    }
+    accelerator = make_accelerator(str(cfg["precision"]))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=float(cfg["optim"]["lr"]))
+    model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, loaders["train"], loaders["eval"])
+    return {"accelerator": accelerator, "model": model, "tokenizer": tokenizer, "optimizer": optimizer,
+            "train_loader": train_loader, "eval_loader": eval_loader,
+            "counts": {"examples": len(examples), "train": len(tokenized["train"]), "eval": len(tokenized["eval"]),
+                       "dropped_too_long": dropped}}
+
+
+# ----------------------------------------------------------------------------- train
+
+
+@torch.no_grad()
+def evaluate(model, loader) -> float:
+    """Mean loss per completion token over the eval set (batches weighted by their target tokens)."""
+    model.eval()
+    total, tokens = 0.0, 0
+    for batch in loader:
+        n = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())  # the model shifts labels by one
+        total += float(model(**batch).loss) * n
+        tokens += n
+    model.train()
+    return total / max(tokens, 1)
+
+
+def lora_state(model) -> dict[str, torch.Tensor]:
+    """A CPU copy of the trainable (adapter) weights: what "the best student" needs to restore."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.named_parameters() if v.requires_grad}
+
+
+def train(cfg: dict[str, Any], state: dict[str, Any], log: MetricsLog) -> dict[str, Any]:
+    accelerator, model, optimizer = state["accelerator"], state["model"], state["optimizer"]
+    train_loader, eval_loader = state["train_loader"], state["eval_loader"]
+    epochs, max_steps = int(cfg["optim"]["epochs"]), cfg["optim"]["max_steps"]
+    total_steps = epochs * len(train_loader) if max_steps is None else min(int(max_steps), epochs * len(train_loader))
+    stopper = EarlyStopping(patience=int(cfg["patience"]))
+
+    def checkpoint_eval(step: int, epoch: int, train_loss: float | None) -> None:
+        eval_loss = evaluate(model, eval_loader)
+        improved = stopper.step(-eval_loss)  # EarlyStopping wants higher-is-better
+        if improved:
+            state["best"] = {"step": step, "eval_loss": eval_loss, "weights": lora_state(accelerator.unwrap_model(model))}
+        log.write(step=step, epoch=epoch, train_loss=train_loss, eval_loss=round(eval_loss, 5), best=improved)
+
+    model.train()
+    checkpoint_eval(0, 0, None)  # the untrained student is the baseline to beat
+    step, seen, running, running_n = 0, 0, 0.0, 0
+    progress = tqdm(total=total_steps, desc="distill", disable=not accelerator.is_local_main_process)
+    start = time.perf_counter()
+    for epoch in range(1, epochs + 1):
+        for batch in train_loader:
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            step += 1
+            seen += int(batch["input_ids"].shape[0])
+            loss_value = loss.detach().item()
+            running, running_n = running + loss_value, running_n + 1
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss_value:.3f}")
+            if step % int(cfg["eval_every"]) == 0 or step == total_steps:
+                checkpoint_eval(step, epoch, round(running / running_n, 5))
+                running, running_n = 0.0, 0
+            if step >= total_steps or stopper.should_stop:
+                break
+        if step >= total_steps or stopper.should_stop:
+            break
+    progress.close()
+    seconds = time.perf_counter() - start
+    return {"steps": step, "train_seconds": round(seconds, 2), "train_examples_seen": seen,
+            "examples_per_second": round(seen / seconds, 3) if seconds > 0 else math.nan,
+            "stopped_early": stopper.should_stop, "best_step": state["best"]["step"],
+            "best_eval_loss": round(state["best"]["eval_loss"], 5)}
+
+
+# ----------------------------------------------------------------------------- save
+
+
+def save_checkpoint(cfg: dict[str, Any], state: dict[str, Any], work_dir: Path, metrics: dict[str, Any]) -> Path:
+    """Merge the best adapter weights into the student, save it with its tokenizer, then rename into place."""
+    model = state["accelerator"].unwrap_model(state["model"])
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name in state["best"]["weights"]:
+                param.copy_(state["best"]["weights"][name])
+    merged = model.merge_and_unload()
+    merged.save_pretrained(work_dir / "model")
+    state["tokenizer"].save_pretrained(work_dir / "model")
+    record = {"teacher_model": cfg["teacher_model"], "match": cfg["match"], "cache": str(cfg["cache"]),
+              "student": str(cfg["student"]), "examples": state["counts"], "metrics": metrics,
+              "config": {k: v for k, v in cfg.items()}}
+    (work_dir / "distill.json").write_text(json.dumps(record, indent=2, default=str))
+    out = Path(cfg["output_dir"])
+    if out.exists():  # only a previous run of this recipe is replaced
+        old = out.with_name(out.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+        work_dir.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        work_dir.rename(out)
+    return out
+
+
+def main(config: dict[str, Any]) -> dict[str, Any]:
+    cfg = resolve_config(config)
+    out = Path(cfg["output_dir"]).expanduser()
+    cfg["output_dir"] = str(out)
+    if out.exists() and not (out / "distill.json").is_file():
+        raise FileExistsError(f"distill_stage: {out} exists and is not a distill_stage run; choose another output_dir")
+    work_dir = out.with_name(out.name + ".partial")
+    shutil.rmtree(work_dir, ignore_errors=True)
+    state = setup(cfg)  # before any folder is made: a config or data error leaves nothing behind
+    log = MetricsLog(work_dir / "metrics.jsonl")
+    metrics = train(cfg, state, log)
+    path = save_checkpoint(cfg, state, work_dir, metrics)
+    return {"examples": state["counts"], **metrics, "output": str(path), "model": str(path / "model")}

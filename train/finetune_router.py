@@ -1,0 +1,153 @@
+"""Fine-tune a query router (question -> LoCoMo type, retrieval intent, complexity) (issue 5).
+
+    memlab train finetune_router --config configs/train/router.yaml [key=value ...]
+
+Read top to bottom: ``setup`` (conversations split by conversation, labelled questions from
+``memlab.data.supervision.routing_examples``, stage, optimiser), ``train`` (an explicit loop,
+validation accuracy after every epoch, early stopping), ``save_checkpoint`` (the best stage),
+then one evaluation on the held-out conversations (the ``memlab evaluate-stage`` metrics plus
+each head's accuracy), written next to the checkpoint as ``training.json``.
+
+Objective: the sum over heads of the cross-entropy of each head's label. Early stopping reads
+the validation ``accuracy`` (question type over categories 1-4, the issue's metric).
+
+Config keys: ``recipe, output_dir, seed, precision``, ``data {path, eval_ids, validation_ids,
+conversations, max_questions}``, ``stage`` (a ``QueryRouter`` ``_component_`` node; its
+``heads`` name the label columns it learns), ``optim {lr, weight_decay, epochs, batch_size,
+warmup_fraction, max_steps}``, ``patience`` (epochs), ``metric`` (validation metric).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from memlab.config import instantiate
+from memlab.data.supervision import routing_examples
+from memlab.eval.stage_eval import evaluate_router
+from memlab.stage import Stage
+from memlab.training import (EarlyStopping, MetricsLog, linear_schedule, make_accelerator, recipe_conversations,
+                             seed_everything, write_json_atomic)
+
+
+@dataclass
+class Run:
+    config: dict[str, Any]
+    out: Path
+    stage: Any = None
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    validation: list = field(default_factory=list)
+    evaluation: list = field(default_factory=list)
+    split: dict[str, list[str]] = field(default_factory=dict)
+    accelerator: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    log: MetricsLog | None = None
+
+
+def setup(config: dict[str, Any]) -> Run:
+    seed_everything(int(config["seed"]))
+    run = Run(config=config, out=Path(config["output_dir"]))
+    train, run.validation, run.evaluation = recipe_conversations(config.get("data") or {})
+    run.split = {"train": [c.id for c in train], "validation": [c.id for c in run.validation],
+                 "evaluation": [c.id for c in run.evaluation]}
+    run.examples = list(routing_examples(train))
+    run.stage = instantiate(config["stage"])
+    missing = [head for head in run.stage.labels if head not in run.examples[0]]
+    if missing:
+        raise ValueError(f"the router's heads {missing} have no label column in the routing data")
+    optim = config.get("optim") or {}
+    run.optimizer = torch.optim.AdamW([p for p in run.stage.parameters() if p.requires_grad],
+                                      lr=float(optim.get("lr", 1e-4)), weight_decay=float(optim.get("weight_decay", 0.01)))
+    run.scheduler = linear_schedule(run.optimizer, total_steps(run), float(optim.get("warmup_fraction", 0.1)))
+    run.accelerator = make_accelerator(config.get("precision", "no"))
+    run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
+    run.log = MetricsLog(run.out.parent / f"{run.out.name}.metrics.jsonl")
+    return run
+
+
+def total_steps(run: Run) -> int:
+    optim = run.config.get("optim") or {}
+    steps = math.ceil(len(run.examples) / int(optim.get("batch_size", 32))) * int(optim.get("epochs", 10))
+    return min(steps, int(optim["max_steps"])) if optim.get("max_steps") else steps
+
+
+def targets(stage, batch: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Class indices per head (-100, ignored, for a label the head does not know)."""
+    out = {}
+    for head, labels in stage.labels.items():
+        index = {label: i for i, label in enumerate(labels)}
+        out[head] = torch.tensor([index.get(row[head], -100) for row in batch], dtype=torch.long)
+    return out
+
+
+def head_accuracy(stage, conversations) -> dict[str, float]:
+    """Accuracy of every head on the (derived) labels of ``conversations``, all questions."""
+    rows = list(routing_examples(conversations))
+    predictions = stage.predict([row["question"] for row in rows])
+    return {head: sum(p[head] == row[head] for p, row in zip(predictions, rows)) / len(rows)
+            for head in stage.labels}
+
+
+def train(run: Run) -> dict[str, Any]:
+    optim = run.config.get("optim") or {}
+    batch_size, steps = int(optim.get("batch_size", 32)), total_steps(run)
+    metric = run.config.get("metric", "accuracy")
+    stopper = EarlyStopping(patience=int(run.config.get("patience", 3)))
+    rng = random.Random(int(run.config["seed"]))
+    step, seen, train_seconds, best, epoch = 0, 0, 0.0, None, 0
+    progress = tqdm(total=steps, desc="router", disable=not run.config.get("progress", True))
+    while step < steps and not stopper.should_stop:
+        run.stage.train()
+        order = list(range(len(run.examples)))
+        rng.shuffle(order)
+        for start in range(0, len(order), batch_size):
+            batch = [run.examples[i] for i in order[start:start + batch_size]]
+            started = time.perf_counter()
+            stage = run.accelerator.unwrap_model(run.stage)
+            loss = stage.loss(run.stage.logits([row["question"] for row in batch]), targets(stage, batch))
+            run.accelerator.backward(loss)
+            run.optimizer.step()
+            run.scheduler.step()
+            run.optimizer.zero_grad()
+            train_seconds += time.perf_counter() - started
+            seen += len(batch)
+            step += 1
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss.item():.3f}")
+            if step >= steps:
+                break
+        epoch += 1
+        stage = run.accelerator.unwrap_model(run.stage)
+        scores = evaluate_router(stage, run.validation)
+        improved = stopper.step(scores[metric])
+        run.log.write(epoch=epoch, step=step, loss=loss.item(), validation={k: scores[k] for k in
+                      ("accuracy", "accuracy_5way")}, best=stopper.best, examples_per_second=seen / train_seconds)
+        if improved:
+            best = {"epoch": epoch, "step": step, "validation_accuracy": scores["accuracy"]}
+            save_checkpoint(run)
+    progress.close()
+    return {"steps": step, "epochs": epoch, "train_seconds": round(train_seconds, 1), "examples_seen": seen,
+            "examples_per_second": round(seen / max(train_seconds, 1e-9), 1), "best": best}
+
+
+def save_checkpoint(run: Run) -> Path:
+    return run.accelerator.unwrap_model(run.stage).save(run.out)
+
+
+def main(config: dict[str, Any]) -> dict[str, Any]:
+    run = setup(config)
+    summary = train(run)
+    best = Stage.load(run.out)
+    summary.update(split=run.split, examples=len(run.examples), checkpoint=str(run.out),
+                   device=str(run.accelerator.device), evaluation=evaluate_router(best, run.evaluation),
+                   evaluation_heads=head_accuracy(best, run.evaluation))
+    write_json_atomic(run.out / "training.json", {"config": config, **summary})
+    return summary
