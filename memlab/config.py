@@ -10,7 +10,8 @@ Nodes are built depth-first. A node that appears twice through a YAML anchor (``
   Ablations are written this way.
 * Command-line overrides are dotted keys: ``answerer.lm.temperature=0``,
   ``reranker._component_=memlab.stages.rerank.CrossEncoderReranker``. The value is read as
-  YAML (``null``, numbers, lists); setting a key under a null node creates the node.
+  YAML (``null``, numbers, lists); setting a key under a null node creates the node; a new
+  ``_component_`` keeps only the node's arguments the new class takes (as ``_base_`` does).
 * The root node is the pipeline. Its ``eval`` key (judge settings, ...) is for the runner and
   not passed to the constructor.
 * ``validate`` checks every node against its constructor signature (unknown and missing
@@ -85,7 +86,9 @@ def _arguments_accepted(base: dict[str, Any], component: str) -> dict[str, Any]:
     except (StageError, TypeError, ValueError):
         return {}  # validation reports the bad path later
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return {k: v for k, v in base.items() if k != COMPONENT}
+        # ``**collaborators`` (e.g. ``memlab.stage.load_stage``): keep the injected components
+        # (a shared ``lm``), not the old class's settings, which a checkpoint records itself.
+        return {k: v for k, v in base.items() if k in params or (isinstance(v, dict) and COMPONENT in v)}
     return {k: v for k, v in base.items() if k in params}
 
 
@@ -107,6 +110,11 @@ def apply_override(tree: dict[str, Any], override: str) -> None:
         if not isinstance(child, dict):
             raise ConfigError(f"override {override!r}: {'.'.join(parts[: i + 1])} is not a mapping")
         node = child
+    if parts[-1] == COMPONENT and node.get(COMPONENT) not in (None, value):
+        # Swapping the class: keep only the arguments the new one takes, as a ``_base_`` merge does.
+        kept = _arguments_accepted(node, value)
+        node.clear()
+        node.update(kept)
     node[parts[-1]] = value
 
 

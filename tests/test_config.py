@@ -127,3 +127,44 @@ def test_build_pipeline_loads_nothing_heavy():
     lm = pipeline.answerer.lm
     assert lm._llm is None
     assert [name for name, _ in pipeline.named_stages()] == ["segmenter", "answerer"]
+
+
+
+CHECKPOINT_CONFIGS = [p for p in CONFIG_FILES if "memlab.stage.load_stage" in p.read_text()]
+
+
+def _checkpoint_paths(node):
+    if isinstance(node, dict):
+        if node.get("_component_") == "memlab.stage.load_stage":
+            yield node["path"]
+        for value in node.values():
+            yield from _checkpoint_paths(value)
+
+
+@pytest.mark.parametrize("path", CHECKPOINT_CONFIGS, ids=lambda p: p.name)
+def test_configs_with_a_committed_checkpoint_build(path, monkeypatch):
+    """Every config that loads a trained stage finds its committed checkpoint and plugs in its weights."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    monkeypatch.chdir(REPO)  # checkpoint paths in configs are relative to the repository root
+    pipeline, _, tree = build_pipeline(path)
+    for checkpoint in _checkpoint_paths(tree):
+        saved_class = json.loads((REPO / checkpoint / "config.json").read_text())["class"]
+        saved = load_file(str(REPO / checkpoint / "model.safetensors"))
+        matches = [s for _, s in pipeline.named_stages() if f"{type(s).__module__}.{type(s).__qualname__}" == saved_class
+                   and all(torch.equal(s.state_dict()[k], v) for k, v in saved.items())]
+        assert matches, f"{path.name}: no stage of the pipeline carries the weights of {checkpoint}"
+
+
+def test_overriding_the_component_drops_the_old_class_settings():
+    tree = load_config(REPO / "configs" / "pipelines" / "magma.yaml", [
+        "traverser._component_=memlab.stage.load_stage", "traverser.path=checkpoints/traversal-policy",
+        "answerer._component_=memlab.stages.answer.PromptedAnswerer",
+    ])
+    assert tree["traverser"] == {"_component_": "memlab.stage.load_stage", "path": "checkpoints/traversal-policy"}
+    assert "lm" in tree["answerer"]  # the shared LM is an argument the new answerer takes too
+    pipeline, _ = split_runner_keys(tree)
+    validate(pipeline)

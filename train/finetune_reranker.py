@@ -8,16 +8,18 @@ optimiser), ``train`` (an explicit loop with periodic validation and early stopp
 held-out conversations, written next to the checkpoint as ``training.json``.
 
 Objective: for each (question, positive unit) the stage scores the positive against the
-question's hard negatives (BM25 and dense, ``memlab.data.supervision.rerank_examples``) and
+question's negatives (drawn from the BM25 and dense top ``rerank_depth``, the list the reranker
+re-scores at inference; ``memlab.data.supervision.rerank_examples``) and
 is trained with a softmax cross-entropy over that group (the positive is the target): a
 ranking loss, since recall@k only depends on the order of the candidates.
 
 Config keys: ``recipe, output_dir, seed, precision`` (no/fp16/bf16; ignored on CPU),
 ``data {path, eval_ids, validation_ids, conversations, max_questions}``, ``embedder`` (a
 ``_component_`` node: first-stage retrieval and hard negatives), ``stage`` (the reranker's
-``_component_`` node), ``negatives, rerank_depth, rrf_k``, ``optim {lr, weight_decay, epochs,
+``_component_`` node), ``negatives, negative_sampling`` (uniform/top), ``rerank_depth, rrf_k``, ``optim {lr, weight_decay, epochs,
 batch_size (groups per step), warmup_fraction, max_steps}``, ``eval_every`` (steps),
-``patience`` (evaluations), ``metric`` (validation metric for early stopping, e.g. recall@10).
+``patience`` (evaluations), ``validation_questions`` (cap), ``metric`` (validation metric for
+early stopping, e.g. recall@10).
 """
 
 from __future__ import annotations
@@ -76,11 +78,14 @@ def setup(config: dict[str, Any]) -> Run:
     embedder = instantiate(config["embedder"])
     rrf_k, depth = int(config.get("rrf_k", 10)), int(config.get("rerank_depth", 50))
     examples = rerank_examples(train, embedder, negatives=int(config.get("negatives", 8)), rrf_k=rrf_k,
-                               seed=int(config["seed"]))
+                               candidates=depth, seed=int(config["seed"]),
+                               sampling=config.get("negative_sampling", "uniform"))
     run.groups = build_groups(examples)
     if not run.groups:
         raise ValueError("no training groups: the training conversations have no question with evidence")
+    # Validation runs several times: ``validation_questions`` caps its cost (the first N questions).
     run.validation = reranker_candidates(validation, embedder, depth=depth, rrf_k=rrf_k)
+    run.validation = run.validation[: int(config.get("validation_questions") or len(run.validation))]
     run.evaluation = reranker_candidates(evaluation, embedder, depth=depth, rrf_k=rrf_k)
 
     run.stage = instantiate(config["stage"])

@@ -149,6 +149,7 @@ def rerank_examples(
     rrf_k: int = 10,
     categories: Sequence[str] = ANSWERABLE_CATEGORIES,
     seed: int = 0,
+    sampling: str = "top",
 ) -> datasets.Dataset:
     """Labelled (question, unit) pairs for a reranker (see the module docstring).
 
@@ -159,10 +160,17 @@ def rerank_examples(
     ``negatives`` the side getting the extra one is drawn from ``seed`` and the question id;
     a side that runs out is topped up from the other. Questions without a positive unit are
     skipped and counted in the card.
+
+    ``sampling="uniform"`` draws each side's negatives at random (seeded per question) from its
+    top ``candidates`` instead of taking the best-ranked: a reranker that re-scores the whole
+    first-stage list must also see the weaker candidates it will meet there, not only the
+    hardest ones (trained on the hardest alone, it learns to prefer weak, unrelated units).
     """
     from memlab.memory.index import rrf_fuse
     from memlab.memory.store import UnitMemory
 
+    if sampling not in ("top", "uniform"):
+        raise ValueError(f"sampling must be 'top' or 'uniform', got {sampling!r}")
     if negatives < 0 or candidates < 1:
         raise ValueError(f"need negatives >= 0 and candidates >= 1, got {negatives} and {candidates}")
     unknown = sorted(set(categories) - set(LOCOMO_CATEGORIES.values()))
@@ -201,11 +209,12 @@ def rerank_examples(
             for unit in positives:
                 rows.append(row(unit, 1, "positive", hybrid.index(unit.id) if unit.id in hybrid else -1))
             rng = random.Random(f"{seed}:{question.id}")
-            picked = _pick_negatives(
-                {"bm25": [i for i in bm25 if i not in positive_ids], "dense": [i for i in dense if i not in positive_ids]},
-                negatives,
-                extra_to=rng.choice(["bm25", "dense"]),
-            )
+            pools = {"bm25": [i for i in bm25 if i not in positive_ids], "dense": [i for i in dense if i not in positive_ids]}
+            extra_to = rng.choice(["bm25", "dense"])
+            if sampling == "uniform":
+                for pool in pools.values():
+                    rng.shuffle(pool)
+            picked = _pick_negatives(pools, negatives, extra_to=extra_to)
             for unit_id, source in picked:
                 rank = (bm25 if source == "bm25" else dense).index(unit_id)
                 rows.append(row(memory.get(unit_id), 0, source, rank))
@@ -215,8 +224,9 @@ def rerank_examples(
 Rows: one (question, memory unit) pair; label 1 when the unit's source_ids contain a gold evidence turn id, else 0.
 Units: {"turn units (TurnSegmenter, as rag_turns)" if units is None else getattr(units, "__name__", repr(units))}.
 Positives: every unit holding gold evidence (source "positive", rank = rank in the hybrid RRF ranking, -1 if outside).
-Hard negatives: up to {negatives} per question, the best-ranked non-positive units of the BM25 and dense rankings
-(top {candidates} each, split evenly, odd one by seed={seed}) of a UnitMemory over the same units (rrf_k={rrf_k}).
+Negatives: up to {negatives} per question, non-positive units of the BM25 and dense rankings (top {candidates} each,
+split evenly, odd one by seed={seed}) of a UnitMemory over the same units (rrf_k={rrf_k}); sampling={sampling!r}
+("top": the best-ranked, hardest ones; "uniform": drawn at random within the top {candidates}).
 Categories: {list(categories)}. Conversations: {[c.id for c in conversations]}.
 Questions used: {counts["questions"]}; skipped without evidence: {counts["no_evidence"]}; skipped with no positive unit: {counts["no_positive_unit"]}.
 Rows: {counts["positives"]} positive, {counts["negatives"]} negative."""

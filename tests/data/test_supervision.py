@@ -132,6 +132,17 @@ def test_rerank_examples_are_deterministic_and_honour_arguments(sample, rerank_d
     assert "Questions used: 7" in odd.info.description
 
 
+def test_uniform_sampling_reaches_beyond_the_hardest_negatives(sample, rerank_data):
+    uniform = rerank_examples([sample], HashingEmbedder(), sampling="uniform", candidates=30)
+    assert uniform.filter(lambda r: r["label"] == 1)["unit_id"] == rerank_data.filter(lambda r: r["label"] == 1)["unit_id"]
+    top_ranks = [r["rank"] for r in rerank_data if r["label"] == 0]
+    uniform_ranks = [r["rank"] for r in uniform if r["label"] == 0]
+    assert max(uniform_ranks) < 30 and sum(uniform_ranks) > sum(top_ranks)
+    assert uniform["unit_id"] == rerank_examples([sample], HashingEmbedder(), sampling="uniform", candidates=30)["unit_id"]
+    with pytest.raises(ValueError, match="sampling"):
+        rerank_examples([sample], HashingEmbedder(), sampling="hard")
+
+
 def test_rerank_examples_over_custom_units(sample):
     def pairs(conversation):
         turns = [t for _, t in conversation.turns()]

@@ -5,7 +5,7 @@ import torch
 
 from memlab.stage import Stage, StageError
 from memlab.stages.rerank import (CosineReranker, CrossEncoderReranker, FusionReranker, PromptedReranker, RerankIn,
-                                  RerankOut)
+                                  Reranker, RerankOut)
 from memlab.stages.rerank.prompted import order_scores
 from tests.fakes import ReplayLM
 from tests.memory.helpers import HashingEmbedder
@@ -120,3 +120,22 @@ def test_prompted_reranker_parses_the_ranking_and_falls_back_to_input_order():
     assert fallback.error and list(fallback.scores) == sorted(fallback.scores, reverse=True)
     assert len(stage.failures) == 1
     assert stage([RerankIn("q", ())]) == [RerankOut(())] and lm.remaining == 0
+
+
+class _Reverse(Reranker):
+    """Scores candidates in reverse input order (a reranker that disagrees with the first stage)."""
+
+    def forward(self, batch):
+        return [RerankOut(tuple(float(i) for i in range(len(item.candidates)))) for item in batch]
+
+
+def test_order_fusion_keeps_first_stage_agreement_and_weights_the_reranker():
+    from memlab.stages.rerank import OrderFusionReranker
+
+    item = RerankIn("q", ("a", "b", "c", "d"))
+    even = OrderFusionReranker(_Reverse(), rrf_k=0).run_one(item).scores
+    assert even[0] == pytest.approx(even[3]) and even[1] == pytest.approx(even[2])  # symmetric disagreement
+    leaning = OrderFusionReranker(_Reverse(), rrf_k=0, weight=2.0).run_one(item).scores
+    assert max(range(4), key=lambda i: leaning[i]) == 3  # the reranker's first wins when it weighs more
+    with pytest.raises(ValueError):
+        OrderFusionReranker(_Reverse(), weight=-1)

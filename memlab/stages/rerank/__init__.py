@@ -1,7 +1,8 @@
 from memlab.stages.rerank.base import RerankIn, RerankOut, Reranker
 from memlab.stages.rerank.baselines import CosineReranker, FusionReranker
+from memlab.stages.rerank.fusion import OrderFusionReranker
 from memlab.stages.rerank.neural import CrossEncoderReranker
 from memlab.stages.rerank.prompted import PromptedReranker
 
-__all__ = ["CosineReranker", "CrossEncoderReranker", "FusionReranker", "PromptedReranker", "RerankIn", "RerankOut",
+__all__ = ["CosineReranker", "CrossEncoderReranker", "FusionReranker", "OrderFusionReranker", "PromptedReranker", "RerankIn", "RerankOut",
            "Reranker"]

@@ -26,6 +26,7 @@ class CrossEncoderReranker(EncoderStage, Reranker):
         encoder_path: str | None = None,
         lora_rank: int = 8,
         lora_alpha: int = 16,
+        lora_targets: list[str] | None = None,
         max_length: int = 256,
         batch_size: int = 32,
         device: str = "cpu",
@@ -33,7 +34,8 @@ class CrossEncoderReranker(EncoderStage, Reranker):
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"CrossEncoderReranker: batch_size must be >= 1, got {batch_size}")
-        self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, max_length=max_length)
+        self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
+                                   max_length=max_length)
         self.batch_size = batch_size
         self.device = device
         self.head: nn.Linear | None = None

@@ -38,6 +38,7 @@ class QueryRouter(EncoderStage, IntentRouter):
         encoder_path: str | None = None,
         lora_rank: int = 8,
         lora_alpha: int = 16,
+        lora_targets: list[str] | None = None,
         max_length: int = 64,
         batch_size: int = 64,
         device: str = "cpu",
@@ -57,7 +58,8 @@ class QueryRouter(EncoderStage, IntentRouter):
         if batch_size < 1:
             raise ValueError(f"QueryRouter: batch_size must be >= 1, got {batch_size}")
         self.labels = {name: tuple(labels) for name, labels in heads.items()}
-        self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, max_length=max_length)
+        self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
+                                   max_length=max_length)
         self.batch_size = batch_size
         self.device = device
         self.default_intent = default_intent
