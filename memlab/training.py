@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import random
 import sys
@@ -176,6 +177,13 @@ def recipe_conversations(data: dict[str, Any]):
     if not train:
         raise ConfigError("data.validation_ids leave no conversation to train on")
     return train, validation, evaluation
+
+
+def total_steps(items: int, optim: dict[str, Any], batch_size: int, epochs: int) -> int:
+    """Optimiser steps for ``items`` examples: ``optim.epochs`` passes of ``optim.batch_size``,
+    capped by ``optim.max_steps`` (the arguments are the recipe's defaults)."""
+    steps = math.ceil(items / int(optim.get("batch_size", batch_size))) * int(optim.get("epochs", epochs))
+    return min(steps, int(optim["max_steps"])) if optim.get("max_steps") else steps
 
 
 def linear_schedule(optimizer, total_steps: int, warmup_fraction: float = 0.1):

@@ -24,7 +24,6 @@ early stopping, e.g. recall@10).
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections import defaultdict
@@ -41,7 +40,7 @@ from memlab.data.supervision import rerank_examples
 from memlab.eval.stage_eval import evaluate_reranker, reranker_candidates
 from memlab.stage import Stage
 from memlab.training import (EarlyStopping, MetricsLog, linear_schedule, make_accelerator, recipe_conversations,
-                             seed_everything, write_json_atomic)
+                             seed_everything, total_steps, write_json_atomic)
 
 
 @dataclass
@@ -94,18 +93,15 @@ def setup(config: dict[str, Any]) -> Run:
     trainable = [p for p in run.stage.parameters() if p.requires_grad]
     run.optimizer = torch.optim.AdamW(trainable, lr=float(optim.get("lr", 2e-5)),
                                       weight_decay=float(optim.get("weight_decay", 0.01)))
-    run.scheduler = linear_schedule(run.optimizer, total_steps(run), float(optim.get("warmup_fraction", 0.1)))
+    run.scheduler = linear_schedule(run.optimizer, steps(run), float(optim.get("warmup_fraction", 0.1)))
     run.accelerator = make_accelerator(config.get("precision", "no"))
     run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
     run.log = MetricsLog(run.out.parent / f"{run.out.name}.metrics.jsonl")
     return run
 
 
-def total_steps(run: Run) -> int:
-    optim = run.config.get("optim") or {}
-    per_epoch = math.ceil(len(run.groups) / int(optim.get("batch_size", 16)))
-    steps = per_epoch * int(optim.get("epochs", 2))
-    return min(steps, int(optim["max_steps"])) if optim.get("max_steps") else steps
+def steps(run: Run) -> int:
+    return total_steps(len(run.groups), run.config.get("optim") or {}, batch_size=16, epochs=2)
 
 
 def group_loss(stage, batch: list[tuple[str, list[str]]]) -> torch.Tensor:
@@ -124,7 +120,7 @@ def validate(run: Run) -> dict[str, Any]:
 
 def train(run: Run) -> dict[str, Any]:
     optim = run.config.get("optim") or {}
-    batch_size, steps = int(optim.get("batch_size", 16)), total_steps(run)
+    batch_size, n_steps = int(optim.get("batch_size", 16)), steps(run)
     eval_every = int(run.config.get("eval_every", 100))
     metric = run.config.get("metric", "recall@10")
     stopper = EarlyStopping(patience=int(run.config.get("patience", 3)))
@@ -132,9 +128,9 @@ def train(run: Run) -> dict[str, Any]:
     baseline = evaluate_reranker(None, run.validation)["first_stage"]
     run.log.write(step=0, validation_first_stage=baseline)
     step, pairs, train_seconds, best = 0, 0, 0.0, None
-    progress = tqdm(total=steps, desc="reranker", disable=not run.config.get("progress", True))
+    progress = tqdm(total=n_steps, desc="reranker", disable=not run.config.get("progress", True))
     run.stage.train()
-    while step < steps and not stopper.should_stop:
+    while step < n_steps and not stopper.should_stop:
         order = list(range(len(run.groups)))
         rng.shuffle(order)
         for start in range(0, len(order), batch_size):
@@ -150,7 +146,7 @@ def train(run: Run) -> dict[str, Any]:
             step += 1
             progress.update(1)
             progress.set_postfix(loss=f"{loss.item():.3f}")
-            if step % eval_every == 0 or step == steps:
+            if step % eval_every == 0 or step == n_steps:
                 scores = validate(run)
                 improved = stopper.step(scores[metric])
                 run.log.write(step=step, loss=loss.item(), validation=scores, best=stopper.best,
@@ -161,7 +157,7 @@ def train(run: Run) -> dict[str, Any]:
                 run.stage.train()
                 if stopper.should_stop:
                     break
-            if step >= steps:
+            if step >= n_steps:
                 break
     progress.close()
     return {"steps": step, "train_seconds": round(train_seconds, 1), "pairs": pairs,

@@ -19,7 +19,6 @@ warmup_fraction, max_steps}``, ``patience`` (epochs), ``metric`` (validation met
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from memlab.data.supervision import routing_examples
 from memlab.eval.stage_eval import evaluate_router
 from memlab.stage import Stage
 from memlab.training import (EarlyStopping, MetricsLog, linear_schedule, make_accelerator, recipe_conversations,
-                             seed_everything, write_json_atomic)
+                             seed_everything, total_steps, write_json_atomic)
 
 
 @dataclass
@@ -66,17 +65,15 @@ def setup(config: dict[str, Any]) -> Run:
     optim = config.get("optim") or {}
     run.optimizer = torch.optim.AdamW([p for p in run.stage.parameters() if p.requires_grad],
                                       lr=float(optim.get("lr", 1e-4)), weight_decay=float(optim.get("weight_decay", 0.01)))
-    run.scheduler = linear_schedule(run.optimizer, total_steps(run), float(optim.get("warmup_fraction", 0.1)))
+    run.scheduler = linear_schedule(run.optimizer, steps(run), float(optim.get("warmup_fraction", 0.1)))
     run.accelerator = make_accelerator(config.get("precision", "no"))
     run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
     run.log = MetricsLog(run.out.parent / f"{run.out.name}.metrics.jsonl")
     return run
 
 
-def total_steps(run: Run) -> int:
-    optim = run.config.get("optim") or {}
-    steps = math.ceil(len(run.examples) / int(optim.get("batch_size", 32))) * int(optim.get("epochs", 10))
-    return min(steps, int(optim["max_steps"])) if optim.get("max_steps") else steps
+def steps(run: Run) -> int:
+    return total_steps(len(run.examples), run.config.get("optim") or {}, batch_size=32, epochs=10)
 
 
 def targets(stage, batch: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -98,13 +95,13 @@ def head_accuracy(stage, conversations) -> dict[str, float]:
 
 def train(run: Run) -> dict[str, Any]:
     optim = run.config.get("optim") or {}
-    batch_size, steps = int(optim.get("batch_size", 32)), total_steps(run)
+    batch_size, n_steps = int(optim.get("batch_size", 32)), steps(run)
     metric = run.config.get("metric", "accuracy")
     stopper = EarlyStopping(patience=int(run.config.get("patience", 3)))
     rng = random.Random(int(run.config["seed"]))
     step, seen, train_seconds, best, epoch = 0, 0, 0.0, None, 0
-    progress = tqdm(total=steps, desc="router", disable=not run.config.get("progress", True))
-    while step < steps and not stopper.should_stop:
+    progress = tqdm(total=n_steps, desc="router", disable=not run.config.get("progress", True))
+    while step < n_steps and not stopper.should_stop:
         run.stage.train()
         order = list(range(len(run.examples)))
         rng.shuffle(order)
@@ -122,7 +119,7 @@ def train(run: Run) -> dict[str, Any]:
             step += 1
             progress.update(1)
             progress.set_postfix(loss=f"{loss.item():.3f}")
-            if step >= steps:
+            if step >= n_steps:
                 break
         epoch += 1
         stage = run.accelerator.unwrap_model(run.stage)
