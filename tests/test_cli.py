@@ -56,3 +56,26 @@ def test_models_lists_the_known_models(capsys):
     names = {row["name"] for row in rows}
     assert {"qwen2.5-coder-1.5b-instruct-q4_k_m", "smollm2-135m-instruct-q4_1"} <= names
     assert sum(row["default"] for row in rows) == 1
+
+
+def test_evaluate_stage_prints_router_metrics(capsys):
+    assert main(["evaluate-stage", str(REPO / "checkpoints/router-minilm")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["stage"] == "QueryRouter" and result["data"] == "embedded sample"
+    assert 0.0 <= result["accuracy"] <= 1.0 and 0.0 <= result["accuracy_5way"] <= 1.0
+    assert sum(sum(row.values()) for row in result["confusion"].values()) == result["questions"]
+
+
+@pytest.mark.slow
+def test_evaluate_stage_prints_reranker_recall(capsys):
+    assert main(["evaluate-stage", str(REPO / "checkpoints/reranker-minilm-turns"), "--depth", "20"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result["reranked"]) == {"recall@1", "recall@5", "recall@10", "recall@20"}
+    assert result["reranked"]["recall@20"] == pytest.approx(result["first_stage"]["recall@20"])  # same 20 units
+
+
+def test_evaluate_stage_and_train_refuse_bad_input(tmp_path, caplog):
+    assert main(["evaluate-stage", str(tmp_path)]) == 2
+    assert "not a saved stage" in caplog.text
+    assert main(["train", "finetune_router", "--config", str(REPO / "configs/train/reranker.yaml")]) == 2
+    assert "not 'finetune_router'" in caplog.text
