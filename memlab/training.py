@@ -36,13 +36,16 @@ from memlab.config import ConfigError, load_config
 
 
 class Recipe(Protocol):
-    """The phases a recipe script implements, in order (names, not a base class)."""
+    """What a recipe module (``train/<name>.py``) provides: its phases, in order, as module
+    functions over one run state, and ``main`` running them (a shape, not a base class)."""
 
-    def setup(self) -> None: ...
+    def setup(self, config: dict[str, Any]) -> Any: ...
 
-    def train(self) -> dict[str, Any]: ...
+    def train(self, run: Any) -> dict[str, Any]: ...
 
-    def save_checkpoint(self) -> Path: ...
+    def save_checkpoint(self, run: Any) -> Path: ...
+
+    def main(self, config: dict[str, Any]) -> dict[str, Any]: ...
 
 
 #: Keys every recipe config has; the rest is the recipe's own.
@@ -101,13 +104,19 @@ class EarlyStopping:
 
 
 class MetricsLog:
-    """Append-only JSON-lines log of a run (``metrics.jsonl`` in the run's output folder)."""
+    """Append-only JSON-lines log of a run (``for_checkpoint``: ``<output_dir>.metrics.jsonl``,
+    beside the checkpoint folder, which ``Stage.save`` replaces whole)."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._start = time.perf_counter()
         self.path.write_text("")
+
+    @classmethod
+    def for_checkpoint(cls, output_dir: str | os.PathLike) -> "MetricsLog":
+        output_dir = Path(output_dir)
+        return cls(output_dir.parent / f"{output_dir.name}.metrics.jsonl")
 
     def write(self, **record: Any) -> dict[str, Any]:
         record = {"elapsed_s": round(time.perf_counter() - self._start, 2), **record}
@@ -130,7 +139,7 @@ def recipe_path(name: str, search: tuple[Path, ...] | None = None) -> Path:
                       "(memlab train runs from a memlab checkout)")
 
 
-def load_recipe(name: str):
+def load_recipe(name: str) -> Recipe:
     """Import ``train/<name>.py`` as a module (its phases can then be called one by one)."""
     path = recipe_path(name)
     spec = importlib.util.spec_from_file_location(f"memlab_recipe_{name}", path)
@@ -184,6 +193,14 @@ def total_steps(items: int, optim: dict[str, Any], batch_size: int, epochs: int)
     capped by ``optim.max_steps`` (the arguments are the recipe's defaults)."""
     steps = math.ceil(items / int(optim.get("batch_size", batch_size))) * int(optim.get("epochs", epochs))
     return min(steps, int(optim["max_steps"])) if optim.get("max_steps") else steps
+
+
+def adamw(stage: torch.nn.Module, optim: dict[str, Any], steps: int, default_lr: float):
+    """AdamW over the stage's trainable parameters (``optim.lr``, ``optim.weight_decay``) and
+    its ``linear_schedule`` (``optim.warmup_fraction``) over ``steps``."""
+    optimizer = torch.optim.AdamW([p for p in stage.parameters() if p.requires_grad],
+                                  lr=float(optim.get("lr", default_lr)), weight_decay=float(optim.get("weight_decay", 0.01)))
+    return optimizer, linear_schedule(optimizer, steps, float(optim.get("warmup_fraction", 0.1)))
 
 
 def linear_schedule(optimizer, total_steps: int, warmup_fraction: float = 0.1):

@@ -39,8 +39,8 @@ from memlab.config import instantiate
 from memlab.data.supervision import rerank_examples
 from memlab.eval.stage_eval import evaluate_reranker, reranker_candidates
 from memlab.stage import Stage
-from memlab.training import (EarlyStopping, MetricsLog, linear_schedule, make_accelerator, recipe_conversations,
-                             seed_everything, total_steps, write_json_atomic)
+from memlab.training import (EarlyStopping, MetricsLog, adamw, make_accelerator, recipe_conversations, seed_everything,
+                             total_steps, write_json_atomic)
 
 
 @dataclass
@@ -88,15 +88,10 @@ def setup(config: dict[str, Any]) -> Run:
     run.evaluation = reranker_candidates(evaluation, embedder, depth=depth, rrf_k=rrf_k)
 
     run.stage = instantiate(config["stage"])
-    run.stage.warm_up()
-    optim = config.get("optim") or {}
-    trainable = [p for p in run.stage.parameters() if p.requires_grad]
-    run.optimizer = torch.optim.AdamW(trainable, lr=float(optim.get("lr", 2e-5)),
-                                      weight_decay=float(optim.get("weight_decay", 0.01)))
-    run.scheduler = linear_schedule(run.optimizer, steps(run), float(optim.get("warmup_fraction", 0.1)))
+    run.optimizer, run.scheduler = adamw(run.stage, config.get("optim") or {}, steps(run), default_lr=2e-5)
     run.accelerator = make_accelerator(config.get("precision", "no"))
     run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
-    run.log = MetricsLog(run.out.parent / f"{run.out.name}.metrics.jsonl")
+    run.log = MetricsLog.for_checkpoint(run.out)
     return run
 
 

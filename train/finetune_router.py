@@ -32,8 +32,8 @@ from memlab.config import instantiate
 from memlab.data.supervision import routing_examples
 from memlab.eval.stage_eval import evaluate_router
 from memlab.stage import Stage
-from memlab.training import (EarlyStopping, MetricsLog, linear_schedule, make_accelerator, recipe_conversations,
-                             seed_everything, total_steps, write_json_atomic)
+from memlab.training import (EarlyStopping, MetricsLog, adamw, make_accelerator, recipe_conversations, seed_everything,
+                             total_steps, write_json_atomic)
 
 
 @dataclass
@@ -62,13 +62,10 @@ def setup(config: dict[str, Any]) -> Run:
     missing = [head for head in run.stage.labels if head not in run.examples[0]]
     if missing:
         raise ValueError(f"the router's heads {missing} have no label column in the routing data")
-    optim = config.get("optim") or {}
-    run.optimizer = torch.optim.AdamW([p for p in run.stage.parameters() if p.requires_grad],
-                                      lr=float(optim.get("lr", 1e-4)), weight_decay=float(optim.get("weight_decay", 0.01)))
-    run.scheduler = linear_schedule(run.optimizer, steps(run), float(optim.get("warmup_fraction", 0.1)))
+    run.optimizer, run.scheduler = adamw(run.stage, config.get("optim") or {}, steps(run), default_lr=1e-4)
     run.accelerator = make_accelerator(config.get("precision", "no"))
     run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
-    run.log = MetricsLog(run.out.parent / f"{run.out.name}.metrics.jsonl")
+    run.log = MetricsLog.for_checkpoint(run.out)
     return run
 
 

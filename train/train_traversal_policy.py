@@ -99,7 +99,7 @@ def setup(config: dict[str, Any]) -> Run:
     if not trainable:
         raise ValueError("the policy has no trainable parameter: set stage.trainable=true")
     run.optimizer = torch.optim.Adam(trainable, lr=float((config.get("optim") or {}).get("lr", 0.05)))
-    run.log = MetricsLog(run.out.parent / f"{run.out.name}.metrics.jsonl")
+    run.log = MetricsLog.for_checkpoint(run.out)
     return run
 
 
