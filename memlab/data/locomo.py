@@ -45,6 +45,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memlab.data.dates import parse_date
 from memlab.data.errors import DataError
 from memlab.data.jsonfile import read_json
 from memlab.data.report import LoadReport
@@ -102,13 +103,7 @@ def parse_locomo(data: Any, source: str) -> tuple[list[Conversation], LoadReport
 
 def parse_locomo_date(text: str) -> datetime | None:
     """A LoCoMo session date ("1:56 pm on 8 May, 2023"), or None when it is not one."""
-    text = " ".join(text.split())
-    for fmt in DATE_FORMATS:
-        try:
-            return datetime.strptime(text, fmt)
-        except ValueError:
-            continue
-    return None
+    return parse_date(text, DATE_FORMATS)
 
 
 def _parse_sample(sample: Any, number: int, source: str, report: LoadReport) -> Conversation:

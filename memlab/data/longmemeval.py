@@ -45,6 +45,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memlab.data.dates import parse_date
 from memlab.data.errors import DataError
 from memlab.data.jsonfile import read_json, read_jsonl
 from memlab.data.report import LoadReport
@@ -87,15 +88,7 @@ def looks_like_longmemeval(data: Any) -> bool:
 
 def parse_longmemeval_date(text: Any) -> datetime | None:
     """A LongMemEval date ("2023/05/20 (Sat) 02:21"), or None when it is not one."""
-    if not isinstance(text, str):
-        return None
-    text = " ".join(text.split())
-    for fmt in DATE_FORMATS:
-        try:
-            return datetime.strptime(text, fmt)
-        except ValueError:
-            continue
-    return None
+    return parse_date(text, DATE_FORMATS)
 
 
 # ---------------------------------------------------------------- official file
