@@ -3,8 +3,10 @@
     python eval/llm_speed.py [--model qwen2.5-coder-1.5b-instruct-q4_k_m] [--threads N]
 
 Prompt speed: a ~770-token prompt answered with one token. Generation speed: a 64-token
-completion of a short prompt, minus that prompt's time at the measured prompt speed.
-The two prompts differ, so llama.cpp's prefix cache cannot skip the second one.
+completion of a short prompt, minus that prompt's time at the measured prompt speed; then
+the same for a 96-token completion under a JSON schema, with memlab's greedy grammar check
+(``fast_grammar``) and with llama.cpp's full grammar sampler.
+The prompts differ, so llama.cpp's prefix cache cannot skip the later ones.
 """
 
 from __future__ import annotations
@@ -21,12 +23,23 @@ def filler(seed: int) -> str:
                     for i in range(30))
 
 
+WALKS_SCHEMA = {
+    "type": "object",
+    "properties": {"walks": {"type": "array", "items": {
+        "type": "object",
+        "properties": {"day": {"type": "integer"}, "dog": {"type": "integer"}, "note": {"type": "string"}},
+        "required": ["day", "dog", "note"]}}},
+    "required": ["walks"],
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--threads", type=int, default=None, help="n_threads (default: llama.cpp's choice)")
     args = parser.parse_args()
     lm = LlamaCppLM(model=args.model, cache=None, n_threads=args.threads)
+    full = LlamaCppLM(model=args.model, cache=None, n_threads=args.threads, fast_grammar=False)
     start = time.perf_counter()
     lm.warm_up()
     load = time.perf_counter() - start
@@ -37,6 +50,15 @@ def main() -> None:
     print(f"model {args.model}, n_threads {args.threads}: load {load:.1f} s; "
           f"prompt {prompt.prompt_tokens} tokens at {prompt_speed:.0f} tokens/s; "
           f"generation {story.completion_tokens} tokens at {story.completion_tokens / generation_s:.1f} tokens/s")
+    for label, model in (("memlab's greedy check", lm), ("llama.cpp's full grammar sampler", full)):
+        request = ChatRequest.of(f"List the walks as JSON: {filler(5)[:400]}", max_tokens=96, json_schema=WALKS_SCHEMA)
+        model.warm_up()
+        model._load().reset()  # the same fresh state for both
+        walks = model.generate([request])[0]
+        generation_s = walks.latency_s - walks.prompt_tokens / prompt_speed
+        print(f"JSON-schema generation ({label}): {walks.completion_tokens} tokens at "
+              f"{walks.completion_tokens / generation_s:.1f} tokens/s")
+        model.close()
 
 
 if __name__ == "__main__":

@@ -4,7 +4,13 @@ One ``llama_cpp.Llama`` per ``LlamaCppLM``, loaded on first use (or ``warm_up``)
 lock: requests run one at a time, so a background thread (MAGMA's slow path) and the
 foreground query loop can share one instance. A request with ``json_schema`` is decoded
 under the grammar llama.cpp compiles from the schema, so the output follows it (a
-completion cut off by ``max_tokens`` can still be unfinished JSON; the parser repairs it).
+completion cut off by ``max_tokens`` can still be unfinished JSON; the parser repairs it);
+greedy requests (temperature 0) check the greedy token against the grammar before masking
+the vocabulary (``memlab.lm.grammar``; ``fast_grammar=False`` masks at every step, same output).
+
+llama.cpp reuses the KV cache of the previous prompt's common prefix. Logits computed that
+way can differ in the last bits from a fresh evaluation, so a request's greedy completion
+can depend on the request before it; memlab's response cache is what makes runs repeatable.
 
 Sampling settings other than the request's (top-p/top-k/min-p/repeat penalty) are fixed and
 part of ``name``, as are the model file's identity and the seed; ``n_ctx``, ``n_threads`` and
@@ -23,6 +29,7 @@ import time
 from typing import Any
 
 from memlab.lm.base import LM, ChatRequest, Completion, LMError, LMUnavailableError, PromptTooLongError
+from memlab.lm.grammar import GreedyGrammarProcessor
 from memlab.lm.models import DEFAULT_MODEL, KNOWN_MODELS, model_fingerprint, resolve_model
 
 #: Sampling settings not carried by ``ChatRequest``; changing them changes ``name``.
@@ -39,6 +46,7 @@ class LlamaCppLM(LM):
 
     ``model``: a known model name (``memlab.lm.models.KNOWN_MODELS``) or a path to a .gguf.
     ``n_threads``: None lets llama.cpp choose. ``seed``: used by requests whose seed is None.
+    ``fast_grammar``: see the module docstring.
     """
 
     def __init__(
@@ -50,6 +58,7 @@ class LlamaCppLM(LM):
         seed: int = 0,
         cache: str | None = "default",
         verbose: bool = False,
+        fast_grammar: bool = True,
     ) -> None:
         super().__init__(cache=cache)
         self.model = model
@@ -58,6 +67,7 @@ class LlamaCppLM(LM):
         self.n_batch = n_batch
         self.seed = seed
         self.verbose = verbose
+        self.fast_grammar = fast_grammar
         self.context_window = n_ctx
         self.load_time_s: float | None = None
         self._llm: Any = None
@@ -118,9 +128,12 @@ class LlamaCppLM(LM):
             "seed": self.seed if request.seed is None else request.seed,
             **SAMPLING,
         }
-        if request.json_schema is not None:
-            kwargs["response_format"] = {"type": "json_object", "schema": request.json_schema}
         with self._lock:
+            processor = self._grammar_processor(llm, request)
+            if processor is not None:
+                kwargs["logits_processor"] = [processor]
+            elif request.json_schema is not None:
+                kwargs["response_format"] = {"type": "json_object", "schema": request.json_schema}
             start = time.perf_counter()
             try:
                 response = llm.create_chat_completion(**kwargs)
@@ -131,6 +144,9 @@ class LlamaCppLM(LM):
                         "shorten the input or raise n_ctx"
                     ) from None
                 raise LMError(f"{self.name}: llama.cpp rejected the request: {exc}") from None
+            finally:
+                if processor is not None:
+                    processor.close()
             latency = time.perf_counter() - start
         choice = response["choices"][0]
         usage = response.get("usage") or {}
@@ -142,6 +158,16 @@ class LlamaCppLM(LM):
             model=self.name,
             finish_reason=choice.get("finish_reason"),
         )
+
+    def _grammar_processor(self, llm: Any, request: ChatRequest) -> GreedyGrammarProcessor | None:
+        """The fast grammar check for a greedy request with a schema; None otherwise, or when
+        the schema gives no grammar (llama-cpp-python then falls back to plain JSON)."""
+        if not self.fast_grammar or request.json_schema is None or request.temperature != 0:
+            return None
+        try:
+            return GreedyGrammarProcessor(llm, request.json_schema)
+        except ValueError:
+            return None
 
     def close(self) -> None:
         """Free the model (it is loaded again on the next call)."""

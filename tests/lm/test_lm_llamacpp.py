@@ -6,11 +6,13 @@ import importlib.util
 import json
 import threading
 
+import numpy as np
 import pytest
 
 from memlab.lm.base import ChatRequest, LMUnavailableError
 from memlab.lm.jsonparse import parse_json
 from memlab.lm.base import PromptTooLongError
+from memlab.lm.grammar import GreedyGrammarProcessor
 from memlab.lm.llamacpp import LlamaCppLM
 from memlab.lm.models import KNOWN_MODELS
 
@@ -82,6 +84,47 @@ def test_json_schema_extraction_parses(lm):
     completion = lm.generate([ChatRequest.of(prompt, max_tokens=96, json_schema=PEOPLE_SCHEMA)])[0]
     value = parse_json(completion.text, PEOPLE_SCHEMA)
     assert isinstance(value["people"], list)
+
+
+def test_fast_grammar_gives_the_full_grammar_samplers_output(llama_cpp_works):
+    fast = LlamaCppLM(MODEL, n_ctx=2048, cache=None)
+    full = LlamaCppLM(MODEL, n_ctx=2048, cache=None, fast_grammar=False)
+    requests = [
+        ChatRequest.of("List the people and their cities. Text: Ann lives in Oslo; Raj in Pune.",
+                       max_tokens=80, json_schema=PEOPLE_SCHEMA),
+        ChatRequest.of("Write a short poem about the sea.", max_tokens=24, json_schema=COLOR_SCHEMA),
+    ]
+    try:
+        for request in requests:
+            assert fast._grammar_processor(fast._load(), request) is not None
+            # Both from a fresh KV state: llama.cpp's prefix reuse can change the logits' last bits.
+            fast._load().reset()
+            full._load().reset()
+            fast_text, full_text = fast.generate([request])[0].text, full.generate([request])[0].text
+            assert fast_text == full_text
+            json.loads(fast_text)
+    finally:
+        fast.close()
+        full.close()
+
+
+def test_greedy_grammar_processor_masks_only_when_the_greedy_token_is_rejected(lm):
+    llm = lm._load()
+    processor = GreedyGrammarProcessor(llm, COLOR_SCHEMA)
+    try:
+        brace = llm.tokenize(b"{", add_bos=False, special=False)[0]
+        letter = llm.tokenize(b"x", add_bos=False, special=False)[0]
+        prompt = np.array([1, 2, 3], dtype=np.intc)
+        logits = np.zeros(llm.n_vocab(), dtype=np.single)
+        logits[brace] = 5.0
+        allowed = processor(prompt, logits)
+        assert allowed[brace] == 5.0 and np.isfinite(allowed).sum() == 1  # checked: one token
+        logits[letter] = 9.0  # the greedy token is now one the grammar rejects (a JSON object starts with "{")
+        masked = processor(prompt, logits)
+        assert masked[letter] == -np.inf and masked[brace] == 5.0
+        assert (processor.checked, processor.masked) == (1, 1)
+    finally:
+        processor.close()
 
 
 def test_stop_strings(lm):
