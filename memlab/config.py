@@ -7,11 +7,15 @@ Nodes are built depth-first. A node that appears twice through a YAML anchor (``
 * ``_base_: path.yaml`` (relative to the file) makes a file an override of another: the base
   is loaded and this file's keys are merged into it (dicts recursively, anything else replaced;
   a node that names another ``_component_`` keeps only the base arguments its class takes).
-  Ablations are written this way.
+  Ablations are written this way. A merge edits a copy of the node it reaches: overriding
+  ``answerer.lm.n_ctx`` in a file gives the answerer its own LM and leaves the other stages'
+  shared one alone (anchors do not reach across files).
 * Command-line overrides are dotted keys: ``answerer.lm.temperature=0``,
   ``reranker._component_=memlab.stages.rerank.CrossEncoderReranker``. The value is read as
   YAML (``null``, numbers, lists); setting a key under a null node creates the node; a new
   ``_component_`` keeps only the node's arguments the new class takes (as ``_base_`` does).
+  An override edits the node in place: ``answerer.lm.n_threads=2`` changes the LM every stage
+  shares through the anchor (the usual intent on a command line: one model, other settings).
 * The root node is the pipeline. Its ``eval`` key (judge settings, ...) is for the runner and
   not passed to the constructor.
 * ``validate`` checks every node against its constructor signature (unknown and missing
