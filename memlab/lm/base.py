@@ -129,6 +129,13 @@ class LM(ABC):
     #: Context window in tokens, used by pipelines to truncate their inputs.
     context_window: int = 4096
 
+    @property
+    def requests_at_once(self) -> int:
+        """How many requests ``_generate`` runs together. ``generate`` hands it the uncached
+        requests that many at a time and caches each round's completions before the next,
+        so an interrupted run loses at most one round of calls, not a whole batch."""
+        return 1
+
     def __init__(self, cache: str | None = "default") -> None:
         self.usage = UsageMeter()
         self._cache_path = cache
@@ -168,11 +175,13 @@ class LM(ABC):
                 results[i] = hit
             else:
                 missing.append(i)
-        if missing:
-            fresh = self._generate([requests[i] for i in missing])
-            if len(fresh) != len(missing):
-                raise LMError(f"{self.name}: backend returned {len(fresh)} completions for {len(missing)} requests")
-            for i, completion in zip(missing, fresh):
+        step = max(1, self.requests_at_once)
+        for start in range(0, len(missing), step):
+            round_ = missing[start:start + step]
+            fresh = self._generate([requests[i] for i in round_])
+            if len(fresh) != len(round_):
+                raise LMError(f"{self.name}: backend returned {len(fresh)} completions for {len(round_)} requests")
+            for i, completion in zip(round_, fresh):
                 results[i] = completion
                 if cache is not None:
                     cache.put(self.name, requests[i], completion)

@@ -136,6 +136,10 @@ class HFLM(LM):
         tokenizer, _ = self._load()
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    @property
+    def requests_at_once(self) -> int:
+        return self.batch_size
+
     def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
         tokenizer, model = self._load()
         results: list[Completion | None] = [None] * len(requests)

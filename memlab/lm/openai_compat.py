@@ -103,6 +103,10 @@ class OpenAICompatLM(LM):
             body["response_format"] = {"type": "json_object", "schema": request.json_schema}
         return body
 
+    @property
+    def requests_at_once(self) -> int:
+        return self.max_concurrency
+
     def _generate(self, requests_: list[ChatRequest]) -> list[Completion]:
         if len(requests_) <= 1 or self.max_concurrency == 1:
             return [self._send(r) for r in requests_]

@@ -169,3 +169,30 @@ def test_lm_generate_uses_the_cache_and_meters_usage(tmp_path):
     rerun = _CountingLM(cache=path)
     assert [c.cached for c in rerun.generate([_request("abc"), _request("xyz")])] == [True, True]
     assert rerun.calls == 0
+
+
+class _FailingOnLM(_CountingLM):
+    """Fails on the request ``fail_on``, as a run interrupted mid-batch would."""
+
+    def __init__(self, cache: str | None, fail_on: str, at_once: int) -> None:
+        super().__init__(cache)
+        self.fail_on, self.at_once = fail_on, at_once
+
+    @property
+    def requests_at_once(self) -> int:
+        return self.at_once
+
+    def _generate(self, requests):
+        if any(r.messages[-1]["content"] == self.fail_on for r in requests):
+            raise KeyboardInterrupt
+        return super()._generate(requests)
+
+
+def test_an_interrupted_batch_keeps_the_completions_of_finished_rounds(tmp_path):
+    path = str(tmp_path / "lm.sqlite")
+    prompts = ["a1", "b2", "c3", "d4", "e5"]
+    with pytest.raises(KeyboardInterrupt):
+        _FailingOnLM(path, fail_on="e5", at_once=2).generate([_request(p) for p in prompts])
+    resumed = _CountingLM(cache=path)
+    assert [c.cached for c in resumed.generate([_request(p) for p in prompts])] == [True] * 4 + [False]
+    assert resumed.calls == 1
