@@ -83,13 +83,18 @@ class Completion:
 @dataclass
 class UsageMeter:
     """Thread-safe counters of LLM use. Read with ``snapshot()``; diff two snapshots to get
-    the usage of a phase (memory building, one query)."""
+    the usage of a phase (memory building, one query).
+
+    ``latency_s`` is the model time of this run's uncached calls; ``llm_seconds`` adds the
+    time the cached calls took when they were made, i.e. the phase's model time from a cold
+    cache, which a run resumed through the cache would otherwise under-report."""
 
     llm_calls: int = 0
     cached_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_s: float = 0.0
+    llm_seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def record(self, completion: Completion) -> None:
@@ -99,6 +104,7 @@ class UsageMeter:
             else:
                 self.llm_calls += 1
                 self.latency_s += completion.latency_s
+            self.llm_seconds += completion.latency_s
             # Tokens are counted for cached calls too: they measure the method's cost,
             # which must not depend on whether the cache was warm.
             self.prompt_tokens += completion.prompt_tokens
@@ -112,6 +118,7 @@ class UsageMeter:
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens,
                 "latency_s": self.latency_s,
+                "llm_seconds": self.llm_seconds,
             }
 
     @staticmethod

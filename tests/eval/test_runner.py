@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -107,3 +108,27 @@ def test_overall_on_non_locomo_data_covers_every_question():
     assert metrics["overall_over"] == "all questions" and "overall (1-4)" not in format_table(metrics)
     locomo = summarise([row("temporal", 1.0), row("adversarial", 0.0)], True, 0.0, {})
     assert locomo["overall"]["n"] == 1 and locomo["overall_over"] == "LoCoMo categories 1-4"
+
+
+class _SlowCachedLM(ReplayLM):
+    """Reports 2 s of model time per call and keeps a response cache."""
+
+    def __init__(self, cache: str) -> None:
+        super().__init__(lambda request: "an answer")
+        self._cache_path = cache
+
+    def _generate(self, requests):
+        return [replace(c, latency_s=2.0) for c in super()._generate(requests)]
+
+
+def test_timing_is_the_cold_cache_cost_when_a_run_resumes_through_the_cache(tmp_path):
+    cache = str(tmp_path / "cache.sqlite")
+    options = RunOptions(max_questions=3, progress=False)
+    cold = run_benchmark(FullContext(answerer=PromptedAnswerer(lm=_SlowCachedLM(cache))), load_sample(),
+                         tmp_path / "cold", options)
+    warm = run_benchmark(FullContext(answerer=PromptedAnswerer(lm=_SlowCachedLM(cache))), load_sample(),
+                         tmp_path / "warm", options)
+    assert warm["usage"]["query"]["llm_seconds"] == cold["usage"]["query"]["llm_seconds"] == 6.0
+    # Every answer came from the cache: the wall time is small, the reported cost is not.
+    assert warm["timing"]["query_wall_seconds_p50"] < 2.0 <= warm["timing"]["query_seconds_p50"]
+    assert cold["timing"]["query_seconds_p50"] == pytest.approx(cold["timing"]["query_wall_seconds_p50"])
