@@ -157,6 +157,15 @@ def cmd_evaluate_stage(args: argparse.Namespace) -> int:
         return 2
     result = {"checkpoint": str(args.checkpoint), "stage": type(stage).__name__,
               "data": args.data or "embedded sample", "conversations": [c.id for c in conversations], **result}
+    # A recipe's checkpoint records its split: scoring it on conversations it learnt from inflates the numbers.
+    training = Path(args.checkpoint) / "training.json"
+    split = json.loads(training.read_text()).get("split") if training.is_file() else None
+    if split:
+        seen = {*split.get("train", []), *split.get("validation", [])}
+        result["overlaps_training"] = [c.id for c in conversations if c.id in seen]
+        if result["overlaps_training"]:
+            log.warning("%s was trained or validated on %s: its scores there are not held-out scores",
+                        args.checkpoint, result["overlaps_training"])
     print(json.dumps(result, indent=2))
     return 0
 

@@ -6,6 +6,8 @@ module holds only the pieces that would otherwise be copied into each script:
 
 * ``load_recipe_config``: the recipe's YAML (the same ``_component_`` mechanism as pipeline
   configs, ``_base_`` and dotted overrides included) with its common keys checked;
+* ``with_defaults``: a config over the recipe's ``DEFAULTS``, unknown keys refused (each
+  recipe's ``setup`` calls it, so a config given as a dict is checked too);
 * ``seed_everything``: one seed for python, numpy and torch (CPU and GPU);
 * ``make_accelerator``: accelerate's ``Accelerator`` for device and precision, so the same
   script runs on this CPU and on a GPU;
@@ -18,6 +20,7 @@ module holds only the pieces that would otherwise be copied into each script:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib.util
 import json
@@ -59,6 +62,32 @@ def load_recipe_config(path: str | os.PathLike, overrides: list[str] | tuple[str
         raise ConfigError(f"{path}: a training config needs the keys {missing}")
     config.setdefault("seed", 0)
     return config
+
+
+def with_defaults(config: dict[str, Any], defaults: dict[str, Any], recipe: str) -> dict[str, Any]:
+    """``config`` over the recipe's ``defaults``: a key the recipe does not know is a ConfigError
+    naming it and the known ones, so a typo is never silently ignored.
+
+    A section whose default is a plain mapping (``optim``, ``data``, ``lora``) is merged one level
+    deep and its keys are checked the same way; a ``_component_`` node (``stage``) is taken whole,
+    its arguments left to the component system, which checks them against the constructor.
+    """
+    missing = [k for k in REQUIRED_KEYS if k not in config]
+    if missing:
+        raise ConfigError(f"{recipe}: a training config needs the keys {missing}")
+    unknown = set(config) - set(defaults) - set(REQUIRED_KEYS)
+    if unknown:
+        raise ConfigError(f"{recipe}: unknown config keys {sorted(unknown)} (known: {sorted({*defaults, *REQUIRED_KEYS})})")
+    merged = {**copy.deepcopy(defaults), **config}
+    for key, default in defaults.items():
+        if not isinstance(default, dict) or "_component_" in default:
+            continue
+        section = config.get(key) or {}
+        extra = set(section) - set(default)
+        if extra:
+            raise ConfigError(f"{recipe}: unknown {key} keys {sorted(extra)} (known: {sorted(default)})")
+        merged[key] = {**copy.deepcopy(default), **section}
+    return merged
 
 
 def seed_everything(seed: int) -> None:
@@ -157,24 +186,50 @@ def run_recipe(name: str, config: dict[str, Any]) -> dict[str, Any]:
     return load_recipe(name).main(config)
 
 
+def load_conversations(path: str | os.PathLike, ids: list[str] | tuple[str, ...] | None = None):
+    """The conversations of the LoCoMo file ``path``; with ``ids``, only those (in the file's order),
+    and a ConfigError naming any id the file does not hold and the ones it does."""
+    from memlab.data import load_dataset
+
+    conversations = load_dataset(path)
+    if ids:
+        unknown = set(ids) - {c.id for c in conversations}
+        if unknown:
+            raise ConfigError(f"conversations {sorted(unknown)} are not in {path} "
+                              f"(available: {[c.id for c in conversations]})")
+        conversations = [c for c in conversations if c.id in ids]
+    return conversations
+
+
+#: The ``data`` section of the recipes that split conversations (``recipe_conversations``).
+DATA_DEFAULTS: dict[str, Any] = {"path": None, "eval_ids": None, "validation_ids": None, "conversations": None,
+                                 "max_questions": None}
+
+
 def recipe_conversations(data: dict[str, Any]):
     """(train, validation, evaluation) conversations from a recipe's ``data`` section.
 
-    ``data.path``: a LoCoMo file (default: the embedded sample); ``data.conversations`` keeps only
-    those ids, ``data.max_questions`` the first questions of each. ``data.eval_ids``: the held-out
-    evaluation conversations (default ``FIXED_EVAL_IDS``, the fixed 5/2 split). ``data.validation_ids``:
-    training conversations set aside for early stopping (default: the last training one), so
-    model selection never looks at the evaluation conversations, which are scored once, at the end.
+    ``data.path``: a LoCoMo file, required (the embedded sample holds a single conversation, which
+    cannot be split three ways); ``data.conversations`` keeps only those ids, ``data.max_questions``
+    the first questions of each. ``data.eval_ids``: the held-out evaluation conversations (default
+    ``FIXED_EVAL_IDS``, the fixed 5/2 split). ``data.validation_ids``: training conversations set
+    aside for early stopping (default: the last training one), so model selection never looks at
+    the evaluation conversations, which are scored once, at the end. A config that names
+    conversations the file does not hold is a ConfigError.
     """
-    from memlab.data import load_dataset, load_sample
     from memlab.data.supervision import FIXED_EVAL_IDS, fixed_split, split_conversations
 
-    conversations = load_dataset(data["path"]) if data.get("path") else load_sample()
-    keep, limit = data.get("conversations"), data.get("max_questions")
-    conversations = [c for c in conversations if not keep or c.id in keep]
-    if limit:  # a quick run (tests, smoke checks): the first questions of each conversation
+    if not data.get("path"):
+        raise ConfigError("data.path is required: a LoCoMo file with at least three conversations (train, "
+                          "validation, evaluation), e.g. ../shared/data/locomo/locomo10_dev.json; the embedded "
+                          "sample has only one")
+    conversations = load_conversations(data["path"], data.get("conversations"))
+    if limit := data.get("max_questions"):  # a quick run (tests, smoke checks): the first questions of each
         conversations = [dataclasses.replace(c, questions=c.questions[:limit]) for c in conversations]
-    split = fixed_split([c.id for c in conversations], data.get("eval_ids") or FIXED_EVAL_IDS)
+    try:
+        split = fixed_split([c.id for c in conversations], data.get("eval_ids") or FIXED_EVAL_IDS)
+    except ValueError as e:  # eval ids absent from the data, or nothing left to train on
+        raise ConfigError(f"data.eval_ids: {e}") from None
     train, evaluation = split_conversations(conversations, split)
     validation_ids = data.get("validation_ids") or [train[-1].id]
     unknown = set(validation_ids) - {c.id for c in train}
@@ -188,19 +243,18 @@ def recipe_conversations(data: dict[str, Any]):
     return train, validation, evaluation
 
 
-def total_steps(items: int, optim: dict[str, Any], batch_size: int, epochs: int) -> int:
+def total_steps(items: int, optim: dict[str, Any]) -> int:
     """Optimiser steps for ``items`` examples: ``optim.epochs`` passes of ``optim.batch_size``,
-    capped by ``optim.max_steps`` (the arguments are the recipe's defaults)."""
-    steps = math.ceil(items / int(optim.get("batch_size", batch_size))) * int(optim.get("epochs", epochs))
+    capped by ``optim.max_steps`` (null: no cap)."""
+    steps = math.ceil(items / int(optim["batch_size"])) * int(optim["epochs"])
     return min(steps, int(optim["max_steps"])) if optim.get("max_steps") else steps
 
 
-def adamw(stage: torch.nn.Module, optim: dict[str, Any], steps: int, default_lr: float):
-    """AdamW over the stage's trainable parameters (``optim.lr``, ``optim.weight_decay``) and
-    its ``linear_schedule`` (``optim.warmup_fraction``) over ``steps``."""
-    optimizer = torch.optim.AdamW([p for p in stage.parameters() if p.requires_grad],
-                                  lr=float(optim.get("lr", default_lr)), weight_decay=float(optim.get("weight_decay", 0.01)))
-    return optimizer, linear_schedule(optimizer, steps, float(optim.get("warmup_fraction", 0.1)))
+def adamw(stage: torch.nn.Module, optim: dict[str, Any]) -> torch.optim.AdamW:
+    """AdamW over the stage's trainable parameters (``optim.lr``, ``optim.weight_decay``); pair
+    it with ``linear_schedule`` or, for a constant rate, no schedule."""
+    return torch.optim.AdamW([p for p in stage.parameters() if p.requires_grad],
+                             lr=float(optim["lr"]), weight_decay=float(optim["weight_decay"]))
 
 
 def linear_schedule(optimizer, total_steps: int, warmup_fraction: float = 0.1):

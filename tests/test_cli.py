@@ -79,3 +79,19 @@ def test_evaluate_stage_and_train_refuse_bad_input(tmp_path, caplog):
     assert "not a saved stage" in caplog.text
     assert main(["train", "finetune_router", "--config", str(REPO / "configs/train/reranker.yaml")]) == 2
     assert "not 'finetune_router'" in caplog.text
+
+
+def test_evaluate_stage_names_the_conversations_the_checkpoint_learnt_from(tmp_path, capsys, caplog):
+    from memlab.stages.route.rules import RuleRouter
+
+    checkpoint = RuleRouter().save(tmp_path / "router")
+    split = {"train": ["sample-1"], "validation": ["conv-47"], "evaluation": ["conv-26", "conv-30"]}
+    (checkpoint / "training.json").write_text(json.dumps({"config": {}, "split": split}))
+    assert main(["evaluate-stage", str(checkpoint)]) == 0
+    assert json.loads(capsys.readouterr().out)["overlaps_training"] == ["sample-1"]
+    assert "trained or validated on ['sample-1']" in caplog.text
+
+    split["train"] = ["conv-41"]
+    (checkpoint / "training.json").write_text(json.dumps({"config": {}, "split": split}))
+    assert main(["evaluate-stage", str(checkpoint)]) == 0
+    assert json.loads(capsys.readouterr().out)["overlaps_training"] == []

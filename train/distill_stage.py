@@ -7,9 +7,14 @@ into supervised (chat prompt -> completion) pairs with
 adapters on them, and saves the best student as a merged transformers folder, which
 ``memlab.lm.hf.HFLM(model=<output_dir>/model)`` serves in place of the teacher.
 
+The cache holds the calls made on every conversation, the held-out evaluation ones included:
+with ``data.path`` set, every call whose messages quote a turn (of at least 20 characters) or a
+question of the ``data.exclude_ids`` conversations is left out (``held_out`` in the counts), so
+a student is never trained on the conversations it will be scored on.
+
 Run: ``memlab train distill_stage --config configs/train/distill_stage.yaml [key=value ...]``
 
-Config keys (defaults in ``DEFAULTS``):
+Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError):
 
 * ``recipe``: ``distill_stage``; ``output_dir``: the run folder (``metrics.jsonl``,
   ``distill.json``, ``model/``); written as ``<output_dir>.partial`` and renamed when done,
@@ -19,10 +24,14 @@ Config keys (defaults in ``DEFAULTS``):
   ``~/.cache/memlab/responses.sqlite``).
 * ``teacher_model``: the cache's model name to distil (null: every model).
 * ``match``: regular expression searched in a call's first message, picking one stage's calls.
+* ``data``: ``path``, the LoCoMo file the teacher ran on (null: nothing is excluded), and
+  ``exclude_ids``, the conversations whose calls are left out (null: ``FIXED_EVAL_IDS``,
+  conv-26 and conv-30). ``distill.json`` records the excluded ids and the ``held_out`` count.
 * ``student``: a local model folder, a .gguf file or a known GGUF name
   (``smollm2-135m-instruct-q4_1``); GGUF weights are dequantized by transformers.
 * ``lora``: ``rank``, ``alpha``, ``dropout``, ``target_modules`` (PEFT ``LoraConfig``).
-* ``optim``: ``lr`` (AdamW, constant), ``epochs``, ``batch_size``, ``max_steps`` (null: no cap).
+* ``optim``: ``lr`` and ``weight_decay`` (AdamW, constant rate), ``epochs``, ``batch_size``,
+  ``max_steps`` (null: no cap).
 * ``eval_fraction``: share of distinct requests held out (at least one).
 * ``max_length``: token limit of prompt + completion; longer examples are dropped (counted),
   since a cut-off target would teach the student never to stop.
@@ -30,20 +39,22 @@ Config keys (defaults in ``DEFAULTS``):
   at the end as well); ``patience``: evaluations without a lower eval loss before stopping.
 * ``precision``: ``no``, ``fp16`` or ``bf16`` (accelerate; full precision on a CPU).
 
-Phases, top to bottom: ``setup`` (examples, split, student, LoRA, tokenised batches),
-``train`` (explicit loop with accelerate, progress bar, metrics log, early stopping on the
-eval loss, best adapter weights kept in memory), ``save_checkpoint`` (merge, save, rename).
-The loss is computed on completion tokens only (the prompt's labels are -100).
+Phases, top to bottom (``memlab.training.Recipe``): ``setup`` (examples, split, student, LoRA,
+tokenised batches), ``train`` (explicit loop with accelerate, progress bar, metrics log, early
+stopping on the eval loss, best adapter weights kept in memory), ``save_checkpoint`` (merge,
+save, rename). The loss is computed on completion tokens only (the prompt's labels are -100).
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import math
+import re
 import shutil
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +62,9 @@ import torch
 from tqdm.auto import tqdm
 
 from memlab.config import ConfigError
-from memlab.training import EarlyStopping, MetricsLog, make_accelerator, seed_everything
+from memlab.data.supervision import FIXED_EVAL_IDS, conversation_texts, distillation_examples
+from memlab.training import (EarlyStopping, MetricsLog, adamw, load_conversations, make_accelerator, seed_everything,
+                             total_steps, with_defaults)
 
 IGNORE_INDEX = -100
 
@@ -60,9 +73,10 @@ DEFAULTS: dict[str, Any] = {
     "cache": "default",
     "teacher_model": None,
     "match": None,
+    "data": {"path": None, "exclude_ids": None},
     "student": "smollm2-135m-instruct-q4_1",
     "lora": {"rank": 8, "alpha": 16, "dropout": 0.05, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
-    "optim": {"lr": 2e-4, "epochs": 3, "batch_size": 4, "max_steps": None},
+    "optim": {"lr": 2e-4, "weight_decay": 0.01, "epochs": 3, "batch_size": 4, "max_steps": None},
     "eval_fraction": 0.1,
     "max_length": 2048,
     "eval_every": 50,
@@ -71,19 +85,29 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+@dataclass
+class Run:
+    config: dict[str, Any]
+    out: Path
+    work_dir: Path  # ``<output_dir>.partial``: renamed to ``out`` once complete
+    excluded_conversations: list[str] = field(default_factory=list)
+    data_card: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+    accelerator: Any = None
+    model: Any = None
+    tokenizer: Any = None
+    optimizer: Any = None
+    train_loader: Any = None
+    eval_loader: Any = None
+    steps: int = 0
+    log: MetricsLog | None = None
+    best: dict[str, Any] | None = None  # step, eval_loss and a CPU copy of the adapter weights
+    metrics: dict[str, Any] = field(default_factory=dict)  # what ``train`` measured
+
+
 def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The config over ``DEFAULTS`` (one level deep for ``lora`` / ``optim``), checked."""
-    unknown = set(config) - set(DEFAULTS) - {"recipe", "output_dir"}
-    if unknown:
-        raise ConfigError(f"distill_stage: unknown config keys {sorted(unknown)} (known: {sorted(DEFAULTS)})")
-    cfg = {**copy.deepcopy(DEFAULTS), **{k: v for k, v in config.items() if k not in ("lora", "optim")}}
-    for group in ("lora", "optim"):
-        extra = set(config.get(group) or {}) - set(DEFAULTS[group])
-        if extra:
-            raise ConfigError(f"distill_stage: unknown {group} keys {sorted(extra)} (known: {sorted(DEFAULTS[group])})")
-        cfg[group] = {**DEFAULTS[group], **(config.get(group) or {})}
-    if "output_dir" not in cfg:
-        raise ConfigError("distill_stage: output_dir is required")
+    """The config over ``DEFAULTS`` (``memlab.training.with_defaults``), its values checked."""
+    cfg = with_defaults(config, DEFAULTS, "distill_stage")
     if not 0 < float(cfg["eval_fraction"]) < 1:
         raise ConfigError(f"distill_stage: eval_fraction must be in (0, 1), got {cfg['eval_fraction']}")
     for key, value in (("max_length", cfg["max_length"]), ("eval_every", cfg["eval_every"]),
@@ -91,15 +115,25 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
                        ("optim.epochs", cfg["optim"]["epochs"])):
         if int(value) < 1:
             raise ConfigError(f"distill_stage: {key} must be >= 1, got {value}")
+    if cfg["data"]["exclude_ids"] and not cfg["data"]["path"]:
+        raise ConfigError("distill_stage: data.exclude_ids needs data.path, the file those conversations are in")
     return cfg
 
 
 # ----------------------------------------------------------------------------- set-up
 
 
-def load_examples(cfg: dict[str, Any]) -> list[dict[str, Any]]:
-    """The teacher's cached calls of one stage, as dataset rows; a clear error when there are none."""
-    from memlab.data.supervision import distillation_examples
+def excluded_conversations(data: dict[str, Any]):
+    """The conversations whose calls must not be distilled: ``data.exclude_ids`` (default
+    ``FIXED_EVAL_IDS``) of ``data.path``; none without a ``data.path``."""
+    if not data["path"]:
+        return []
+    return load_conversations(data["path"], list(data["exclude_ids"] or FIXED_EVAL_IDS))
+
+
+def load_examples(cfg: dict[str, Any], exclude: Iterable[str] = ()):
+    """The teacher's cached calls of one stage, less those quoting an ``exclude`` text, as a
+    dataset (its card counts what was dropped); a clear error when none is left."""
     from memlab.lm.cache import ResponseCache, default_cache_path
 
     path = default_cache_path() if str(cfg["cache"]) == "default" else Path(cfg["cache"]).expanduser()
@@ -107,14 +141,20 @@ def load_examples(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         raise FileNotFoundError(f"distill_stage: no response cache at {path} (run the teacher pipeline first, "
                                 "or set cache=PATH)")
     cache = ResponseCache.open(path)
-    dataset = distillation_examples(cache, model=cfg["teacher_model"], match=cfg["match"])
+    dataset = distillation_examples(cache, model=cfg["teacher_model"], match=cfg["match"], exclude=exclude)
     if len(dataset) == 0:
         raise ValueError(
             f"distill_stage: no cached call in {path} matches teacher_model={cfg['teacher_model']!r} and "
             f"match={cfg['match']!r} (models in the cache: {cache.models()}); "
             f"{dataset.info.description or ''}".strip()
         )
-    return list(dataset)
+    return dataset
+
+
+def held_out_count(dataset) -> int:
+    """The calls ``distillation_examples`` left out as quoting an excluded conversation (its card says)."""
+    found = re.search(r"(\d+) held out", dataset.info.description or "")
+    return int(found.group(1)) if found else 0
 
 
 def request_hash(example: dict[str, Any], seed: int) -> str:
@@ -200,34 +240,45 @@ def collate(rows: list[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Te
     return {k: torch.tensor(v) for k, v in batch.items()}
 
 
-def setup(cfg: dict[str, Any]) -> dict[str, Any]:
+def setup(config: dict[str, Any]) -> Run:
+    cfg = resolve_config(config)
+    out = Path(cfg["output_dir"]).expanduser()
+    cfg["output_dir"] = str(out)
+    if out.exists() and not (out / "distill.json").is_file():
+        raise FileExistsError(f"distill_stage: {out} exists and is not a distill_stage run; choose another output_dir")
+    run = Run(config=cfg, out=out, work_dir=out.with_name(out.name + ".partial"))
+    shutil.rmtree(run.work_dir, ignore_errors=True)
     seed_everything(int(cfg["seed"]))
-    examples = load_examples(cfg)
+    held_out = excluded_conversations(cfg["data"])
+    run.excluded_conversations = [c.id for c in held_out]
+    dataset = load_examples(cfg, exclude=conversation_texts(held_out))
+    run.data_card = dataset.info.description
+    examples = list(dataset)
     train_examples, eval_examples = split_examples(examples, float(cfg["eval_fraction"]), int(cfg["seed"]))
-    tokenizer, model = load_student(str(cfg["student"]))
+    run.tokenizer, model = load_student(str(cfg["student"]))
     model = add_lora(model, cfg["lora"])
     tokenized = {}
     for split, rows in (("train", train_examples), ("eval", eval_examples)):
-        kept = [t for t in (tokenize(tokenizer, e, int(cfg["max_length"])) for e in rows) if t is not None]
+        kept = [t for t in (tokenize(run.tokenizer, e, int(cfg["max_length"])) for e in rows) if t is not None]
         if not kept:
             raise ValueError(f"distill_stage: every {split} example is longer than max_length={cfg['max_length']} "
                              "tokens; raise max_length")
         tokenized[split] = kept
-    dropped = len(examples) - len(tokenized["train"]) - len(tokenized["eval"])
+    run.counts = {"examples": len(examples), "train": len(tokenized["train"]), "eval": len(tokenized["eval"]),
+                  "dropped_too_long": len(examples) - len(tokenized["train"]) - len(tokenized["eval"]),
+                  "held_out": held_out_count(dataset)}
     generator = torch.Generator().manual_seed(int(cfg["seed"]))
-    batch_size = int(cfg["optim"]["batch_size"])
-    loaders = {
-        split: torch.utils.data.DataLoader(rows, batch_size=batch_size, shuffle=split == "train",
-                                           generator=generator, collate_fn=lambda b: collate(b, tokenizer.pad_token_id))
-        for split, rows in tokenized.items()
-    }
-    accelerator = make_accelerator(str(cfg["precision"]))
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=float(cfg["optim"]["lr"]))
-    model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, loaders["train"], loaders["eval"])
-    return {"accelerator": accelerator, "model": model, "tokenizer": tokenizer, "optimizer": optimizer,
-            "train_loader": train_loader, "eval_loader": eval_loader,
-            "counts": {"examples": len(examples), "train": len(tokenized["train"]), "eval": len(tokenized["eval"]),
-                       "dropped_too_long": dropped}}
+    pad_id = run.tokenizer.pad_token_id
+    loaders = [torch.utils.data.DataLoader(tokenized[split], batch_size=int(cfg["optim"]["batch_size"]),
+                                           shuffle=split == "train", generator=generator,
+                                           collate_fn=lambda b: collate(b, pad_id))
+               for split in ("train", "eval")]
+    run.steps = total_steps(len(tokenized["train"]), cfg["optim"])
+    run.accelerator = make_accelerator(str(cfg["precision"]))
+    optimizer = adamw(model, cfg["optim"])  # a constant rate: no schedule
+    run.model, run.optimizer, run.train_loader, run.eval_loader = run.accelerator.prepare(model, optimizer, *loaders)
+    run.log = MetricsLog(run.work_dir / "metrics.jsonl")  # only now: a config or data error leaves no folder
+    return run
 
 
 # ----------------------------------------------------------------------------- train
@@ -251,28 +302,27 @@ def lora_state(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in model.named_parameters() if v.requires_grad}
 
 
-def train(cfg: dict[str, Any], state: dict[str, Any], log: MetricsLog) -> dict[str, Any]:
-    accelerator, model, optimizer = state["accelerator"], state["model"], state["optimizer"]
-    train_loader, eval_loader = state["train_loader"], state["eval_loader"]
-    epochs, max_steps = int(cfg["optim"]["epochs"]), cfg["optim"]["max_steps"]
-    total_steps = epochs * len(train_loader) if max_steps is None else min(int(max_steps), epochs * len(train_loader))
-    stopper = EarlyStopping(patience=int(cfg["patience"]))
+def train(run: Run) -> dict[str, Any]:
+    accelerator, model, optimizer = run.accelerator, run.model, run.optimizer
+    epochs, eval_every = int(run.config["optim"]["epochs"]), int(run.config["eval_every"])
+    stopper = EarlyStopping(patience=int(run.config["patience"]))
 
     def checkpoint_eval(step: int, epoch: int, train_loss: float | None) -> None:
-        eval_loss = evaluate(model, eval_loader)
+        eval_loss = evaluate(model, run.eval_loader)
         improved = stopper.step(-eval_loss)  # EarlyStopping wants higher-is-better
         if improved:
-            state["best"] = {"step": step, "eval_loss": eval_loss, "weights": lora_state(accelerator.unwrap_model(model))}
-        log.write(step=step, epoch=epoch, train_loss=train_loss, eval_loss=round(eval_loss, 5), best=improved)
+            run.best = {"step": step, "eval_loss": eval_loss, "weights": lora_state(accelerator.unwrap_model(model))}
+        run.log.write(step=step, epoch=epoch, train_loss=train_loss, eval_loss=round(eval_loss, 5), best=improved)
 
     model.train()
     checkpoint_eval(0, 0, None)  # the untrained student is the baseline to beat
     step, seen, running, running_n = 0, 0, 0.0, 0
-    progress = tqdm(total=total_steps, desc="distill", disable=not accelerator.is_local_main_process)
+    progress = tqdm(total=run.steps, desc="distill", disable=not accelerator.is_local_main_process)
     start = time.perf_counter()
     for epoch in range(1, epochs + 1):
-        for batch in train_loader:
-            loss = model(**batch).loss
+        for batch in run.train_loader:
+            with accelerator.autocast():  # the loss too, not only the forward ``prepare`` wraps
+                loss = model(**batch).loss
             accelerator.backward(loss)
             optimizer.step()
             optimizer.zero_grad()
@@ -282,60 +332,55 @@ def train(cfg: dict[str, Any], state: dict[str, Any], log: MetricsLog) -> dict[s
             running, running_n = running + loss_value, running_n + 1
             progress.update(1)
             progress.set_postfix(loss=f"{loss_value:.3f}")
-            if step % int(cfg["eval_every"]) == 0 or step == total_steps:
+            if step % eval_every == 0 or step == run.steps:
                 checkpoint_eval(step, epoch, round(running / running_n, 5))
                 running, running_n = 0.0, 0
-            if step >= total_steps or stopper.should_stop:
+            if step >= run.steps or stopper.should_stop:
                 break
-        if step >= total_steps or stopper.should_stop:
+        if step >= run.steps or stopper.should_stop:
             break
     progress.close()
     seconds = time.perf_counter() - start
-    return {"steps": step, "train_seconds": round(seconds, 2), "train_examples_seen": seen,
-            "examples_per_second": round(seen / seconds, 3) if seconds > 0 else math.nan,
-            "stopped_early": stopper.should_stop, "best_step": state["best"]["step"],
-            "best_eval_loss": round(state["best"]["eval_loss"], 5)}
+    run.metrics = {"steps": step, "train_seconds": round(seconds, 2), "train_examples_seen": seen,
+                   "examples_per_second": round(seen / seconds, 3) if seconds > 0 else math.nan,
+                   "stopped_early": stopper.should_stop, "best_step": run.best["step"],
+                   "best_eval_loss": round(run.best["eval_loss"], 5)}
+    return run.metrics
 
 
 # ----------------------------------------------------------------------------- save
 
 
-def save_checkpoint(cfg: dict[str, Any], state: dict[str, Any], work_dir: Path, metrics: dict[str, Any]) -> Path:
-    """Merge the best adapter weights into the student, save it with its tokenizer, then rename into place."""
-    model = state["accelerator"].unwrap_model(state["model"])
+def save_checkpoint(run: Run) -> Path:
+    """Merge the best adapter weights into the student, save it with its tokenizer and
+    ``distill.json``, then rename the finished folder into place."""
+    model = run.accelerator.unwrap_model(run.model)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name in state["best"]["weights"]:
-                param.copy_(state["best"]["weights"][name])
+            if name in run.best["weights"]:
+                param.copy_(run.best["weights"][name])
     merged = model.merge_and_unload()
-    merged.save_pretrained(work_dir / "model")
-    state["tokenizer"].save_pretrained(work_dir / "model")
+    merged.save_pretrained(run.work_dir / "model")
+    run.tokenizer.save_pretrained(run.work_dir / "model")
+    cfg = run.config
     record = {"teacher_model": cfg["teacher_model"], "match": cfg["match"], "cache": str(cfg["cache"]),
-              "student": str(cfg["student"]), "examples": state["counts"], "metrics": metrics,
-              "config": {k: v for k, v in cfg.items()}}
-    (work_dir / "distill.json").write_text(json.dumps(record, indent=2, default=str))
-    out = Path(cfg["output_dir"])
-    if out.exists():  # only a previous run of this recipe is replaced
-        old = out.with_name(out.name + ".old")
+              "student": str(cfg["student"]), "excluded_conversations": run.excluded_conversations,
+              "examples": run.counts, "metrics": run.metrics, "data_card": run.data_card, "config": dict(cfg)}
+    (run.work_dir / "distill.json").write_text(json.dumps(record, indent=2, default=str))
+    if run.out.exists():  # only a previous run of this recipe is replaced
+        old = run.out.with_name(run.out.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
-        out.rename(old)
-        work_dir.rename(out)
+        run.out.rename(old)
+        run.work_dir.rename(run.out)
         shutil.rmtree(old, ignore_errors=True)
     else:
-        work_dir.rename(out)
-    return out
+        run.work_dir.rename(run.out)
+    return run.out
 
 
 def main(config: dict[str, Any]) -> dict[str, Any]:
-    cfg = resolve_config(config)
-    out = Path(cfg["output_dir"]).expanduser()
-    cfg["output_dir"] = str(out)
-    if out.exists() and not (out / "distill.json").is_file():
-        raise FileExistsError(f"distill_stage: {out} exists and is not a distill_stage run; choose another output_dir")
-    work_dir = out.with_name(out.name + ".partial")
-    shutil.rmtree(work_dir, ignore_errors=True)
-    state = setup(cfg)  # before any folder is made: a config or data error leaves nothing behind
-    log = MetricsLog(work_dir / "metrics.jsonl")
-    metrics = train(cfg, state, log)
-    path = save_checkpoint(cfg, state, work_dir, metrics)
-    return {"examples": state["counts"], **metrics, "output": str(path), "model": str(path / "model")}
+    run = setup(config)
+    metrics = train(run)
+    path = save_checkpoint(run)
+    return {"examples": run.counts, "excluded_conversations": run.excluded_conversations, **metrics,
+            "output": str(path), "model": str(path / "model")}

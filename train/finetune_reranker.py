@@ -13,7 +13,8 @@ re-scores at inference; ``memlab.data.supervision.rerank_examples``) and
 is trained with a softmax cross-entropy over that group (the positive is the target): a
 ranking loss, since recall@k only depends on the order of the candidates.
 
-Config keys: ``recipe, output_dir, seed, precision`` (no/fp16/bf16; ignored on CPU),
+Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress`` (a progress bar),
 ``data {path, eval_ids, validation_ids, conversations, max_questions}``, ``embedder`` (a
 ``_component_`` node: first-stage retrieval and hard negatives), ``stage`` (the reranker's
 ``_component_`` node), ``negatives, negative_sampling`` (uniform/top), ``rerank_depth, rrf_k``, ``optim {lr, weight_decay, epochs,
@@ -39,8 +40,27 @@ from memlab.config import instantiate
 from memlab.data.supervision import rerank_examples
 from memlab.eval.stage_eval import evaluate_reranker, reranker_candidates
 from memlab.stage import Stage
-from memlab.training import (EarlyStopping, MetricsLog, adamw, make_accelerator, recipe_conversations, seed_everything,
-                             total_steps, write_json_atomic)
+from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
+                             recipe_conversations, seed_everything, total_steps, with_defaults, write_json_atomic)
+
+DEFAULTS: dict[str, Any] = {
+    "seed": 0,
+    "precision": "no",
+    "progress": True,
+    "data": DATA_DEFAULTS,
+    "embedder": {"_component_": "memlab.embed.SentenceTransformerEmbedder"},
+    "stage": {"_component_": "memlab.stages.rerank.CrossEncoderReranker"},
+    "negatives": 8,
+    "negative_sampling": "uniform",
+    "rerank_depth": 50,
+    "rrf_k": 10,
+    "optim": {"lr": 2e-5, "weight_decay": 0.01, "epochs": 2, "batch_size": 16, "warmup_fraction": 0.1,
+              "max_steps": None},
+    "eval_every": 100,
+    "patience": 3,
+    "validation_questions": None,
+    "metric": "recall@10",
+}
 
 
 @dataclass
@@ -68,35 +88,32 @@ def build_groups(dataset) -> list[tuple[str, list[str]]]:
 
 
 def setup(config: dict[str, Any]) -> Run:
+    config = with_defaults(config, DEFAULTS, "finetune_reranker")
     seed_everything(int(config["seed"]))
     run = Run(config=config, out=Path(config["output_dir"]))
-    data = config.get("data") or {}
-    train, validation, evaluation = recipe_conversations(data)
+    train, validation, evaluation = recipe_conversations(config["data"])
     run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
                  "evaluation": [c.id for c in evaluation]}
     embedder = instantiate(config["embedder"])
-    rrf_k, depth = int(config.get("rrf_k", 10)), int(config.get("rerank_depth", 50))
-    examples = rerank_examples(train, embedder, negatives=int(config.get("negatives", 8)), rrf_k=rrf_k,
-                               candidates=depth, seed=int(config["seed"]),
-                               sampling=config.get("negative_sampling", "uniform"))
+    rrf_k, depth = int(config["rrf_k"]), int(config["rerank_depth"])
+    examples = rerank_examples(train, embedder, negatives=int(config["negatives"]), rrf_k=rrf_k,
+                               candidates=depth, seed=int(config["seed"]), sampling=config["negative_sampling"])
     run.groups = build_groups(examples)
     if not run.groups:
         raise ValueError("no training groups: the training conversations have no question with evidence")
     # Validation runs several times: ``validation_questions`` caps its cost (the first N questions).
     run.validation = reranker_candidates(validation, embedder, depth=depth, rrf_k=rrf_k)
-    run.validation = run.validation[: int(config.get("validation_questions") or len(run.validation))]
+    run.validation = run.validation[: int(config["validation_questions"] or len(run.validation))]
     run.evaluation = reranker_candidates(evaluation, embedder, depth=depth, rrf_k=rrf_k)
 
     run.stage = instantiate(config["stage"])
-    run.optimizer, run.scheduler = adamw(run.stage, config.get("optim") or {}, steps(run), default_lr=2e-5)
-    run.accelerator = make_accelerator(config.get("precision", "no"))
+    optim = config["optim"]
+    run.optimizer = adamw(run.stage, optim)
+    run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.groups), optim), float(optim["warmup_fraction"]))
+    run.accelerator = make_accelerator(config["precision"])
     run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
-
-
-def steps(run: Run) -> int:
-    return total_steps(len(run.groups), run.config.get("optim") or {}, batch_size=16, epochs=2)
 
 
 def group_loss(stage, batch: list[tuple[str, list[str]]]) -> torch.Tensor:
@@ -114,16 +131,14 @@ def validate(run: Run) -> dict[str, Any]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    optim = run.config.get("optim") or {}
-    batch_size, n_steps = int(optim.get("batch_size", 16)), steps(run)
-    eval_every = int(run.config.get("eval_every", 100))
-    metric = run.config.get("metric", "recall@10")
-    stopper = EarlyStopping(patience=int(run.config.get("patience", 3)))
+    batch_size, n_steps = int(run.config["optim"]["batch_size"]), total_steps(len(run.groups), run.config["optim"])
+    eval_every, metric = int(run.config["eval_every"]), run.config["metric"]
+    stopper = EarlyStopping(patience=int(run.config["patience"]))
     rng = random.Random(int(run.config["seed"]))
     baseline = evaluate_reranker(None, run.validation)["first_stage"]
     run.log.write(step=0, validation_first_stage=baseline)
     step, pairs, train_seconds, best = 0, 0, 0.0, None
-    progress = tqdm(total=n_steps, desc="reranker", disable=not run.config.get("progress", True))
+    progress = tqdm(total=n_steps, desc="reranker", disable=not run.config["progress"])
     run.stage.train()
     while step < n_steps and not stopper.should_stop:
         order = list(range(len(run.groups)))
@@ -131,7 +146,8 @@ def train(run: Run) -> dict[str, Any]:
         for start in range(0, len(order), batch_size):
             batch = [run.groups[i] for i in order[start:start + batch_size]]
             started = time.perf_counter()
-            loss = group_loss(run.stage, batch)
+            with run.accelerator.autocast():  # ``prepare`` wraps only forward, not score_pairs
+                loss = group_loss(run.stage, batch)
             run.accelerator.backward(loss)
             run.optimizer.step()
             run.scheduler.step()
@@ -171,5 +187,5 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     final = evaluate_reranker(best, run.evaluation)
     summary.update(split=run.split, groups=len(run.groups), evaluation=final, checkpoint=str(run.out),
                    device=str(run.accelerator.device))
-    write_json_atomic(run.out / "training.json", {"config": config, **summary})
+    write_json_atomic(run.out / "training.json", {"config": run.config, **summary})
     return summary

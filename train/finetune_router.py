@@ -11,10 +11,12 @@ each head's accuracy), written next to the checkpoint as ``training.json``.
 Objective: the sum over heads of the cross-entropy of each head's label. Early stopping reads
 the validation ``accuracy`` (question type over categories 1-4, the issue's metric).
 
-Config keys: ``recipe, output_dir, seed, precision``, ``data {path, eval_ids, validation_ids,
+Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+seed, precision``, ``progress`` (a progress bar), ``data {path, eval_ids, validation_ids,
 conversations, max_questions}``, ``stage`` (a ``QueryRouter`` ``_component_`` node; its
 ``heads`` name the label columns it learns), ``optim {lr, weight_decay, epochs, batch_size,
-warmup_fraction, max_steps}``, ``patience`` (epochs), ``metric`` (validation metric).
+warmup_fraction, max_steps}``, ``patience`` (epochs), ``metric`` (validation metric:
+``accuracy`` or ``accuracy_5way``).
 """
 
 from __future__ import annotations
@@ -28,12 +30,27 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from memlab.config import instantiate
+from memlab.config import ConfigError, instantiate
 from memlab.data.supervision import routing_examples
 from memlab.eval.stage_eval import evaluate_router
 from memlab.stage import Stage
-from memlab.training import (EarlyStopping, MetricsLog, adamw, make_accelerator, recipe_conversations, seed_everything,
-                             total_steps, write_json_atomic)
+from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
+                             recipe_conversations, seed_everything, total_steps, with_defaults, write_json_atomic)
+from memlab.types import ANSWERABLE_CATEGORIES
+
+DEFAULTS: dict[str, Any] = {
+    "seed": 0,
+    "precision": "no",
+    "progress": True,
+    "data": DATA_DEFAULTS,
+    "stage": {"_component_": "memlab.stages.route.QueryRouter"},
+    "optim": {"lr": 1e-4, "weight_decay": 0.01, "epochs": 10, "batch_size": 32, "warmup_fraction": 0.1,
+              "max_steps": None},
+    "patience": 3,
+    "metric": "accuracy",
+}
+#: The validation metrics early stopping can read (``evaluate_router``'s accuracies).
+METRICS = ("accuracy", "accuracy_5way")
 
 
 @dataclass
@@ -52,25 +69,32 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
+    config = with_defaults(config, DEFAULTS, "finetune_router")
+    if config["metric"] not in METRICS:
+        raise ConfigError(f"finetune_router: metric {config['metric']!r} is not one of {list(METRICS)}")
     seed_everything(int(config["seed"]))
     run = Run(config=config, out=Path(config["output_dir"]))
-    train, run.validation, run.evaluation = recipe_conversations(config.get("data") or {})
+    train, run.validation, run.evaluation = recipe_conversations(config["data"])
     run.split = {"train": [c.id for c in train], "validation": [c.id for c in run.validation],
                  "evaluation": [c.id for c in run.evaluation]}
     run.examples = list(routing_examples(train))
+    if not run.examples:
+        raise ValueError(f"no training questions: the training conversations {run.split['train']} have none")
+    if config["metric"] == "accuracy" and not any(q.category in ANSWERABLE_CATEGORIES
+                                                  for c in run.validation for q in c.questions):
+        raise ValueError(f"the validation conversations {run.split['validation']} have no question of categories "
+                         "1-4, so their accuracy is undefined: choose other data.validation_ids or metric=accuracy_5way")
     run.stage = instantiate(config["stage"])
     missing = [head for head in run.stage.labels if head not in run.examples[0]]
     if missing:
         raise ValueError(f"the router's heads {missing} have no label column in the routing data")
-    run.optimizer, run.scheduler = adamw(run.stage, config.get("optim") or {}, steps(run), default_lr=1e-4)
-    run.accelerator = make_accelerator(config.get("precision", "no"))
+    optim = config["optim"]
+    run.optimizer = adamw(run.stage, optim)
+    run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.examples), optim), float(optim["warmup_fraction"]))
+    run.accelerator = make_accelerator(config["precision"])
     run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
-
-
-def steps(run: Run) -> int:
-    return total_steps(len(run.examples), run.config.get("optim") or {}, batch_size=32, epochs=10)
 
 
 def targets(stage, batch: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -91,13 +115,12 @@ def head_accuracy(stage, conversations) -> dict[str, float]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    optim = run.config.get("optim") or {}
-    batch_size, n_steps = int(optim.get("batch_size", 32)), steps(run)
-    metric = run.config.get("metric", "accuracy")
-    stopper = EarlyStopping(patience=int(run.config.get("patience", 3)))
+    batch_size, n_steps = int(run.config["optim"]["batch_size"]), total_steps(len(run.examples), run.config["optim"])
+    metric = run.config["metric"]
+    stopper = EarlyStopping(patience=int(run.config["patience"]))
     rng = random.Random(int(run.config["seed"]))
     step, seen, train_seconds, best, epoch = 0, 0, 0.0, None, 0
-    progress = tqdm(total=n_steps, desc="router", disable=not run.config.get("progress", True))
+    progress = tqdm(total=n_steps, desc="router", disable=not run.config["progress"])
     while step < n_steps and not stopper.should_stop:
         run.stage.train()
         order = list(range(len(run.examples)))
@@ -106,7 +129,8 @@ def train(run: Run) -> dict[str, Any]:
             batch = [run.examples[i] for i in order[start:start + batch_size]]
             started = time.perf_counter()
             stage = run.accelerator.unwrap_model(run.stage)
-            loss = stage.loss(run.stage.logits([row["question"] for row in batch]), targets(stage, batch))
+            with run.accelerator.autocast():  # ``prepare`` wraps only forward, not logits
+                loss = stage.loss(run.stage.logits([row["question"] for row in batch]), targets(stage, batch))
             run.accelerator.backward(loss)
             run.optimizer.step()
             run.scheduler.step()
@@ -143,5 +167,5 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     summary.update(split=run.split, examples=len(run.examples), checkpoint=str(run.out),
                    device=str(run.accelerator.device), evaluation=evaluate_router(best, run.evaluation),
                    evaluation_heads=head_accuracy(best, run.evaluation))
-    write_json_atomic(run.out / "training.json", {"config": config, **summary})
+    write_json_atomic(run.out / "training.json", {"config": run.config, **summary})
     return summary

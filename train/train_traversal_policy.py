@@ -18,10 +18,12 @@ config turns it off (``event_extractor=null``, ``consolidator=null``), so the gr
 temporal and semantic edge spaces only and training needs no LLM. The weights of edge types
 absent from the graphs receive no gradient and keep their initial values.
 
-Config keys: ``recipe, output_dir, seed``, ``data {...}`` (as the other recipes),
-``pipeline`` (config path) and ``pipeline_overrides`` (dotted overrides), ``stage`` (the
-``TraversalPolicy`` ``_component_`` node, ``trainable: true``), ``optim {lr, epochs}``,
-``patience`` (epochs), ``metric`` (``recall@10``).
+Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+seed``, ``progress`` (a progress bar), ``data {...}`` (as the other recipes), ``pipeline``
+(config path) and ``pipeline_overrides`` (dotted overrides), ``stage`` (the ``TraversalPolicy``
+``_component_`` node, ``trainable: true``), ``optim {lr (Adam), epochs}``, ``patience`` (epochs).
+Early stopping reads the validation recall@10. The policy is a handful of scalars trained on
+the CPU: no accelerator, no ``precision``.
 """
 
 from __future__ import annotations
@@ -35,13 +37,24 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from memlab.config import build_pipeline, instantiate
-from memlab.data.supervision import magma_event_units, traversal_targets
+from memlab.config import ConfigError, build_pipeline, instantiate
+from memlab.data.supervision import evaluable_questions, magma_event_units, traversal_targets
 from memlab.eval.metrics import recall_at_k
 from memlab.stage import Stage
 from memlab.stages.traverse import TraverseIn
-from memlab.training import EarlyStopping, MetricsLog, recipe_conversations, seed_everything, write_json_atomic
-from memlab.types import ANSWERABLE_CATEGORIES
+from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, recipe_conversations, seed_everything,
+                             with_defaults, write_json_atomic)
+
+DEFAULTS: dict[str, Any] = {
+    "seed": 0,
+    "progress": True,
+    "data": DATA_DEFAULTS,
+    "pipeline": "configs/pipelines/magma.yaml",
+    "pipeline_overrides": ["event_extractor=null", "consolidator=null"],
+    "stage": {"_component_": "memlab.stages.traverse.TraversalPolicy", "trainable": True},
+    "optim": {"lr": 0.05, "epochs": 5},
+    "patience": 2,
+}
 
 
 @dataclass
@@ -68,37 +81,38 @@ class Run:
     log: MetricsLog | None = None
 
 
-def questions_with_evidence(conversation):
-    return [q for q in conversation.questions if q.category in ANSWERABLE_CATEGORIES and q.evidence]
-
-
 def setup(config: dict[str, Any]) -> Run:
+    config = with_defaults(config, DEFAULTS, "train_traversal_policy")
+    if int(config["optim"]["epochs"]) < 1:
+        raise ConfigError(f"train_traversal_policy: optim.epochs must be >= 1, got {config['optim']['epochs']}")
     seed_everything(int(config["seed"]))
     run = Run(config=config, out=Path(config["output_dir"]))
-    train, validation, evaluation = recipe_conversations(config.get("data") or {})
+    train, validation, evaluation = recipe_conversations(config["data"])
     run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
                  "evaluation": [c.id for c in evaluation]}
-    run.pipeline, _, _ = build_pipeline(config["pipeline"], list(config.get("pipeline_overrides") or []))
+    run.pipeline, _, _ = build_pipeline(config["pipeline"], list(config["pipeline_overrides"] or []))
     for conversation in train:
         memory = run.pipeline.build(conversation)
-        targets = {t["question_id"]: t["targets"] for t in
-                   traversal_targets(questions_with_evidence(conversation), magma_event_units(memory))}
-        for question in questions_with_evidence(conversation):
+        questions = evaluable_questions(conversation)
+        targets = {t["question_id"]: t["targets"] for t in traversal_targets(questions, magma_event_units(memory))}
+        for question in questions:
             if question.id not in targets:
                 continue
             route, vector, fused, _ = run.pipeline.anchors(memory, question.as_query())
             inputs = TraverseIn(memory.graph, vector, route.intent, tuple(fused[: run.pipeline.anchor_k]),
                                 run.pipeline.edge_types)
             run.walks.append(Walk(question, memory, inputs, frozenset(targets[question.id])))
-    for part, conversations in (("validation", validation), ("evaluation", evaluation)):
-        pairs = [(memory, q) for c in conversations for memory in [run.pipeline.build(c)]
-                 for q in questions_with_evidence(c)]
+    for part, conversations, key in (("validation", validation, "validation_ids"), ("evaluation", evaluation, "eval_ids")):
+        pairs = [(memory, q) for c in conversations for memory in [run.pipeline.build(c)] for q in evaluable_questions(c)]
+        if not pairs:
+            raise ValueError(f"the {part} conversations {run.split[part]} have no question of categories 1-4 with "
+                             f"evidence to score recall@10 on: choose other data.{key}")
         setattr(run, part, pairs)
     run.policy = instantiate(config["stage"])
     trainable = [p for p in run.policy.parameters() if p.requires_grad]
     if not trainable:
         raise ValueError("the policy has no trainable parameter: set stage.trainable=true")
-    run.optimizer = torch.optim.Adam(trainable, lr=float((config.get("optim") or {}).get("lr", 0.05)))
+    run.optimizer = torch.optim.Adam(trainable, lr=float(config["optim"]["lr"]))
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 
@@ -116,21 +130,23 @@ def walk_loss(policy, walk: Walk) -> torch.Tensor | None:
 
 
 def recall(pipeline, policy, pairs, k: int = 10) -> float:
-    """Mean evidence recall@k of MAGMA's retrieval with ``policy`` as its traverser."""
-    pipeline.traverser = policy
+    """Mean evidence recall@k of MAGMA's retrieval with ``policy`` as its traverser; a ValueError
+    when no pair has evidence to score (a mean of nothing is not a recall of 0)."""
+    pipeline.replace("traverser", policy)
     values = []
     for memory, question in pairs:
         ranking = pipeline.retrieve(memory, question.as_query())
         value = recall_at_k([r.unit.source_ids for r in ranking], question.evidence, k)
         if value is not None:
             values.append(value)
-    return sum(values) / len(values) if values else 0.0
+    if not values:
+        raise ValueError(f"recall@{k}: none of the {len(pairs)} questions has gold evidence to score")
+    return sum(values) / len(values)
 
 
 def train(run: Run) -> dict[str, Any]:
-    optim = run.config.get("optim") or {}
-    epochs = int(optim.get("epochs", 5))
-    stopper = EarlyStopping(patience=int(run.config.get("patience", 2)))
+    epochs = int(run.config["optim"]["epochs"])
+    stopper = EarlyStopping(patience=int(run.config["patience"]))
     rng = random.Random(int(run.config["seed"]))
     initial = recall(run.pipeline, run.policy, run.validation)
     stopper.step(initial)
@@ -141,7 +157,7 @@ def train(run: Run) -> dict[str, Any]:
         order = list(range(len(run.walks)))
         rng.shuffle(order)
         total, counted = 0.0, 0
-        for i in tqdm(order, desc=f"policy epoch {epoch}", disable=not run.config.get("progress", True)):
+        for i in tqdm(order, desc=f"policy epoch {epoch}", disable=not run.config["progress"]):
             started = time.perf_counter()
             loss = walk_loss(run.policy, run.walks[i])
             if loss is not None:
@@ -183,5 +199,5 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
                     "recall@10_trained": recall(run.pipeline, trained, run.evaluation),
                     "questions": len(run.evaluation)},
     )
-    write_json_atomic(run.out / "training.json", {"config": config, **summary})
+    write_json_atomic(run.out / "training.json", {"config": run.config, **summary})
     return summary

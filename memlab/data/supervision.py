@@ -26,7 +26,11 @@ conversations; ``leave_one_out``: one split per conversation).
 * **Traversal** (``traversal_targets``): per question, the unit / graph-node ids whose
   provenance holds a gold evidence turn: the nodes a traversal policy should reach.
 * **Distillation** (``distillation_examples``): a prompted stage's cached LM calls as
-  (messages, completion) pairs, to fine-tune a local model in its place.
+  (messages, completion) pairs, to fine-tune a local model in its place; calls whose prompt
+  quotes a held-out conversation (``conversation_texts``) are left out.
+
+``evaluable_questions`` is the one definition of the questions retrieval is scored and trained
+on (categories 1-4 with gold evidence).
 """
 
 from __future__ import annotations
@@ -95,6 +99,14 @@ def leave_one_out(conversation_ids: Iterable[str]) -> list[Split]:
     if len(ids) < 2:
         raise ValueError(f"leave_one_out needs at least 2 conversations, got {list(ids)}")
     return [Split(name=f"loo-{held}", train_ids=tuple(i for i in ids if i != held), eval_ids=(held,)) for held in ids]
+
+
+def evaluable_questions(
+    conversation: Conversation, categories: Sequence[str] = ANSWERABLE_CATEGORIES
+) -> list[Question]:
+    """The questions retrieval can be scored on: of ``categories`` (1-4 by default; adversarial
+    ones have no answer in the conversation) and with gold evidence."""
+    return [q for q in conversation.questions if q.category in categories and q.evidence]
 
 
 def split_conversations(
@@ -184,12 +196,9 @@ def rerank_examples(
         if not conversation_units:
             raise ValueError(f"conversation {conversation.id}: the units callable gave no units")
         memory = UnitMemory.build(conversation_units, embedder)
-        for question in conversation.questions:
-            if question.category not in categories:
-                continue
-            if not question.evidence:
-                counts["no_evidence"] += 1
-                continue
+        questions = evaluable_questions(conversation, categories)
+        counts["no_evidence"] += sum(q.category in categories for q in conversation.questions) - len(questions)
+        for question in questions:
             positives = [u for u in conversation_units if is_positive(u, question.evidence)]
             if not positives:
                 counts["no_positive_unit"] += 1
@@ -347,25 +356,47 @@ DISTILLATION_FEATURES = datasets.Features(
 )
 
 
+def conversation_texts(conversations: Iterable[Conversation], min_chars: int = 20) -> list[str]:
+    """The texts by which a prompt shows it was made from ``conversations``: every turn text of at
+    least ``min_chars`` characters (shorter ones, "Thanks!", occur in any conversation) and every
+    question text; for ``distillation_examples(exclude=...)``."""
+    texts = []
+    for conversation in conversations:
+        texts += [turn.text for _, turn in conversation.turns() if len(turn.text.strip()) >= min_chars]
+        texts += [question.text for question in conversation.questions]
+    return texts
+
+
+def _normalise_space(text: str) -> str:
+    return " ".join(text.split())
+
+
 def distillation_examples(
-    cache: "ResponseCache", model: str | None = None, match: str | None = None
+    cache: "ResponseCache", model: str | None = None, match: str | None = None, exclude: Iterable[str] = ()
 ) -> datasets.Dataset:
     """The cached calls of ``model`` (all models if None) as supervised (messages, completion) rows.
 
     ``match``: a regular expression searched in the request's first message, to keep one
     prompted stage's calls. Completions cut off by the token limit (``finish_reason ==
-    "length"``) and empty ones are dropped (and counted in the card).
+    "length"``) and empty ones are dropped (and counted in the card). ``exclude``: texts of
+    held-out conversations (``conversation_texts``); a call whose messages contain any of them
+    (whitespace-normalised) is dropped and counted in the card as "held out", since the cache
+    also holds the calls a pipeline made on the evaluation conversations.
     """
     try:
         pattern = re.compile(match) if match is not None else None
     except re.error as e:
         raise ValueError(f"distillation_examples: bad match pattern {match!r} ({e})") from None
+    excluded = {text for text in map(_normalise_space, exclude) if text}
     rows = []
-    dropped = {"not_matching": 0, "truncated": 0, "empty": 0}
+    dropped = {"not_matching": 0, "held_out": 0, "truncated": 0, "empty": 0}
     for entry in cache.entries(model):
         messages = entry.request.messages
         if pattern is not None and not (messages and pattern.search(messages[0].get("content", ""))):
             dropped["not_matching"] += 1
+        elif excluded and any(text in content for content in (_normalise_space(m.get("content", "")) for m in messages)
+                              for text in excluded):
+            dropped["held_out"] += 1
         elif entry.completion.finish_reason == "length":
             dropped["truncated"] += 1
         elif not entry.completion.text.strip():
@@ -381,7 +412,8 @@ def distillation_examples(
     card = f"""memlab distillation data (memlab.data.supervision.distillation_examples).
 Rows: one cached LM call: the request messages and the completion the teacher model produced (json_schema: the
 request's constrained-decoding schema as JSON, "" if none). Source: {cache.path}; model: {model or "all"};
-first-message pattern: {match!r}. Kept {len(rows)}; dropped {dropped["not_matching"]} not matching,
+first-message pattern: {match!r}; excluded texts: {len(excluded)}. Kept {len(rows)}; dropped {dropped["not_matching"]} not matching,
+{dropped["held_out"]} held out (their messages contain a text of an excluded conversation),
 {dropped["truncated"]} cut off by the token limit, {dropped["empty"]} empty."""
     return _dataset(rows, DISTILLATION_FEATURES, card)
 

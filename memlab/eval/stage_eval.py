@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from memlab.data.supervision import turn_units
+from memlab.data.supervision import evaluable_questions, turn_units
 from memlab.eval.metrics import recall_at_k
 from memlab.types import ANSWERABLE_CATEGORIES, Conversation, MemoryUnit
 
@@ -53,7 +53,7 @@ def reranker_candidates(
         raise ValueError(f"depth must be positive, got {depth}")
     items = []
     for conversation in conversations:
-        questions = [q for q in conversation.questions if q.category in ANSWERABLE_CATEGORIES and q.evidence]
+        questions = evaluable_questions(conversation)
         if not questions:
             continue
         memory = UnitMemory.build(turn_units(conversation), embedder)
@@ -101,8 +101,8 @@ def evaluate_reranker(
 ) -> dict[str, Any]:
     """Mean evidence recall@k of the first-stage ranking and, with a reranker, of its re-ranking.
 
-    ``{"first_stage": {"recall@k": ...}, "reranked": {...}, "questions": n}`` (no ``reranked``
-    without a reranker; then also ``rerank_seconds_per_question``).
+    ``{"first_stage": {"recall@k": ...}, "questions": n}``; with a reranker also ``"reranked":
+    {"recall@k": ...}`` and ``rerank_seconds_per_question``.
     """
     if not items:
         raise ValueError("evaluate_reranker: no questions to evaluate (no items with evidence)")

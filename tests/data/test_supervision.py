@@ -10,7 +10,9 @@ from memlab.data import load_sample
 from memlab.data.supervision import (
     FIXED_EVAL_IDS,
     Split,
+    conversation_texts,
     distillation_examples,
+    evaluable_questions,
     fixed_split,
     leave_one_out,
     rerank_examples,
@@ -205,6 +207,16 @@ def test_traversal_targets_are_the_units_holding_evidence(sample):
         traversal_targets([*sample.questions, dataclasses.replace(no_evidence, conversation_id="other")], units)
 
 
+def test_evaluable_questions_are_answerable_with_evidence(sample):
+    no_evidence = dataclasses.replace(sample.questions[0], id="x", evidence=())
+    conversation = dataclasses.replace(sample, questions=(*sample.questions, no_evidence))
+    kept = evaluable_questions(conversation)
+    assert "x" not in {q.id for q in kept}
+    assert {q.category for q in kept} == {"multi-hop", "temporal", "open-domain", "single-hop"}
+    assert [q.id for q in evaluable_questions(conversation, ["temporal"])] == [
+        q.id for q in sample.questions if q.category == "temporal" and q.evidence]
+
+
 # -- distillation -------------------------------------------------------------------------
 def test_distillation_keeps_complete_matching_completions(tmp_path):
     cache = ResponseCache(tmp_path / "cache.sqlite")
@@ -232,5 +244,31 @@ def test_distillation_keeps_complete_matching_completions(tmp_path):
         assert set(everything["json_schema"]) == {'{"type": "object"}', ""}
         with pytest.raises(ValueError, match="bad match pattern"):
             distillation_examples(cache, match="(")
+    finally:
+        cache.close()
+
+
+def test_distillation_leaves_out_calls_quoting_an_excluded_conversation(sample, tmp_path):
+    turn = next(t for _, t in sample.turns() if len(t.text) > 40)
+    texts = conversation_texts([sample])
+    assert turn.text in texts and sample.questions[0].text in texts
+    assert conversation_texts([sample], min_chars=1000) == [q.text for q in sample.questions]  # short turns left out
+    cache = ResponseCache(tmp_path / "cache.sqlite")
+    try:
+        def put(prompt):
+            cache.put("teacher", ChatRequest.of([{"role": "system", "content": "Extract events."},
+                                                 {"role": "user", "content": prompt}]),
+                      Completion(text="{}", prompt_tokens=3, completion_tokens=2, latency_s=0.1))
+
+        put("Dialogue:\n" + "Tomas:   " + "\n ".join(turn.text.split(" ")))  # same text, other whitespace
+        put("Question: " + sample.questions[0].text)
+        put("Dialogue:\nAnn: I went hiking in the hills with my brother last weekend.")
+
+        data = distillation_examples(cache, exclude=texts)
+        assert data["messages"] == [[{"role": "system", "content": "Extract events."},
+                                     {"role": "user", "content": "Dialogue:\nAnn: I went hiking in the hills with "
+                                                                 "my brother last weekend."}]]
+        assert "2 held out" in data.info.description
+        assert distillation_examples(cache).num_rows == 3
     finally:
         cache.close()

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
+from memlab.config import ConfigError
+from memlab.data.supervision import conversation_texts
 from memlab.lm.base import ChatRequest, Completion
 from memlab.lm.cache import ResponseCache
+from memlab import training
 from memlab.training import recipe_path, run_recipe
+
+SAMPLE = recipe_path("distill_stage").parents[1] / "memlab" / "data" / "samples" / "sample_locomo.json"
 
 TEACHER = "fake-teacher"
 SYSTEM = "COUNT-STAGE: reply with JSON giving how many items the note mentions."
@@ -17,10 +21,7 @@ NUMBERS = ["three", "five", "seven", "two", "nine", "four", "six", "eight", "one
 
 
 def load_recipe():
-    spec = importlib.util.spec_from_file_location("distill_stage_recipe", recipe_path("distill_stage"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return training.load_recipe("distill_stage")
 
 
 def fill_cache(path) -> ResponseCache:
@@ -73,6 +74,47 @@ def test_missing_cache_and_unknown_keys_are_named(tmp_path):
         run_recipe("distill_stage", config(tmp_path, optim={"learning_rate": 1e-3}))
 
 
+def test_unknown_top_level_key_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="unknown config keys \\['eval_evry'\\]"):
+        load_recipe().setup(config(tmp_path, eval_evry=10))
+
+
+def locomo_file(tmp_path, ids=("conv-26", "conv-30", "conv-41")):
+    """The embedded sample under several conversation ids, as a LoCoMo file."""
+    sample = json.loads(SAMPLE.read_text())[0]
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([{**sample, "sample_id": i} for i in ids]))
+    return path
+
+
+def test_calls_quoting_an_evaluation_conversation_are_held_out(tmp_path):
+    recipe = load_recipe()
+    cache = fill_cache(tmp_path / "responses.sqlite")
+    held_out = recipe.excluded_conversations({"path": str(locomo_file(tmp_path)), "exclude_ids": None})
+    assert [c.id for c in held_out] == ["conv-26", "conv-30"]  # FIXED_EVAL_IDS by default
+    _, turn = next(iter(held_out[0].turns()))
+    leaked = ChatRequest.of([{"role": "system", "content": SYSTEM},
+                             {"role": "user", "content": f"Note: {turn.speaker}: {turn.text}"}], max_tokens=16)
+    cache.put(TEACHER, leaked, Completion(text='{"count": 1}', prompt_tokens=30, completion_tokens=6, latency_s=0.1,
+                                          model=TEACHER, finish_reason="stop"))
+    cache.close()
+    cfg = recipe.resolve_config(config(tmp_path))
+    assert len(recipe.load_examples(cfg)) == 13  # without the exclusion, the leaked call is a training example
+    dataset = recipe.load_examples(cfg, exclude=conversation_texts(held_out))
+    assert len(dataset) == 12 and recipe.held_out_count(dataset) == 1
+    assert all(turn.text not in m["content"] for row in dataset for m in row["messages"])
+
+
+def test_excluded_conversations_are_checked(tmp_path):
+    recipe = load_recipe()
+    with pytest.raises(ConfigError, match="exclude_ids needs data.path"):
+        recipe.resolve_config(config(tmp_path, data={"exclude_ids": ["conv-26"]}))
+    with pytest.raises(ConfigError, match="'conv-99'.*available: \\['conv-26', 'conv-30', 'conv-41'\\]"):
+        recipe.excluded_conversations({"path": str(locomo_file(tmp_path)), "exclude_ids": ["conv-99"]})
+    with pytest.raises(ConfigError, match="unknown data keys \\['exclude'\\]"):
+        recipe.resolve_config(config(tmp_path, data={"path": "x.json", "exclude": ["conv-26"]}))
+
+
 def test_split_is_by_request_and_deterministic():
     recipe = load_recipe()
     rows = [{"messages": [{"role": "user", "content": f"q{i % 10}"}], "json_schema": "", "completion": str(i)}
@@ -90,7 +132,7 @@ def saved_eval_loss(tmp_path, folder) -> float:
 
     recipe = load_recipe()
     cfg = recipe.resolve_config(config(tmp_path))
-    _, held_out = recipe.split_examples(recipe.load_examples(cfg), cfg["eval_fraction"], cfg["seed"])
+    _, held_out = recipe.split_examples(list(recipe.load_examples(cfg)), cfg["eval_fraction"], cfg["seed"])
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
     rows = [recipe.tokenize(tokenizer, e, cfg["max_length"]) for e in held_out]
@@ -115,6 +157,7 @@ def test_distilled_student_learns_and_serves(tmp_path):
     assert summary["best_eval_loss"] == min(e["eval_loss"] for e in evaluations)
     record = json.loads((run / "distill.json").read_text())
     assert record["teacher_model"] == TEACHER and record["match"] == "^COUNT-STAGE"
+    assert record["excluded_conversations"] == [] and record["examples"]["held_out"] == 0  # no data.path given
 
     assert evaluations[-1]["eval_loss"] != summary["best_eval_loss"]  # so the next check tells best from last
     assert saved_eval_loss(tmp_path, run / "model") == pytest.approx(summary["best_eval_loss"], rel=1e-3)

@@ -16,7 +16,8 @@ import torch
 
 from memlab.config import ConfigError
 from memlab.stage import Stage
-from memlab.training import EarlyStopping, load_recipe, load_recipe_config, recipe_path
+from memlab.training import (EarlyStopping, load_recipe, load_recipe_config, recipe_conversations, recipe_path,
+                             with_defaults)
 
 SAMPLE = Path(__file__).resolve().parents[2] / "memlab" / "data" / "samples" / "sample_locomo.json"
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "train"
@@ -38,12 +39,80 @@ def tiny_data(path: Path) -> dict:
 def test_recipes_are_found_and_configs_load():
     for name in ("finetune_reranker", "finetune_router", "train_traversal_policy", "distill_stage"):
         assert recipe_path(name).is_file()
-    for config in CONFIGS.glob("*.yaml"):
-        assert load_recipe_config(config)["recipe"]
+    for path in CONFIGS.glob("*.yaml"):
+        config = load_recipe_config(path)
+        with_defaults(config, load_recipe(config["recipe"]).DEFAULTS, config["recipe"])  # no unknown key
     with pytest.raises(ConfigError, match="no recipe"):
         recipe_path("no_such_recipe")
     with pytest.raises(ConfigError, match="plain identifier"):
         recipe_path("../evil")
+
+
+@pytest.mark.parametrize("name", ["finetune_reranker", "finetune_router", "train_traversal_policy", "distill_stage"])
+def test_a_mistyped_key_is_refused_with_the_known_ones(name, tmp_path):
+    config = {"recipe": name, "output_dir": str(tmp_path / "out"), "patiense": 3}
+    with pytest.raises(ConfigError, match=r"unknown config keys \['patiense'\] \(known: .*'patience'"):
+        load_recipe(name).setup(config)
+    config = {"recipe": name, "output_dir": str(tmp_path / "out"), "optim": {"learning_rate": 0.1}}
+    with pytest.raises(ConfigError, match=r"unknown optim keys \['learning_rate'\] \(known: .*'lr'"):
+        load_recipe(name).setup(config)
+
+
+def test_with_defaults_fills_sections_and_keeps_component_nodes_whole():
+    defaults = {"seed": 0, "optim": {"lr": 1.0, "epochs": 2}, "stage": {"_component_": "memlab.A", "size": 3}}
+    config = with_defaults({"recipe": "r", "output_dir": "o", "optim": {"lr": 0.5},
+                            "stage": {"_component_": "memlab.B", "width": 1}}, defaults, "r")
+    assert config["seed"] == 0 and config["optim"] == {"lr": 0.5, "epochs": 2}
+    assert config["stage"] == {"_component_": "memlab.B", "width": 1}
+    assert defaults["optim"] == {"lr": 1.0, "epochs": 2}  # the recipe's defaults are not changed
+    with pytest.raises(ConfigError, match=r"needs the keys \['output_dir'\]"):
+        with_defaults({"recipe": "r"}, defaults, "r")
+
+
+def test_recipe_data_errors_name_the_problem(three_conversations):
+    with pytest.raises(ConfigError, match="data.path is required"):
+        recipe_conversations({})
+    with pytest.raises(ConfigError, match=r"\['tiny-x'\] are not in .*available: \['tiny-a', 'tiny-b', 'tiny-c'\]"):
+        recipe_conversations({**tiny_data(three_conversations), "conversations": ["tiny-a", "tiny-x"]})
+    with pytest.raises(ConfigError, match=r"data.eval_ids: .*\['conv-26', 'conv-30'\] are not among"):
+        recipe_conversations({"path": str(three_conversations)})
+
+
+def edited_conversations(path: Path, tmp_path: Path, **questions) -> Path:
+    """``path``'s conversations with the questions of some replaced (``questions[id]``: the new list)."""
+    data = json.loads(path.read_text())
+    for conversation in data:
+        conversation["qa"] = questions.get(conversation["sample_id"].replace("-", "_"), conversation["qa"])
+    out = tmp_path / "edited.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+def test_router_refuses_data_it_cannot_train_or_select_on(three_conversations, tmp_path):
+    recipe = load_recipe("finetune_router")
+    base = {"recipe": "finetune_router", "output_dir": str(tmp_path / "router")}
+    no_training = edited_conversations(three_conversations, tmp_path, tiny_a=[])
+    with pytest.raises(ValueError, match=r"no training questions: .*\['tiny-a'\]"):
+        recipe.setup({**base, "data": {**tiny_data(three_conversations), "path": str(no_training)}})
+    adversarial = [q for q in json.loads(three_conversations.read_text())[1]["qa"] if q["category"] == 5]
+    no_accuracy = edited_conversations(three_conversations, tmp_path, tiny_b=adversarial)
+    with pytest.raises(ValueError, match=r"validation conversations \['tiny-b'\] have no question of categories 1-4"):
+        recipe.setup({**base, "data": {**tiny_data(three_conversations), "path": str(no_accuracy)}})
+    with pytest.raises(ConfigError, match="metric 'f1' is not one of"):
+        recipe.setup({**base, "metric": "f1"})
+
+
+def test_traversal_policy_refuses_zero_epochs_and_an_empty_recall(tmp_path):
+    recipe = load_recipe("train_traversal_policy")
+    with pytest.raises(ConfigError, match="optim.epochs must be >= 1, got 0"):
+        recipe.setup({"recipe": "train_traversal_policy", "output_dir": str(tmp_path), "optim": {"epochs": 0}})
+
+    class NoPipeline:
+        def replace(self, name, stage):
+            return None
+
+    with pytest.raises(ValueError, match="none of the 0 questions has gold evidence"):
+        recipe.recall(NoPipeline(), policy=None, pairs=[])
 
 
 def test_early_stopping():
