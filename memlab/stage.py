@@ -308,6 +308,15 @@ class PromptedStage(Stage[In, Out]):
     def fallback(self, item: In, error: str) -> Out:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def retry_request(self, item: In, request: ChatRequest, reply: str, error: str) -> ChatRequest:
+        """The one retry after ``reply`` to ``request`` failed to parse: by default the same
+        conversation with the reply and a follow-up naming the ``error``."""
+        messages = list(request.messages) + [
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": self.RETRY_MESSAGE.format(error=error)},
+        ]
+        return ChatRequest(**{**request.__dict__, "messages": tuple(messages)})
+
     def request(self, messages: list[dict[str, str]] | str, **params: Any) -> ChatRequest:
         """A request with this stage's sampling defaults."""
         params.setdefault("max_tokens", self.max_tokens)
@@ -325,14 +334,7 @@ class PromptedStage(Stage[In, Out]):
             except ParseError as e:
                 retry.append((i, str(e), completion.text))
         if retry:
-            retry_requests = []
-            for i, error, text in retry:
-                original = requests[i]
-                messages = list(original.messages) + [
-                    {"role": "assistant", "content": text},
-                    {"role": "user", "content": self.RETRY_MESSAGE.format(error=error)},
-                ]
-                retry_requests.append(ChatRequest(**{**original.__dict__, "messages": tuple(messages)}))
+            retry_requests = [self.retry_request(batch[i], requests[i], text, error) for i, error, text in retry]
             for (i, _, _), completion in zip(retry, self.lm.generate(retry_requests)):
                 try:
                     outputs[i] = self.parse(completion.text, batch[i])

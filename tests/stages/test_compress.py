@@ -135,6 +135,20 @@ def test_a_retry_after_all_units_were_rejected_can_succeed():
     assert [u.text for u in out.units] == ["Tomas ran a marathon."] and out.error is None and stage.failures == []
 
 
+def test_the_retry_is_a_fresh_call_on_the_prompt_without_the_worked_example():
+    copied = _reply(_unit("Alice agreed to meet Bob at the Starbucks.", ["Alice", "Bob"]))
+    lm = ReplayLM([copied, _reply(_unit("Tomas ran a marathon.", ["Tomas"]))])
+    PromptedCompressor(lm=lm).run_one(_window())
+    first, retry = (request.messages for request in lm.requests)
+    assert "Starbucks" in first[0]["content"]
+    assert len(retry) == 1 and "Starbucks" not in retry[0]["content"]  # not a follow-up: a new prompt
+    assert "[D1:2] Tomas: Great! I ran the city marathon" in retry[0]["content"]  # the same window
+    assert lm.requests[1].json_schema == lm.requests[0].json_schema
+    follow_up = ReplayLM([copied, copied])
+    PromptedCompressor(lm=follow_up, retry_prompt=None).run_one(_window())
+    assert len(follow_up.requests[1].messages) == 3  # the request, the reply, the complaint
+
+
 def test_default_budget_leaves_room_for_a_full_list_of_units():
     assert PromptedCompressor(lm=ReplayLM([])).render(_window()).max_tokens >= 1024
 

@@ -17,7 +17,10 @@ it changes the algorithm, and all of it is harmless for a strong model):
   window's time.
 * An explicit empty ``memory_units`` list is a valid answer (the window is gated out), but a
   reply whose units were *all* rejected by validation is a ``ParseError``, so the call is
-  retried (then falls back) instead of silently losing the window.
+  retried (then falls back) instead of silently losing the window. The retry is a fresh call
+  on ``retry_prompt``: A.1 with its worked example replaced by a list of the keys, because
+  the 1.5B model copies the example (last in the prompt) as its only unit, and goes on
+  copying it when told so. ``retry_prompt=None`` retries with the usual follow-up message.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 
 from memlab.lm.base import LM, ChatRequest, ParseError
 from memlab.lm.jsonparse import parse_json
-from memlab.prompts import load_prompt
+from memlab.prompts import PromptTemplate, load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.compress.base import (
     SALIENCE_LEVELS,
@@ -97,6 +100,7 @@ class PromptedCompressor(PromptedStage, Compressor):
         temporal: TemporalNormalizer | None = None,
         prompt: str = "simplemem/compress",
         provenance_prompt: str | None = "simplemem/compress_provenance",
+        retry_prompt: str | None = "simplemem/compress_retry",
         max_units: int = 6,
         max_entities: int = 5,
         max_sources: int = 3,
@@ -112,6 +116,7 @@ class PromptedCompressor(PromptedStage, Compressor):
         self.temporal = temporal
         self.prompt = load_prompt(prompt)
         self.provenance_prompt = load_prompt(provenance_prompt) if provenance_prompt else None
+        self.retry_prompt = load_prompt(retry_prompt) if retry_prompt else None
         self.max_units = max_units
         self.max_entities = max_entities
         self.max_sources = max_sources
@@ -136,9 +141,19 @@ class PromptedCompressor(PromptedStage, Compressor):
         return "\n".join(f"[{turn.id}] {turn.render()}" for turn in self.annotated_turns(item))
 
     def render(self, item: CompressIn) -> ChatRequest:
+        return self._render(self.prompt, item)
+
+    def retry_request(self, item: CompressIn, request: ChatRequest, reply: str, error: str) -> ChatRequest:
+        """A fresh request on ``retry_prompt`` (A.1 without its worked example, which the small
+        model copies), or the default follow-up when ``retry_prompt`` is None."""
+        if self.retry_prompt is None:
+            return super().retry_request(item, request, reply, error)
+        return self._render(self.retry_prompt, item)
+
+    def _render(self, prompt: PromptTemplate, item: CompressIn) -> ChatRequest:
         start = self.window_time(item)
         speakers = item.speakers or tuple(dict.fromkeys(turn.speaker for turn in item.turns))
-        text = self.prompt.render(
+        text = prompt.render(
             window_start_time=start.isoformat() if start else "unknown",
             speakers_list=", ".join(speakers),
             dialogue_window="\n" + self.dialogue(item),
