@@ -136,17 +136,17 @@ class LM(ABC):
     #: Context window in tokens, used by pipelines to truncate their inputs.
     context_window: int = 4096
 
+    def __init__(self, cache: str | None = "default") -> None:
+        self.usage = UsageMeter()
+        self._cache_path = cache
+        self._cache = None
+
     @property
     def requests_at_once(self) -> int:
         """How many requests ``_generate`` runs together. ``generate`` hands it the uncached
         requests that many at a time and caches each round's completions before the next,
         so an interrupted run loses at most one round of calls, not a whole batch."""
         return 1
-
-    def __init__(self, cache: str | None = "default") -> None:
-        self.usage = UsageMeter()
-        self._cache_path = cache
-        self._cache = None
 
     @property
     @abstractmethod
