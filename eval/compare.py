@@ -7,7 +7,8 @@
 Each config runs through ``memlab run`` into ``OUT/<config name>/``; a config whose
 ``metrics.json`` already exists there is not run again (``--rerun`` forces it), and LLM calls
 go through the response cache, so an interrupted comparison resumes where it stopped.
-The table (markdown) is printed and written to ``OUT/table.md``.
+The tables (markdown: the overall figures, then A-Mem F1 per question category) are printed
+and written to ``OUT/table.md``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ COLUMNS = (
     ("f1_locomo", "F1 (LoCoMo)", "overall"),
     ("f1_amem", "F1 (A-Mem)", "overall"),
     ("bleu1", "BLEU-1", "overall"),
+    ("judge", "judge", "overall"),
     ("recall@5", "R@5", "overall"),
     ("recall@10", "R@10", "overall"),
     ("recall@tok1000", "R@tok1000", "overall"),
@@ -56,6 +58,21 @@ def table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def category_table(results: dict[str, dict], key: str = "f1_amem") -> str:
+    """``key`` per question category (LoCoMo's 1-4 first, in the papers' order), one row per pipeline."""
+    order = ["multi-hop", "temporal", "open-domain", "single-hop"]
+    seen = {c for metrics in results.values() for c in metrics.get("by_category", {})}
+    categories = [c for c in order if c in seen] + sorted(seen - set(order))
+    lines = [f"| {key} by category | " + " | ".join(categories) + " |", "|" + "---|" * (len(categories) + 1)]
+    for name, metrics in results.items():
+        cells = []
+        for category in categories:
+            value = metrics.get("by_category", {}).get(category, {}).get(key)
+            cells.append("-" if value is None else f"{value:.3f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("configs", nargs="+")
@@ -86,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: memlab run exited with {code}; continuing with the others", file=sys.stderr)
         if (run_dir / "metrics.json").is_file():
             results[name] = json.loads((run_dir / "metrics.json").read_text())
-    text = table(results)
+    text = table(results) + "\n\n" + category_table(results)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(text + "\n")
     print(text)

@@ -25,3 +25,12 @@ def test_compare_runs_each_config_once_and_writes_a_table(tmp_path, capsys):
     first = (tmp_path / "rag_turns" / "metrics.json").stat().st_mtime_ns
     assert compare.main(args) == 0  # resumed: the finished config is not run again
     assert (tmp_path / "rag_turns" / "metrics.json").stat().st_mtime_ns == first
+
+
+def test_category_table_lists_locomo_categories_in_order():
+    compare = _compare_module()
+    results = {"a": {"by_category": {"single-hop": {"f1_amem": 0.5}, "temporal": {"f1_amem": 0.25},
+                                     "adversarial": {"f1_amem": None}}}}
+    lines = compare.category_table(results).splitlines()
+    assert lines[0] == "| f1_amem by category | temporal | single-hop | adversarial |"
+    assert lines[2] == "| a | 0.250 | 0.500 | - |"
