@@ -50,7 +50,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import torch
 from torch import nn
 
-from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.base import LM, ChatRequest, ParseError, UsageMeter
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +298,8 @@ class PromptedStage(Stage[In, Out]):
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.failures: list[Failure] = []
+        #: This stage's own calls (retries included), where the shared LM's meter mixes all stages.
+        self.usage = UsageMeter()
 
     def render(self, item: In) -> ChatRequest:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -307,6 +309,12 @@ class PromptedStage(Stage[In, Out]):
 
     def fallback(self, item: In, error: str) -> Out:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _generate(self, requests: list[ChatRequest]) -> list:
+        completions = self.lm.generate(requests)
+        for completion in completions:
+            self.usage.record(completion)
+        return completions
 
     def retry_request(self, item: In, request: ChatRequest, reply: str, error: str) -> ChatRequest:
         """The one retry after ``reply`` to ``request`` failed to parse: by default the same
@@ -325,7 +333,7 @@ class PromptedStage(Stage[In, Out]):
 
     def forward(self, batch: list[In]) -> list[Out]:
         requests = [self.render(item) for item in batch]
-        completions = self.lm.generate(requests)
+        completions = self._generate(requests)
         outputs: list[Out | None] = [None] * len(batch)
         retry: list[tuple[int, str, str]] = []
         for i, (item, completion) in enumerate(zip(batch, completions)):
@@ -335,7 +343,7 @@ class PromptedStage(Stage[In, Out]):
                 retry.append((i, str(e), completion.text))
         if retry:
             retry_requests = [self.retry_request(batch[i], requests[i], text, error) for i, error, text in retry]
-            for (i, _, _), completion in zip(retry, self.lm.generate(retry_requests)):
+            for (i, _, _), completion in zip(retry, self._generate(retry_requests)):
                 try:
                     outputs[i] = self.parse(completion.text, batch[i])
                 except ParseError as e:

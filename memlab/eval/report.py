@@ -26,6 +26,7 @@ def summarise(
     judge_info: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
     build_wall_seconds: float | None = None,
+    stage_usage: dict[str, dict[str, float]] | None = None,
 ) -> dict[str, Any]:
     """The metrics.json payload. ``overall`` averages over categories 1-4 (the papers' convention:
     adversarial questions are reported in ``by_category`` only).
@@ -56,6 +57,8 @@ def summarise(
             "query": query_usage,
             "tokens_per_query": (query_usage["prompt_tokens"] + query_usage["completion_tokens"]) / n if n else None,
             "llm_calls_per_query": query_usage["llm_calls"] / n if n else None,
+            # Per prompted stage, over the whole run (building and answering).
+            "stages": {name: {k: usage.get(k, 0) for k in USAGE_KEYS} for name, usage in (stage_usage or {}).items()},
         },
         "timing": {
             "build_seconds": build_seconds,

@@ -154,6 +154,7 @@ def run_benchmark(
         retrieval_only=options.retrieval_only,
         build_seconds=build_seconds + cached_call_seconds(build_usage),
         build_wall_seconds=build_seconds,
+        stage_usage=pipeline.stage_usage(),
         build_usage=build_usage,
         judge_info=judge.judge_info() if judge is not None else None,
         extra={

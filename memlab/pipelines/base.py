@@ -84,6 +84,11 @@ class Pipeline(nn.Module):
                     found.setdefault(id(value), value)
         return list(found.values())
 
+    def stage_usage(self) -> dict[str, dict[str, float]]:
+        """LLM use of each prompted stage so far, by its dotted name (where the cost goes:
+        e.g. MAGMA's slow path is its ``event_extractor`` and ``consolidator``)."""
+        return {name: stage.usage.snapshot() for name, stage in self.named_stages() if isinstance(stage, PromptedStage)}
+
     def failures(self) -> list[Failure]:
         return [f for _, stage in self.named_stages() if isinstance(stage, PromptedStage) for f in stage.failures]
 

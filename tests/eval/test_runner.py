@@ -132,3 +132,7 @@ def test_timing_is_the_cold_cache_cost_when_a_run_resumes_through_the_cache(tmp_
     # Every answer came from the cache: the wall time is small, the reported cost is not.
     assert warm["timing"]["query_wall_seconds_p50"] < 2.0 <= warm["timing"]["query_seconds_p50"]
     assert cold["timing"]["query_seconds_p50"] == pytest.approx(cold["timing"]["query_wall_seconds_p50"])
+    # Per-stage usage: the answerer made every call.
+    assert warm["usage"]["stages"] == {"answerer": {"llm_calls": 3, "prompt_tokens": warm["usage"]["query"]["prompt_tokens"],
+                                                    "completion_tokens": warm["usage"]["query"]["completion_tokens"],
+                                                    "llm_seconds": 6.0}}
