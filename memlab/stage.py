@@ -304,6 +304,10 @@ class PromptedStage(Stage[In, Out]):
     def render(self, item: In) -> ChatRequest:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def render_prompt(self, prompt: Any, item: In) -> ChatRequest:  # pragma: no cover - abstract
+        """``render`` on another template of the same placeholders (stages with a ``retry_prompt``)."""
+        raise NotImplementedError
+
     def parse(self, text: str, item: In) -> Out:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -317,8 +321,12 @@ class PromptedStage(Stage[In, Out]):
         return completions
 
     def retry_request(self, item: In, request: ChatRequest, reply: str, error: str) -> ChatRequest:
-        """The one retry after ``reply`` to ``request`` failed to parse: by default the same
-        conversation with the reply and a follow-up naming the ``error``."""
+        """The one retry after ``reply`` to ``request`` failed to parse: a fresh call on the
+        stage's ``retry_prompt`` when it has one (``render_prompt``), else the same conversation
+        with the reply and a follow-up naming the ``error``."""
+        retry_prompt = getattr(self, "retry_prompt", None)
+        if retry_prompt is not None:
+            return self.render_prompt(retry_prompt, item)
         messages = list(request.messages) + [
             {"role": "assistant", "content": reply},
             {"role": "user", "content": self.RETRY_MESSAGE.format(error=error)},

@@ -101,6 +101,19 @@ def test_a_copy_is_retried_and_the_corrected_plan_is_used():
     assert out.error is None and out.lexical_keys == ("Tomas", "marathon") and len(lm.requests) == 2
 
 
+def test_the_retry_is_a_fresh_call_on_the_prompt_without_the_worked_example():
+    lm = ReplayLM([_plan(lexical_keys=["Starbucks"]), _plan()])
+    PromptedPlanner(lm=lm).run_one(PlanIn("What races did Tomas run in March?"))
+    first, retry = lm.requests
+    assert "Starbucks" in first.messages[0]["content"]
+    assert len(retry.messages) == 1 and "Starbucks" not in retry.messages[0]["content"]
+    assert "What races did Tomas run in March?" in retry.messages[0]["content"]
+    assert retry.json_schema == first.json_schema
+    follow_up = ReplayLM([_plan(lexical_keys=["Starbucks"]), _plan()])
+    PromptedPlanner(lm=follow_up, retry_prompt=None).run_one(PlanIn("What races did Tomas run in March?"))
+    assert len(follow_up.requests[1].messages) == 3
+
+
 def test_example_names_or_year_that_the_query_itself_uses_are_not_copies():
     stage = PromptedPlanner(lm=ReplayLM([
         _plan(lexical_keys=["Bob", "Starbucks"]),

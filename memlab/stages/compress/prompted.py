@@ -141,16 +141,9 @@ class PromptedCompressor(PromptedStage, Compressor):
         return "\n".join(f"[{turn.id}] {turn.render()}" for turn in self.annotated_turns(item))
 
     def render(self, item: CompressIn) -> ChatRequest:
-        return self._render(self.prompt, item)
+        return self.render_prompt(self.prompt, item)
 
-    def retry_request(self, item: CompressIn, request: ChatRequest, reply: str, error: str) -> ChatRequest:
-        """A fresh request on ``retry_prompt`` (A.1 without its worked example, which the small
-        model copies), or the default follow-up when ``retry_prompt`` is None."""
-        if self.retry_prompt is None:
-            return super().retry_request(item, request, reply, error)
-        return self._render(self.retry_prompt, item)
-
-    def _render(self, prompt: PromptTemplate, item: CompressIn) -> ChatRequest:
+    def render_prompt(self, prompt: PromptTemplate, item: CompressIn) -> ChatRequest:
         start = self.window_time(item)
         speakers = item.speakers or tuple(dict.fromkeys(turn.speaker for turn in item.turns))
         text = prompt.render(

@@ -13,7 +13,9 @@ decoder invent one for a query with no time in it; and a plan that copies the pr
 example (its date range, its lexical keys or its semantic query, read from the template's
 OUTPUT FORMAT example) is a ``ParseError``, so it is retried and then falls back rather than
 steering retrieval to the example's people and month. A copied key or year that the query
-itself names is not a copy.
+itself names is not a copy. The retry is a fresh call on ``retry_prompt`` (A.2 with its
+example replaced by a list of the keys): the 1.5B model copied the example again when told
+so, on nearly every conv-26 question. ``retry_prompt=None`` retries with a follow-up message.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from memlab.lm.base import LM, ChatRequest, ParseError
 from memlab.lm.jsonparse import parse_json
-from memlab.prompts import load_prompt
+from memlab.prompts import PromptTemplate, load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.compress.base import parse_timestamp
 from memlab.stages.plan.base import COMPLEXITY_LEVELS, PlanIn, PlanOut, Planner
@@ -113,6 +115,7 @@ class PromptedPlanner(PromptedStage, Planner):
         self,
         lm: LM,
         prompt: str = "simplemem/plan",
+        retry_prompt: str | None = "simplemem/plan_retry",
         min_depth: int = 3,
         max_depth: int = 20,
         max_keys: int = 6,
@@ -123,6 +126,7 @@ class PromptedPlanner(PromptedStage, Planner):
         if not 1 <= min_depth <= max_depth:
             raise ValueError(f"need 1 <= min_depth <= max_depth, got {min_depth}, {max_depth}")
         self.prompt = load_prompt(prompt)
+        self.retry_prompt = load_prompt(retry_prompt) if retry_prompt else None
         self.example = prompt_example(self.prompt.body)
         self.min_depth = min_depth
         self.max_depth = max_depth
@@ -138,7 +142,10 @@ class PromptedPlanner(PromptedStage, Planner):
         return f"{item.query} (asked on {item.question_date.isoformat()})"
 
     def render(self, item: PlanIn) -> ChatRequest:
-        return self.request(self.prompt.render(user_query=self.query_text(item)), json_schema=request_schema(self.max_keys))
+        return self.render_prompt(self.prompt, item)
+
+    def render_prompt(self, prompt: PromptTemplate, item: PlanIn) -> ChatRequest:
+        return self.request(prompt.render(user_query=self.query_text(item)), json_schema=request_schema(self.max_keys))
 
     def parse(self, text: str, item: PlanIn) -> PlanOut:
         data = parse_json(text, PARSE_SCHEMA)
