@@ -286,6 +286,10 @@ class PromptedStage(Stage[In, Out]):
     ``ParseError`` for output it cannot use) and ``fallback(item, error) -> Out``.
     """
 
+    #: A template for the retry, rendered with ``render_prompt`` as a fresh call (None: the
+    #: follow-up below). Stages that take a ``retry_prompt`` argument set it.
+    retry_prompt: Any = None
+
     #: Message appended when a completion cannot be parsed, for the single retry.
     RETRY_MESSAGE = (
         "Your previous reply could not be parsed ({error}). Reply again with only the "
@@ -324,9 +328,8 @@ class PromptedStage(Stage[In, Out]):
         """The one retry after ``reply`` to ``request`` failed to parse: a fresh call on the
         stage's ``retry_prompt`` when it has one (``render_prompt``), else the same conversation
         with the reply and a follow-up naming the ``error``."""
-        retry_prompt = getattr(self, "retry_prompt", None)
-        if retry_prompt is not None:
-            return self.render_prompt(retry_prompt, item)
+        if self.retry_prompt is not None:
+            return self.render_prompt(self.retry_prompt, item)
         messages = list(request.messages) + [
             {"role": "assistant", "content": reply},
             {"role": "user", "content": self.RETRY_MESSAGE.format(error=error)},
