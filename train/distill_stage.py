@@ -50,7 +50,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import shutil
 import time
 from collections.abc import Iterable
@@ -62,7 +61,7 @@ import torch
 from tqdm.auto import tqdm
 
 from memlab.config import ConfigError
-from memlab.data.supervision import FIXED_EVAL_IDS, conversation_texts, distillation_examples
+from memlab.data.supervision import FIXED_EVAL_IDS, conversation_texts, distillation_dropped, distillation_examples
 from memlab.training import (EarlyStopping, MetricsLog, adamw, load_conversations, make_accelerator, seed_everything,
                              total_steps, with_defaults)
 
@@ -149,12 +148,6 @@ def load_examples(cfg: dict[str, Any], exclude: Iterable[str] = ()):
             f"{dataset.info.description or ''}".strip()
         )
     return dataset
-
-
-def held_out_count(dataset) -> int:
-    """The calls ``distillation_examples`` left out as quoting an excluded conversation (its card says)."""
-    found = re.search(r"(\d+) held out", dataset.info.description or "")
-    return int(found.group(1)) if found else 0
 
 
 def request_hash(example: dict[str, Any], seed: int) -> str:
@@ -266,7 +259,7 @@ def setup(config: dict[str, Any]) -> Run:
         tokenized[split] = kept
     run.counts = {"examples": len(examples), "train": len(tokenized["train"]), "eval": len(tokenized["eval"]),
                   "dropped_too_long": len(examples) - len(tokenized["train"]) - len(tokenized["eval"]),
-                  "held_out": held_out_count(dataset)}
+                  "held_out": distillation_dropped(dataset)["held_out"]}
     generator = torch.Generator().manual_seed(int(cfg["seed"]))
     pad_id = run.tokenizer.pad_token_id
     loaders = [torch.utils.data.DataLoader(tokenized[split], batch_size=int(cfg["optim"]["batch_size"]),

@@ -414,8 +414,20 @@ Rows: one cached LM call: the request messages and the completion the teacher mo
 request's constrained-decoding schema as JSON, "" if none). Source: {cache.path}; model: {model or "all"};
 first-message pattern: {match!r}; excluded texts: {len(excluded)}. Kept {len(rows)}; dropped {dropped["not_matching"]} not matching,
 {dropped["held_out"]} held out (their messages contain a text of an excluded conversation),
-{dropped["truncated"]} cut off by the token limit, {dropped["empty"]} empty."""
+{dropped["truncated"]} cut off by the token limit, {dropped["empty"]} empty.
+{_DROPPED_LINE}{json.dumps(dropped)}"""
     return _dataset(rows, DISTILLATION_FEATURES, card)
+
+
+_DROPPED_LINE = "Dropped (JSON): "
+
+
+def distillation_dropped(dataset: datasets.Dataset) -> dict[str, int]:
+    """The per-reason counts of calls ``distillation_examples`` dropped, as recorded in its card."""
+    for line in (dataset.info.description or "").splitlines():
+        if line.startswith(_DROPPED_LINE):
+            return json.loads(line[len(_DROPPED_LINE):])
+    raise ValueError("distillation_dropped: the dataset was not made by distillation_examples (no counts in its card)")
 
 
 def _dataset(rows: list[dict[str, Any]], features: datasets.Features, card: str) -> datasets.Dataset:

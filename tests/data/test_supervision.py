@@ -11,6 +11,7 @@ from memlab.data.supervision import (
     FIXED_EVAL_IDS,
     Split,
     conversation_texts,
+    distillation_dropped,
     distillation_examples,
     evaluable_questions,
     fixed_split,
@@ -238,6 +239,7 @@ def test_distillation_keeps_complete_matching_completions(tmp_path):
         assert row["completion"] == '{"events": []}'
         assert row["json_schema"] == '{"type": "object"}'
         assert "1 cut off by the token limit, 1 empty" in data.info.description
+        assert distillation_dropped(data) == {"not_matching": 1, "held_out": 0, "truncated": 1, "empty": 1}
 
         everything = distillation_examples(cache)
         assert sorted(everything["completion"]) == sorted(['{"events": []}', "Paris", '{"events": ["x"]}'])
@@ -268,7 +270,7 @@ def test_distillation_leaves_out_calls_quoting_an_excluded_conversation(sample, 
         assert data["messages"] == [[{"role": "system", "content": "Extract events."},
                                      {"role": "user", "content": "Dialogue:\nAnn: I went hiking in the hills with "
                                                                  "my brother last weekend."}]]
-        assert "2 held out" in data.info.description
+        assert distillation_dropped(data)["held_out"] == 2
         assert distillation_examples(cache).num_rows == 3
     finally:
         cache.close()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from memlab.config import ConfigError
-from memlab.data.supervision import conversation_texts
+from memlab.data.supervision import conversation_texts, distillation_dropped
 from memlab.lm.base import ChatRequest, Completion
 from memlab.lm.cache import ResponseCache
 from memlab import training
@@ -101,7 +101,7 @@ def test_calls_quoting_an_evaluation_conversation_are_held_out(tmp_path):
     cfg = recipe.resolve_config(config(tmp_path))
     assert len(recipe.load_examples(cfg)) == 13  # without the exclusion, the leaked call is a training example
     dataset = recipe.load_examples(cfg, exclude=conversation_texts(held_out))
-    assert len(dataset) == 12 and recipe.held_out_count(dataset) == 1
+    assert len(dataset) == 12 and distillation_dropped(dataset)["held_out"] == 1
     assert all(turn.text not in m["content"] for row in dataset for m in row["messages"])
 
 
