@@ -167,15 +167,26 @@ class MagmaMemory:
         return max(times) if times else None
 
     def neighbourhood(self, id: str, hops: int = 2) -> list[str]:
-        """Event ids within ``hops`` edges of ``id`` (any edge space, both directions)."""
+        """Event ids within ``hops`` edges of ``id`` (any edge space, both directions), through
+        events ingested before ``id`` only, nearest hop first, then most recent first.
+
+        The slow path of an online system sees the graph as it was when the event arrived. An
+        evaluation ingests a whole conversation in a burst, so how many later events the
+        worker would see depends on thread timing; past-only keeps the step (and its LLM
+        request, hence the response cache) the same from run to run.
+        """
+        order = {event: i for i, event in enumerate(self.index.units)}
+        limit = order[id]
         with self.graph.locked():
-            seen, frontier = {id}, [id]
+            seen, frontier, found = {id}, [id], []
             for _ in range(hops):
-                frontier = list(dict.fromkeys(
-                    v for u in frontier for v, _, _ in self.graph.neighbors(u, direction="both") if v not in seen
-                ))
+                frontier = [v for v in dict.fromkeys(
+                    v for u in frontier for v, _, _ in self.graph.neighbors(u, direction="both")
+                    if v not in seen and order.get(v, -1) < limit  # entity nodes: -1
+                )]
                 seen.update(frontier)
-            return [n for n in seen if n != id and self.graph.node_type(n) == "event"]
+                found += sorted((v for v in frontier if self.graph.node_type(v) == "event"), key=order.get, reverse=True)
+            return found
 
     def stats(self) -> dict[str, int]:
         counts = {f"{t}_edges": len(self.graph.edges(t)) for t in EDGE_SPACES}

@@ -237,6 +237,22 @@ def test_worker_backlog_and_wait_timeout():
     assert done == ["e0", "e1", "e2"]
 
 
+def test_neighbourhood_sees_only_earlier_events_nearest_hop_then_most_recent_first():
+    from memlab.pipelines.magma_memory import MagmaMemory
+    from memlab.types import MemoryUnit
+
+    memory = MagmaMemory(HashingEmbedder(), edge_types=("temporal", "entity"))  # no slow path
+    for i in range(5):
+        memory.ingest(MemoryUnit(f"e{i}", f"Ann: fact {i}", (f"D1:{i}",), datetime(2023, 5, 1)))
+    memory.graph.add_node("entity:ann", "entity", text="Ann")
+    for event in ("e0", "e2", "e4"):  # an entity node links e2 to an earlier and a later event
+        memory.graph.add_edge(event, "entity:ann", "entity", directed=False)
+    # temporal chain e0-e1-e2-e3-e4: from e2, hop 1 is e1 (e3 is later); hop 2 is e0 (via e1 or the entity)
+    assert memory.neighbourhood("e2", hops=2) == ["e1", "e0"]
+    assert memory.neighbourhood("e4", hops=2) == ["e3", "e2", "e0"]  # e2, e0 through the entity node
+    assert memory.neighbourhood("e0", hops=2) == []
+
+
 def test_router_slot_takes_a_prompted_router():
     from memlab.stages.route import PromptedRouter
 
