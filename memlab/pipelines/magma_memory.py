@@ -82,6 +82,8 @@ class MagmaMemory:
         self.last_summary = ""
         self._normalizer = RuleTemporalNormalizer()
         self._last_event: str | None = None
+        #: Ingestion position of every event (the worker reads it while the fast path adds to it).
+        self._sequence: dict[str, int] = {}
         self._queue: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
 
@@ -97,6 +99,7 @@ class MagmaMemory:
             kind="event", speaker=segment.speaker, attributes=dict(segment.attributes),
         )
         self.index.add([unit])
+        self._sequence[unit.id] = len(self._sequence)  # before the node exists in the graph
         vector = self.index.vectors([unit.id])[0]
         similar = []
         if "semantic" in self.edge_types:
@@ -175,15 +178,14 @@ class MagmaMemory:
         worker would see depends on thread timing; past-only keeps the step (and its LLM
         request, hence the response cache) the same from run to run.
         """
-        order = {event: i for i, event in enumerate(self.index.units)}
-        limit = order[id]
+        order, limit = self._sequence, self._sequence[id]
         with self.graph.locked():
             seen, frontier, found = {id}, [id], []
             for _ in range(hops):
-                frontier = [v for v in dict.fromkeys(
+                frontier = list(dict.fromkeys(
                     v for u in frontier for v, _, _ in self.graph.neighbors(u, direction="both")
                     if v not in seen and order.get(v, -1) < limit  # entity nodes: -1
-                )]
+                ))
                 seen.update(frontier)
                 found += sorted((v for v in frontier if self.graph.node_type(v) == "event"), key=order.get, reverse=True)
             return found
@@ -239,4 +241,5 @@ class MagmaMemory:
         if set(bundle.graph.nodes("event")) != set(events.units):
             raise MemoryStoreError(f"{folder}: graph.json events and the event index differ")
         memory.graph, memory.index = bundle.graph, events
+        memory._sequence = {event: i for i, event in enumerate(events.units)}
         return memory
