@@ -75,7 +75,7 @@ def scripted(request: ChatRequest) -> str:
         return json.dumps({"relevant": [int(n) for n, text in numbered if "Rex" in text or "puppy" in text] + [999]})
     if "numbered list of terms" in prompt:
         return json.dumps({"relevant": [1]})
-    if "First reason step by step" in prompt or "Reply with only a concise answer" in prompt:
+    if "First reason in at most three" in prompt or "Reply with only a concise answer" in prompt:
         return "Memory 1 says Ann adopted Rex.\nAnswer: Rex"
     raise AssertionError(f"unexpected prompt: {prompt[:80]}")
 

@@ -14,7 +14,7 @@ def test_render_puts_context_question_and_date():
     CoTAnswerer(lm=lm).run_one(AnswerIn("When did Ann move?", "[01 May 2023] (Ann) Ann moved.", datetime(2023, 6, 2)))
     prompt = lm.requests[0].messages[-1]["content"]
     assert "(The question is asked on 02 June 2023.)\n[01 May 2023] (Ann) Ann moved." in prompt
-    assert "Question: When did Ann move?" in prompt and "First reason step by step" in prompt
+    assert "Question: When did Ann move?" in prompt and "First reason in at most three short sentences" in prompt
 
 
 def test_parse_takes_the_last_answer_line_and_keeps_the_reasoning():
@@ -37,3 +37,18 @@ def test_parse_accepts_the_final_answer_is_phrasing():
     out = stage.parse("Memory 2 says he finished in 1 hour 52 minutes.\nThe final answer is: Answer: 1 hour 52 minutes",
                       AnswerIn("q", "c"))
     assert out.text == "1 hour 52 minutes" and out.reasoning.startswith("Memory 2")
+
+
+def test_parse_accepts_an_echoed_final_line_label():
+    stage = CoTAnswerer(lm=ReplayLM([]))
+    out = stage.parse("First reason: the ad ran on 29 January 2023.\nFinal line: Answer: 29 January 2023", AnswerIn("q", "c"))
+    assert out.text == "29 January 2023" and out.reasoning == "First reason: the ad ran on 29 January 2023."
+
+
+def test_cut_off_reasoning_is_followed_by_a_request_for_the_answer_line_only():
+    lm = ReplayLM(["Memory 3 says Ann moved in May, and memory 5 says", "Answer: May 2023"])
+    out = CoTAnswerer(lm=lm).run_one(AnswerIn("When did Ann move?", "c"))
+    retry = lm.requests[1].messages
+    assert out.text == "May 2023"
+    assert retry[-2] == {"role": "assistant", "content": "Memory 3 says Ann moved in May, and memory 5 says"}
+    assert "Do not go on reasoning" in retry[-1]["content"] and "Answer: " in retry[-1]["content"]

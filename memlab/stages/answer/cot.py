@@ -2,8 +2,11 @@
 
 EMem 3.3's QA step (Wei et al.'s zero-shot CoT). The prompt asks for the reasoning and a
 final ``Answer: ...`` line; the answer is what follows the last such marker, the reasoning
-is kept in ``AnswerOut.reasoning`` for traces. A reply without the marker is retried once;
-if the retry has none either, the answer is empty and ``error`` says why (counted failure).
+is kept in ``AnswerOut.reasoning`` for traces. A reply without the marker (with a small model,
+nearly always reasoning cut off by ``max_tokens``) gets one follow-up asking for the final line
+only: the answer-extraction step of zero-shot CoT (Kojima et al., 2022), which keeps the model
+from resuming the reasoning. If that has no marker either, the answer is empty and ``error``
+says why (counted failure).
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from memlab.stage import PromptedStage
 from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer
 
 # "Answer:", "**Final answer:**", "The final answer is:" at the start of a line, and any
-# further "Answer:" labels right after it ("The final answer is: Answer: ...").
+# further "Answer:" labels right after it ("The final answer is: Answer: ..."). Small models
+# echo the instruction's wording as a label ("Final line: Answer: ..."), so that is allowed too.
 _MARKER = re.compile(
-    r"(?:^|\n)\s*(?:\*\*)?(?:the\s+)?(?:final\s+)?answer(?:\s+is)?(?:\*\*)?\s*:\s*(?:\*\*)?"
+    r"(?:^|\n)\s*(?:\*\*)?(?:final\s+line\s*:\s*)?(?:the\s+)?(?:final\s+)?answer(?:\s+is)?(?:\*\*)?\s*:\s*(?:\*\*)?"
     r"(?:(?:final\s+)?answer\s*:\s*)*",
     re.IGNORECASE,
 )
@@ -27,6 +31,11 @@ _MARKER = re.compile(
 
 class CoTAnswerer(PromptedStage, Answerer):
     """Answers with one reasoning-then-answer call on ``prompt`` ({context}, {question})."""
+
+    RETRY_MESSAGE = (
+        "Your reply has no final answer line ({error}). Do not go on reasoning: reply with only "
+        "the final line, \"Answer: \" followed by a concise answer (a short phrase, not a sentence)."
+    )
 
     def __init__(
         self,
