@@ -15,9 +15,10 @@ outputs: ``forward(batch: list[In]) -> list[Out]``, one output per input, in ord
 * **Prompted stages** (``PromptedStage``) have no parameters: they are a template, an injected
   LM and a parser. ``render(item) -> ChatRequest`` and ``parse(text, item) -> Out`` are
   separate methods, testable without a model. A completion that cannot be parsed is retried
-  once with a corrective message; if that fails too, ``fallback(item, error)`` gives the
-  family's empty/neutral output, the failure is counted in ``failures`` and recorded, and the
-  run goes on. No bad completion crashes a benchmark.
+  once with a corrective message; if that fails too, the output is what the parser salvaged
+  from the replies (``ParseError.salvage``, the retry's first) or else ``fallback(item,
+  error)``, the family's empty/neutral output; the failure is counted in ``failures`` and
+  recorded, and the run goes on. No bad completion crashes a benchmark.
 * **Trainable stages** are ordinary ``nn.Module``s with parameters; they add what training
   needs (``featurize``, ``loss`` ...) as their family requires.
 * **Serialisation.** ``save(dir)`` writes ``config.json`` (class path + the JSON-serialisable
@@ -346,20 +347,22 @@ class PromptedStage(Stage[In, Out]):
         requests = [self.render(item) for item in batch]
         completions = self._generate(requests)
         outputs: list[Out | None] = [None] * len(batch)
-        retry: list[tuple[int, str, str]] = []
+        retry: list[tuple[int, ParseError, str]] = []
         for i, (item, completion) in enumerate(zip(batch, completions)):
             try:
                 outputs[i] = self.parse(completion.text, item)
             except ParseError as e:
-                retry.append((i, str(e), completion.text))
+                retry.append((i, e, completion.text))
         if retry:
-            retry_requests = [self.retry_request(batch[i], requests[i], text, error) for i, error, text in retry]
-            for (i, _, _), completion in zip(retry, self._generate(retry_requests)):
+            retry_requests = [self.retry_request(batch[i], requests[i], text, str(e)) for i, e, text in retry]
+            for (i, first, _), completion in zip(retry, self._generate(retry_requests)):
                 try:
                     outputs[i] = self.parse(completion.text, batch[i])
                 except ParseError as e:
                     failure = Failure(stage=type(self).__name__, error=str(e), completion=completion.text[:500])
                     self.failures.append(failure)
-                    log.warning("%s: unusable completion after retry: %s", failure.stage, failure.error)
-                    outputs[i] = self.fallback(batch[i], str(e))
+                    salvage = e.salvage if e.salvage is not None else first.salvage
+                    log.warning("%s: unusable completion after retry: %s%s", failure.stage, failure.error,
+                                "" if salvage is None else " (kept what could be salvaged)")
+                    outputs[i] = salvage if salvage is not None else self.fallback(batch[i], str(e))
         return outputs  # type: ignore[return-value]

@@ -38,6 +38,23 @@ def test_unparseable_output_is_retried_once_then_counted_as_a_failure():
     assert lm.remaining == 1
 
 
+class _SalvagingAnswerer(PromptedAnswerer):
+    """Replies 'partial:X' are unusable but salvage to X."""
+
+    def parse(self, text, item):
+        if text.startswith("partial:"):
+            raise ParseError("partial reply", salvage=super().parse(text.removeprefix("partial:"), item))
+        return super().parse(text, item)
+
+
+def test_a_salvaged_output_replaces_the_fallback_but_still_counts_as_a_failure():
+    answerer = _SalvagingAnswerer(lm=ReplayLM(["partial:first", "partial:only first", "partial:retry", "   "]))
+    retried, first_only = answerer([AnswerIn("q1", "c"), AnswerIn("q2", "c")])
+    assert retried.text == "retry"  # the retry's salvage is preferred to the first reply's
+    assert first_only.text == "only first"  # the retry salvaged nothing: the first reply's salvage
+    assert [f.error for f in answerer.failures] == ["partial reply", "empty answer"]
+
+
 def test_stage_takes_a_batch_not_an_item():
     with pytest.raises(TypeError, match="takes a list"):
         TurnSegmenter()(SegmentIn("c", Session("s", None, ())))

@@ -38,7 +38,16 @@ class PromptTooLongError(LMError):
 
 
 class ParseError(ValueError):
-    """A completion could not be turned into the expected structure (see ``memlab.lm.jsonparse``)."""
+    """A completion could not be turned into the expected structure (see ``memlab.lm.jsonparse``).
+
+    ``salvage``: a degraded but usable output the parser could still make from the reply (the
+    distinct items of a looping list, say). ``PromptedStage`` keeps it, instead of the stage's
+    empty fallback, when the retry fails too; the call still counts as a failure.
+    """
+
+    def __init__(self, message: str, salvage: object = None) -> None:
+        super().__init__(message)
+        self.salvage = salvage
 
 
 @dataclass(frozen=True)

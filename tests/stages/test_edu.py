@@ -63,11 +63,18 @@ def test_duplicate_edus_are_dropped_within_a_window_and_across_windows():
     assert out.error is None
 
 
-def test_repetition_loops_are_retried_then_fall_back():
-    looped = json.dumps({"edus": [_edu("Caroline went to the support group.")] * 3})
+def test_repetition_loops_are_retried_then_keep_the_distinct_edus():
+    looped = json.dumps({"edus": [_edu("Melanie signed up for a pottery class.", "D1:2")]
+                         + [_edu("Caroline went to the support group.")] * 3})
     stage = extractor([looped, looped], max_edus=5)
     out = stage.run_one(SegmentIn("c", SESSION))
-    assert out.units == () and "repeated 3 times" in out.error and len(stage.failures) == 1
+    assert [u.text for u in out.units] == ["Melanie signed up for a pottery class.", "Caroline went to the support group."]
+    assert "repeated 3 times" in out.error and len(stage.failures) == 1
+    # an EDU that loops on a phrase is not salvaged; with nothing else, the window has no EDUs
+    phrase_only = json.dumps({"edus": [_edu("Caroline went to the group and the group and the group and the group.")]})
+    stage = extractor([phrase_only, phrase_only])
+    out = stage.run_one(SegmentIn("c", SESSION))
+    assert out.units == () and "over and over" in out.error and len(stage.failures) == 1
     phrase = json.dumps({"edus": [_edu("Caroline went to the group and the group and the group and the group.")]})
     cut_off = json.dumps({"edus": [_edu("Melanie signed up for pottery.")] * 3})[:-12]  # 2 complete + 1 cut
     good = json.dumps({"edus": [_edu("Melanie signed up for a pottery class.", "D1:2")]})

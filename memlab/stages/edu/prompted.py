@@ -14,10 +14,12 @@ Guards against the weak model's degenerate outputs (the first 1.5B runs looped):
   (``edus_per_call``), which leaves no room for padding the list with repeats.
 * EDUs are de-duplicated on normalised text (case, punctuation and spacing ignored) within
   a window and across the windows of a session; the first occurrence is kept.
-* A repetition loop is a ``ParseError`` (retried, then the window falls back to no EDUs):
-  the same EDU ``loop_repeats`` times or more, an EDU repeating one short phrase
-  (2-4 words) ``loop_repeats + 1`` times or more, or output cut off (no closing brace)
-  that repeats an EDU.
+* A repetition loop is a ``ParseError``, retried: the same EDU ``loop_repeats`` times or
+  more, an EDU repeating one short phrase (2-4 words) ``loop_repeats + 1`` times or more, or
+  output cut off (no closing brace) that repeats an EDU. If the retry loops too, the window
+  keeps the distinct grounded EDUs of the looping reply (``ParseError.salvage``) and the
+  failure is counted: a loop usually starts after several good EDUs, and dropping the whole
+  window lost them (13 of conv-26's 60 windows in session 5).
 """
 
 from __future__ import annotations
@@ -180,9 +182,19 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
     def parse(self, text: str, item: _Window) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]
         rows = parse_json(text, edu_schema())["edus"]
         truncated = not text.rstrip().rstrip("`").rstrip().endswith("}")
+        units = self.grounded_units(rows, item)
         loop = repetition_loop([str(row["text"]) for row in rows], truncated, self.loop_repeats)
         if loop is not None:
-            raise ParseError(f"repetition loop: {loop}; write each EDU once")
+            error = f"repetition loop: {loop}; write each EDU once"
+            # one copy of a repeated EDU is kept; an EDU that itself loops on a phrase is not
+            units = [u for u in units if repetition_loop([u.text], False, self.loop_repeats) is None]
+            raise ParseError(error, salvage=(units, error) if units else None)
+        if rows and not units:
+            raise ParseError("no extracted EDU is grounded in the session's turns")
+        return units, None
+
+    def grounded_units(self, rows: list[dict], item: _Window) -> list[MemoryUnit]:
+        """The reply's distinct EDUs that are grounded in the window, with validated sources."""
         units = []
         seen: set[str] = set()
         for row in rows:
@@ -196,9 +208,7 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
             if not sources:
                 continue
             units.append(self.make_unit(item, len(units), edu, sources))
-        if rows and not units:
-            raise ParseError("no extracted EDU is grounded in the session's turns")
-        return units, None
+        return units
 
     def fallback(self, item: _Window, error: str) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]
         return [], error
