@@ -19,7 +19,7 @@ Guards against the weak model's degenerate outputs (the first 1.5B runs looped):
   output cut off (no closing brace) that repeats an EDU. If the retry loops too, the window
   keeps the distinct grounded EDUs of the looping reply (``ParseError.salvage``) and the
   failure is counted: a loop usually starts after several good EDUs, and dropping the whole
-  window lost them (13 of conv-26's 60 windows in session 5).
+  window lost them (13 of conv-26's 60 windows with the 1.5B model).
 """
 
 from __future__ import annotations
