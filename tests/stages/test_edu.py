@@ -71,11 +71,10 @@ def test_repetition_loops_are_retried_then_keep_the_distinct_edus():
     assert [u.text for u in out.units] == ["Melanie signed up for a pottery class.", "Caroline went to the support group."]
     assert "repeated 3 times" in out.error and len(stage.failures) == 1
     # an EDU that loops on a phrase is not salvaged; with nothing else, the window has no EDUs
-    phrase_only = json.dumps({"edus": [_edu("Caroline went to the group and the group and the group and the group.")]})
-    stage = extractor([phrase_only, phrase_only])
+    phrase = json.dumps({"edus": [_edu("Caroline went to the group and the group and the group and the group.")]})
+    stage = extractor([phrase, phrase])
     out = stage.run_one(SegmentIn("c", SESSION))
     assert out.units == () and "over and over" in out.error and len(stage.failures) == 1
-    phrase = json.dumps({"edus": [_edu("Caroline went to the group and the group and the group and the group.")]})
     cut_off = json.dumps({"edus": [_edu("Melanie signed up for pottery.")] * 3})[:-12]  # 2 complete + 1 cut
     good = json.dumps({"edus": [_edu("Melanie signed up for a pottery class.", "D1:2")]})
     stage = extractor([phrase, good, cut_off, good])
