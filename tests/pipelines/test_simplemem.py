@@ -14,6 +14,7 @@ from memlab.config import build_pipeline
 from memlab.memory.store import UnitMemory
 from memlab.pipelines.base import RECALL_DEPTH
 from memlab.pipelines.simplemem import SimpleMem, interleave, merge_identical
+from memlab.stages.answer import PromptedAnswerer
 from memlab.stages.answer.simplemem import ReconstructiveAnswerer, join_context, split_context
 from memlab.stages.compress import ChunkCompressor, PromptedCompressor
 from memlab.stages.plan import FixedPlanner, PlanOut, PromptedPlanner
@@ -199,19 +200,21 @@ def test_empty_memory_answers_from_nothing():
 
 
 @pytest.mark.parametrize(
-    "name,compressor,synthesizer,planner",
+    "name,compressor,synthesizer,planner,answerer",
     [
-        ("pipelines/simplemem.yaml", PromptedCompressor, PromptedSynthesizer, PromptedPlanner),
-        ("ablations/simplemem_no_compression.yaml", ChunkCompressor, PromptedSynthesizer, PromptedPlanner),
-        ("ablations/simplemem_no_synthesis.yaml", PromptedCompressor, type(None), PromptedPlanner),
-        ("ablations/simplemem_no_planning.yaml", PromptedCompressor, PromptedSynthesizer, FixedPlanner),
+        ("pipelines/simplemem.yaml", PromptedCompressor, PromptedSynthesizer, PromptedPlanner, ReconstructiveAnswerer),
+        ("ablations/simplemem_no_compression.yaml", ChunkCompressor, PromptedSynthesizer, PromptedPlanner, ReconstructiveAnswerer),
+        ("ablations/simplemem_no_synthesis.yaml", PromptedCompressor, type(None), PromptedPlanner, ReconstructiveAnswerer),
+        ("ablations/simplemem_no_planning.yaml", PromptedCompressor, PromptedSynthesizer, FixedPlanner, ReconstructiveAnswerer),
+        ("ablations/simplemem_short_answer_prompt.yaml", PromptedCompressor, PromptedSynthesizer, PromptedPlanner, PromptedAnswerer),
     ],
 )
-def test_configs_build_the_ablations(name, compressor, synthesizer, planner):
+def test_configs_build_the_ablations(name, compressor, synthesizer, planner, answerer):
     pipeline, _, _ = build_pipeline(REPO / "configs" / name)
     assert isinstance(pipeline.compressor, compressor)
     assert isinstance(pipeline.synthesizer, synthesizer)
     assert isinstance(pipeline.planner, planner)
+    assert type(pipeline.answerer) is answerer
     assert len(pipeline.lms()) == 1  # one LM shared by every stage
     if synthesizer is PromptedSynthesizer:
         assert pipeline.synthesizer.embedder is pipeline.embedder
