@@ -227,6 +227,12 @@ def test_annotate_inline_and_replace():
 def test_annotate_leaves_explicit_dates_alone_inline():
     text = "Married on 7 May 2023 and moved in 2019."
     assert annotate(text, _mentions(text)) == text
+    # The same date in another spelling (a zero-padded session header, month first, ordinal)
+    # is not repeated beside itself.
+    for text in ["[08 May 2023] Melanie: hi", "We met on May 8th, 2023.", "On the 8th of May 2023."]:
+        mentions = _mentions(text)
+        assert [m.resolved for m in mentions] == ["8 May 2023"], text
+        assert annotate(text, mentions) == text
 
 
 def test_annotate_rejects_bad_input():

@@ -26,6 +26,7 @@ extraction stages call it on a turn before or after their LLM call.
 from __future__ import annotations
 
 import calendar
+import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Literal
@@ -157,11 +158,24 @@ def describe(start: date, end: date, granularity: str | None = None) -> str:
 ANNOTATION_STYLES = ("inline", "replace")
 
 
+def _date_words(text: str) -> list[str]:
+    """The words of a date, order and spelling aside: "08 May 2023", "May 8th, 2023" -> 8, 2023, may."""
+    words = re.findall(r"[a-z]+|\d+", text.lower())
+    words = [str(int(w)) if w.isdigit() else w for w in words]
+    # "8th" splits into 8 and th; "the 8th of May" reads as "8 May".
+    return sorted(w for w in words if w not in ("st", "nd", "rd", "th", "the", "of"))
+
+
+def _reads_as(span: str, resolved: str) -> bool:
+    """Whether ``span`` already states ``resolved`` (an explicit date needs no annotation)."""
+    return _date_words(span) == _date_words(resolved)
+
+
 def annotate(text: str, mentions: tuple[TimeMention, ...] | list[TimeMention], style: str = "inline") -> str:
     """Rewrite ``text`` with each mention's resolved value.
 
     * ``inline``: the value in parentheses after the span, "I went yesterday (7 May 2023)";
-      a span that already reads as its value ("in 2022") is left alone.
+      a span that already states its value ("in 2022", "on 08 May 2023") is left alone.
     * ``replace``: the value instead of the span, "I went 7 May 2023".
 
     The mentions must come from this text (their spans are checked).
@@ -177,8 +191,7 @@ def annotate(text: str, mentions: tuple[TimeMention, ...] | list[TimeMention], s
         if mention.end_char > cursor:
             raise ValueError(f"mention {mention.span!r} overlaps the next mention")
         if style == "inline":
-            same = mention.span.strip().lower() == mention.resolved.lower()
-            new = mention.span if same else f"{mention.span} ({mention.resolved})"
+            new = mention.span if _reads_as(mention.span, mention.resolved) else f"{mention.span} ({mention.resolved})"
         else:
             new = mention.resolved
         pieces.append(text[mention.end_char:cursor])
