@@ -16,9 +16,9 @@ outputs: ``forward(batch: list[In]) -> list[Out]``, one output per input, in ord
   LM and a parser. ``render(item) -> ChatRequest`` and ``parse(text, item) -> Out`` are
   separate methods, testable without a model. A completion that cannot be parsed is retried
   once with a corrective message; if that fails too, the output is what the parser salvaged
-  from the replies (``ParseError.salvage``: the retry's, else the first reply's) or else ``fallback(item,
-  error)``, the family's empty/neutral output; the failure is counted in ``failures`` and
-  recorded, and the run goes on. No bad completion crashes a benchmark.
+  from the replies (``ParseError.salvage``: the retry's, else the first reply's) or else
+  ``fallback(item, error)``, the family's empty/neutral output; the failure is counted in
+  ``failures`` and recorded, and the run goes on. No bad completion crashes a benchmark.
 * **Trainable stages** are ordinary ``nn.Module``s with parameters; they add what training
   needs (``featurize``, ``loss`` ...) as their family requires.
 * **Serialisation.** ``save(dir)`` writes ``config.json`` (class path + the JSON-serialisable

@@ -166,11 +166,6 @@ def _date_words(text: str) -> list[str]:
     return sorted(w for w in words if w not in ("st", "nd", "rd", "th", "the", "of"))
 
 
-def _reads_as(span: str, resolved: str) -> bool:
-    """Whether ``span`` already states ``resolved`` (an explicit date needs no annotation)."""
-    return _date_words(span) == _date_words(resolved)
-
-
 def annotate(text: str, mentions: tuple[TimeMention, ...] | list[TimeMention], style: str = "inline") -> str:
     """Rewrite ``text`` with each mention's resolved value.
 
@@ -191,7 +186,8 @@ def annotate(text: str, mentions: tuple[TimeMention, ...] | list[TimeMention], s
         if mention.end_char > cursor:
             raise ValueError(f"mention {mention.span!r} overlaps the next mention")
         if style == "inline":
-            new = mention.span if _reads_as(mention.span, mention.resolved) else f"{mention.span} ({mention.resolved})"
+            same = _date_words(mention.span) == _date_words(mention.resolved)  # an explicit date
+            new = mention.span if same else f"{mention.span} ({mention.resolved})"
         else:
             new = mention.resolved
         pieces.append(text[mention.end_char:cursor])
