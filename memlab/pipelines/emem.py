@@ -65,7 +65,7 @@ class EventMemoryPipeline(Pipeline):
         argument_extractor: ArgumentExtractor | None = None,
         linking_top_k: int = 30,
         argument_batch: int = 8,
-        synonym_threshold: float = 0.8,
+        synonym_threshold: float = 0.9,
         synonym_cap: int = 100,
     ) -> None:
         super().__init__()
@@ -144,7 +144,7 @@ class EMem(EventMemoryPipeline):
         argument_extractor: ArgumentExtractor | None = None,
         linking_top_k: int = 30,
         argument_batch: int = 8,
-        synonym_threshold: float = 0.8,
+        synonym_threshold: float = 0.9,
         synonym_cap: int = 100,
         qa_top_k: int | None = None,
     ) -> None:
@@ -176,11 +176,11 @@ class EMemG(EventMemoryPipeline):
         argument_extractor: ArgumentExtractor | None = None,
         linking_top_k: int = 30,
         argument_batch: int = 8,
-        synonym_threshold: float = 0.8,
+        synonym_threshold: float = 0.9,
         synonym_cap: int = 100,
         mention_detector: MentionDetector | None = None,
         argument_filter: RelevanceFilter | None = None,
-        argument_top_k: int = 5,
+        argument_top_k: int = 10,
         seed_arguments: int | None = None,
         qa_top_k: int = 10,
         damping: float = 0.5,

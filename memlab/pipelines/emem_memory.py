@@ -116,7 +116,7 @@ def build_event_memory(
     embedder: Embedder,
     argument_extractor: ArgumentExtractor | None = None,
     argument_batch: int = 8,
-    synonym_threshold: float = 0.8,
+    synonym_threshold: float = 0.9,
     synonym_cap: int = 100,
 ) -> EventMemory:
     """Extract EDUs per session, their arguments in batches, and build the graph (module docstring)."""
