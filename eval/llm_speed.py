@@ -12,8 +12,8 @@ The prompts differ, so llama.cpp's prefix cache cannot skip the later ones.
 from __future__ import annotations
 
 import argparse
-import time
 
+from memlab.clock import active_seconds
 from memlab.lm import ChatRequest, LlamaCppLM
 from memlab.lm.models import DEFAULT_MODEL
 
@@ -40,9 +40,9 @@ def main() -> None:
     args = parser.parse_args()
     lm = LlamaCppLM(model=args.model, cache=None, n_threads=args.threads)
     full = LlamaCppLM(model=args.model, cache=None, n_threads=args.threads, fast_grammar=False)
-    start = time.perf_counter()
+    start = active_seconds()
     lm.warm_up()
-    load = time.perf_counter() - start
+    load = active_seconds() - start
     prompt = lm.generate([ChatRequest.of(f"Summarise in two sentences:\n{filler(7)}", max_tokens=1)])[0]
     prompt_speed = prompt.prompt_tokens / prompt.latency_s
     story = lm.generate([ChatRequest.of(f"Write a 60-word story about {filler(3)[:200]}", max_tokens=64)])[0]

@@ -28,13 +28,13 @@ import math
 import os
 import random
 import sys
-import time
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from memlab.clock import active_seconds
 from memlab.config import ConfigError, load_config
 
 
@@ -139,7 +139,7 @@ class MetricsLog:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._start = time.perf_counter()
+        self._start = active_seconds()
         self.path.write_text("")
 
     @classmethod
@@ -148,7 +148,7 @@ class MetricsLog:
         return cls(output_dir.parent / f"{output_dir.name}.metrics.jsonl")
 
     def write(self, **record: Any) -> dict[str, Any]:
-        record = {"elapsed_s": round(time.perf_counter() - self._start, 2), **record}
+        record = {"elapsed_s": round(active_seconds() - self._start, 2), **record}
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()

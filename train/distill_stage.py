@@ -51,7 +51,6 @@ import hashlib
 import json
 import math
 import shutil
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +59,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from memlab.clock import active_seconds
 from memlab.config import ConfigError
 from memlab.data.supervision import FIXED_EVAL_IDS, conversation_texts, distillation_dropped, distillation_examples
 from memlab.training import (EarlyStopping, MetricsLog, adamw, load_conversations, make_accelerator, seed_everything,
@@ -311,7 +311,7 @@ def train(run: Run) -> dict[str, Any]:
     checkpoint_eval(0, 0, None)  # the untrained student is the baseline to beat
     step, seen, running, running_n = 0, 0, 0.0, 0
     progress = tqdm(total=run.steps, desc="distill", disable=not accelerator.is_local_main_process)
-    start = time.perf_counter()
+    start = active_seconds()
     for epoch in range(1, epochs + 1):
         for batch in run.train_loader:
             with accelerator.autocast():  # the loss too, not only the forward ``prepare`` wraps
@@ -333,7 +333,7 @@ def train(run: Run) -> dict[str, Any]:
         if step >= run.steps or stopper.should_stop:
             break
     progress.close()
-    seconds = time.perf_counter() - start
+    seconds = active_seconds() - start
     run.metrics = {"steps": step, "train_seconds": round(seconds, 2), "train_examples_seen": seen,
                    "examples_per_second": round(seen / seconds, 3) if seconds > 0 else math.nan,
                    "stopped_early": stopper.should_stop, "best_step": run.best["step"],

@@ -26,7 +26,6 @@ early stopping, e.g. recall@10).
 from __future__ import annotations
 
 import random
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from memlab.clock import active_seconds
 from memlab.config import instantiate
 from memlab.data.supervision import rerank_examples
 from memlab.eval.stage_eval import evaluate_reranker, reranker_candidates
@@ -145,14 +145,14 @@ def train(run: Run) -> dict[str, Any]:
         rng.shuffle(order)
         for start in range(0, len(order), batch_size):
             batch = [run.groups[i] for i in order[start:start + batch_size]]
-            started = time.perf_counter()
+            started = active_seconds()
             with run.accelerator.autocast():  # ``prepare`` wraps only forward, not score_pairs
                 loss = group_loss(run.stage, batch)
             run.accelerator.backward(loss)
             run.optimizer.step()
             run.scheduler.step()
             run.optimizer.zero_grad()
-            train_seconds += time.perf_counter() - started
+            train_seconds += active_seconds() - started
             pairs += sum(len(group) for _, group in batch)
             step += 1
             progress.update(1)

@@ -22,7 +22,6 @@ warmup_fraction, max_steps}``, ``patience`` (epochs), ``metric`` (validation met
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from memlab.clock import active_seconds
 from memlab.config import ConfigError, instantiate
 from memlab.data.supervision import routing_examples
 from memlab.eval.stage_eval import evaluate_router
@@ -127,7 +127,7 @@ def train(run: Run) -> dict[str, Any]:
         rng.shuffle(order)
         for start in range(0, len(order), batch_size):
             batch = [run.examples[i] for i in order[start:start + batch_size]]
-            started = time.perf_counter()
+            started = active_seconds()
             stage = run.accelerator.unwrap_model(run.stage)
             with run.accelerator.autocast():  # ``prepare`` wraps only forward, not logits
                 loss = stage.loss(run.stage.logits([row["question"] for row in batch]), targets(stage, batch))
@@ -135,7 +135,7 @@ def train(run: Run) -> dict[str, Any]:
             run.optimizer.step()
             run.scheduler.step()
             run.optimizer.zero_grad()
-            train_seconds += time.perf_counter() - started
+            train_seconds += active_seconds() - started
             seen += len(batch)
             step += 1
             progress.update(1)

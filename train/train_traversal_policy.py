@@ -29,7 +29,6 @@ the CPU: no accelerator, no ``precision``.
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from memlab.clock import active_seconds
 from memlab.config import ConfigError, build_pipeline, instantiate
 from memlab.data.supervision import evaluable_questions, magma_event_units, traversal_targets
 from memlab.eval.metrics import recall_at_k
@@ -158,14 +158,14 @@ def train(run: Run) -> dict[str, Any]:
         rng.shuffle(order)
         total, counted = 0.0, 0
         for i in tqdm(order, desc=f"policy epoch {epoch}", disable=not run.config["progress"]):
-            started = time.perf_counter()
+            started = active_seconds()
             loss = walk_loss(run.policy, run.walks[i])
             if loss is not None:
                 run.optimizer.zero_grad()
                 loss.backward()
                 run.optimizer.step()
                 total, counted = total + loss.item(), counted + 1
-            train_seconds += time.perf_counter() - started
+            train_seconds += active_seconds() - started
             seen += 1
         score = recall(run.pipeline, run.policy, run.validation)
         improved = stopper.step(score)

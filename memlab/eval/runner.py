@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from tqdm.auto import tqdm
 
+from memlab.clock import active_seconds
 from memlab.eval import metrics as M
 from memlab.lm.base import LM, LMUnavailableError, UsageMeter
 from memlab.pipelines.base import Pipeline
@@ -116,7 +116,7 @@ def run_benchmark(
             if not questions:
                 continue
             bar.set_postfix_str(f"building {conversation.id}")
-            before, t0 = pipeline_usage.snapshot(), time.perf_counter()
+            before, t0 = pipeline_usage.snapshot(), active_seconds()
             try:
                 memory = pipeline.build(conversation)
             except LMUnavailableError as e:
@@ -128,7 +128,7 @@ def run_benchmark(
                 bar.update(len(questions))
                 continue
             finally:
-                build_seconds += time.perf_counter() - t0
+                build_seconds += active_seconds() - t0
                 _accumulate(build_usage, UsageMeter.diff(pipeline_usage.snapshot(), before))
             memory_stats[conversation.id] = pipeline.memory_stats(memory)
             bar.set_postfix_str(conversation.id)
@@ -173,7 +173,7 @@ def run_benchmark(
 
 def _answer_one(pipeline, memory, question, options, count_tokens, usage: _Usage, judge) -> dict[str, Any]:
     query = question.as_query()
-    before, t0 = usage.snapshot(), time.perf_counter()
+    before, t0 = usage.snapshot(), active_seconds()
     error = None
     answer: Answer | None = None
     try:
@@ -188,7 +188,7 @@ def _answer_one(pipeline, memory, question, options, count_tokens, usage: _Usage
     except Exception as e:  # recorded on the row; the run goes on
         log.exception("question %s failed", question.id)
         ranking, error = [], f"{type(e).__name__}: {e}"
-    latency = time.perf_counter() - t0
+    latency = active_seconds() - t0
     usage_diff = UsageMeter.diff(usage.snapshot(), before)
     row: dict[str, Any] = {
         "conversation_id": question.conversation_id,

@@ -16,10 +16,10 @@ What ``memlab evaluate-stage`` and the training recipes report.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from memlab.clock import active_seconds
 from memlab.data.supervision import evaluable_questions, turn_units
 from memlab.eval.metrics import recall_at_k
 from memlab.types import ANSWERABLE_CATEGORIES, Conversation, MemoryUnit
@@ -111,9 +111,9 @@ def evaluate_reranker(
         "questions": len(items),
     }
     if reranker is not None:
-        started = time.perf_counter()
+        started = active_seconds()
         orders = rerank_order(reranker, items)
-        result["rerank_seconds_per_question"] = (time.perf_counter() - started) / len(items)
+        result["rerank_seconds_per_question"] = (active_seconds() - started) / len(items)
         result["reranked"] = _mean_recalls(orders, items, ks)
     return result
 
@@ -145,9 +145,9 @@ def evaluate_router(router: "IntentRouter", conversations: Sequence[Conversation
     questions = [q for conversation in conversations for q in conversation.questions]
     if not questions:
         raise ValueError("evaluate_router: the conversations have no questions")
-    started = time.perf_counter()
+    started = active_seconds()
     predicted = predict_question_types(router, [q.text for q in questions])
-    seconds = time.perf_counter() - started
+    seconds = active_seconds() - started
     confusion: dict[str, dict[str, int]] = {}
     for question, label in zip(questions, predicted):
         row = confusion.setdefault(question.category, {})

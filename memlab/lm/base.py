@@ -80,6 +80,9 @@ class ChatRequest:
 
 @dataclass(frozen=True)
 class Completion:
+    """One reply. ``latency_s`` is measured with ``memlab.clock.active_seconds``, so a pause
+    of the process (SIGSTOP, Ctrl-Z) during the call is not counted as model time."""
+
     text: str
     prompt_tokens: int
     completion_tokens: int

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from memlab.clock import active_seconds
 from memlab.lm.base import LM, ChatRequest, Completion, LMUnavailableError
 from memlab.lm.base import PromptTooLongError
 from memlab.lm.models import KNOWN_MODELS, model_fingerprint, resolve_model
@@ -184,9 +184,9 @@ class HFLM(LM):
         with self._lock, torch.inference_mode(), torch.random.fork_rng(devices=_cuda_devices(model)):
             if first.temperature > 0 and first.seed is not None:
                 torch.manual_seed(first.seed)
-            start = time.perf_counter()
+            start = active_seconds()
             output = model.generate(**encoded, **kwargs)
-            elapsed = time.perf_counter() - start
+            elapsed = active_seconds() - start
         generated = output[:, encoded["input_ids"].shape[1] :].tolist()
         eos_ids = _eos_ids(model, tokenizer)
         completions = []

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Any
 
+from memlab.clock import active_seconds
 from memlab.lm.base import LM, ChatRequest, Completion, LMError, LMUnavailableError, PromptTooLongError
 from memlab.lm.grammar import GreedyGrammarProcessor
 from memlab.lm.models import DEFAULT_MODEL, KNOWN_MODELS, model_fingerprint, resolve_model
@@ -94,7 +94,7 @@ class LlamaCppLM(LM):
                     "LlamaCppLM needs llama-cpp-python: pip install 'llama-cpp-python[server]'"
                 ) from None
             path = resolve_model(self.model)
-            start = time.perf_counter()
+            start = active_seconds()
             try:
                 self._llm = Llama(
                     model_path=str(path),
@@ -106,7 +106,7 @@ class LlamaCppLM(LM):
                 )
             except (ValueError, RuntimeError, OSError) as exc:
                 raise LMUnavailableError(f"llama.cpp could not load the model file {path}: {exc}") from None
-            self.load_time_s = time.perf_counter() - start
+            self.load_time_s = active_seconds() - start
             return self._llm
 
     def count_tokens(self, text: str) -> int:
@@ -134,7 +134,7 @@ class LlamaCppLM(LM):
                 kwargs["logits_processor"] = [processor]
             elif request.json_schema is not None:
                 kwargs["response_format"] = {"type": "json_object", "schema": request.json_schema}
-            start = time.perf_counter()
+            start = active_seconds()
             try:
                 response = llm.create_chat_completion(**kwargs)
             except ValueError as exc:
@@ -147,7 +147,7 @@ class LlamaCppLM(LM):
             finally:
                 if processor is not None:
                     processor.close()
-            latency = time.perf_counter() - start
+            latency = active_seconds() - start
         choice = response["choices"][0]
         usage = response.get("usage") or {}
         return Completion(

@@ -25,6 +25,7 @@ from typing import Any
 
 import requests
 
+from memlab.clock import active_seconds
 from memlab.lm.base import LM, ChatRequest, Completion, LMError, LMUnavailableError
 
 JSON_MODES = ("json_schema", "json_object", "none")
@@ -124,7 +125,7 @@ class OpenAICompatLM(LM):
 
     def _send(self, request: ChatRequest) -> Completion:
         body = self.payload(request)
-        start = time.perf_counter()
+        start = active_seconds()
         last_error = "no attempt was made"
         for attempt in range(self.max_retries + 1):
             if attempt:
@@ -134,7 +135,7 @@ class OpenAICompatLM(LM):
             except _Retryable as exc:
                 last_error = str(exc)
                 continue
-            return self._completion(data, request, time.perf_counter() - start)
+            return self._completion(data, request, active_seconds() - start)
         raise LMUnavailableError(
             f"{self.url} did not answer after {self.max_retries + 1} attempt(s); last error: {last_error}"
         )
