@@ -168,6 +168,15 @@ class ResponseCache:
             ),
         )
 
+    def set_latency(self, model: str, request: ChatRequest, latency_s: float) -> bool:
+        """Replace only the recorded latency of a stored completion (``eval/retime_cache.py``).
+        False when nothing is stored for the request."""
+        rows = self._execute(
+            "UPDATE responses SET latency_s = ? WHERE key = ? RETURNING key",
+            (float(latency_s), cache_key(model, request)),
+        )
+        return bool(rows)
+
     def entries(self, model: str | None = None, page_size: int = 1000) -> Iterator[CacheEntry]:
         """Every stored (model, request, completion), in insertion order; only ``model``'s if given."""
         where, params = ("AND model = ?", (model,)) if model is not None else ("", ())

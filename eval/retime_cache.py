@@ -1,0 +1,109 @@
+"""Re-measure cached LLM calls whose recorded latency includes a pause or a contended core.
+
+Before ``memlab.clock`` a run paused with SIGSTOP or Ctrl-Z counted the pause into the call
+in flight; a second llama.cpp job on the same cores slows both several times over (their
+threads wait for each other at every barrier). The response cache keeps such a latency, and
+every later run through the cache reports it again in its build seconds and model seconds.
+This script finds such entries of one local model (recorded latency above ``--factor``
+times what the entry's token counts predict, plus ``--slack`` seconds; the prediction is a
+least-squares fit of latency on prompt and completion tokens over the model's entries
+recorded below 120 s), runs each request again, uncached, and stores the new latency when
+the reply text is the same. A different reply is reported
+and left alone: the cached text is what the runs used.
+
+    python eval/retime_cache.py --contains Caroline --dry-run     # list what would be re-run
+    python eval/retime_cache.py --contains Caroline --n-threads 2
+
+Run it with the cores otherwise idle, or the new figures carry the contention instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+import numpy as np
+
+from memlab.lm import LM, LlamaCppLM
+from memlab.lm.cache import CacheEntry, ResponseCache
+from memlab.lm.models import DEFAULT_MODEL
+
+
+@dataclass(frozen=True)
+class Suspect:
+    entry: CacheEntry
+    predicted_s: float
+
+
+def latency_fit(entries: list[CacheEntry], ceiling_s: float) -> np.ndarray:
+    """Least-squares (seconds per prompt token, per completion token, per call) over the
+    entries recorded below ``ceiling_s``."""
+    rows = [e.completion for e in entries if e.completion.latency_s < ceiling_s]
+    if len(rows) < 3:
+        raise SystemExit(f"only {len(rows)} entries below {ceiling_s} s: too few to predict latencies from")
+    x = np.array([[c.prompt_tokens, c.completion_tokens, 1.0] for c in rows])
+    y = np.array([c.latency_s for c in rows])
+    return np.linalg.lstsq(x, y, rcond=None)[0]
+
+
+def suspects(entries: list[CacheEntry], factor: float, slack_s: float, ceiling_s: float) -> list[Suspect]:
+    coef = latency_fit(entries, ceiling_s)
+    found = []
+    for entry in entries:
+        c = entry.completion
+        predicted = float(coef @ [c.prompt_tokens, c.completion_tokens, 1.0])
+        if c.latency_s > factor * max(predicted, 0.0) + slack_s:
+            found.append(Suspect(entry, predicted))
+    return found
+
+
+def retime(cache: ResponseCache, lm: LM, contains: str = "", factor: float = 2.5, slack_s: float = 30.0,
+           ceiling_s: float = 120.0, dry_run: bool = False) -> list[dict]:
+    """Re-run the suspect entries of ``lm.name`` (whose request text contains ``contains``)
+    and store each new latency whose reply matches. Returns one record per suspect."""
+    entries = list(cache.entries(model=lm.name))
+    report = []
+    for suspect in suspects(entries, factor, slack_s, ceiling_s):
+        request, old = suspect.entry.request, suspect.entry.completion
+        if contains and not any(contains in m["content"] for m in request.messages):
+            continue
+        record = {"prompt_tokens": old.prompt_tokens, "completion_tokens": old.completion_tokens,
+                  "recorded_s": round(old.latency_s, 1), "predicted_s": round(suspect.predicted_s, 1),
+                  "new_s": None, "status": "dry run"}
+        if not dry_run:
+            new = lm.generate([request])[0]
+            record["new_s"] = round(new.latency_s, 1)
+            if new.text == old.text:
+                cache.set_latency(lm.name, request, new.latency_s)
+                record["status"] = "re-timed"
+            else:
+                record["status"] = "reply differs: left as recorded"
+        report.append(record)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="local model (llama.cpp) whose entries to check")
+    parser.add_argument("--n-threads", type=int, default=None, help="llama.cpp threads (as in the original runs)")
+    parser.add_argument("--cache", default="default", help="response cache file")
+    parser.add_argument("--contains", default="", help="only requests whose text contains this")
+    parser.add_argument("--factor", type=float, default=2.5)
+    parser.add_argument("--slack", type=float, default=30.0, help="seconds")
+    parser.add_argument("--dry-run", action="store_true", help="list the suspects, re-run nothing")
+    args = parser.parse_args(argv)
+    cache = ResponseCache.open(args.cache)
+    # A larger context than any config uses: the KV cache size does not change the replies.
+    lm = LlamaCppLM(model=args.model, cache=None, n_threads=args.n_threads, n_ctx=8192)
+    report = retime(cache, lm, contains=args.contains, factor=args.factor, slack_s=args.slack, dry_run=args.dry_run)
+    print("| prompt tok | completion tok | recorded s | predicted s | new s | status |")
+    print("|---|---|---|---|---|---|")
+    for r in report:
+        print(f"| {r['prompt_tokens']} | {r['completion_tokens']} | {r['recorded_s']} | {r['predicted_s']} "
+              f"| {r['new_s'] if r['new_s'] is not None else '-'} | {r['status']} |")
+    print(f"{len(report)} suspect entries; recorded {sum(r['recorded_s'] for r in report):.0f} s in all")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

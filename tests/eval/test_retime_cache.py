@@ -1,0 +1,59 @@
+import importlib.util
+import sys
+from pathlib import Path
+
+from memlab.lm.base import ChatRequest, Completion
+from memlab.lm.cache import ResponseCache
+from tests.fakes import ReplayLM
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _retime_module():
+    spec = importlib.util.spec_from_file_location("retime_cache", REPO / "eval" / "retime_cache.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fill(cache: ResponseCache) -> dict[str, ChatRequest]:
+    """Twenty entries whose latency follows their token counts, and two recorded across a pause."""
+    requests = {}
+    for i in range(20):
+        request = ChatRequest.of(f"question {i} about Caroline")
+        prompt, completion = 100 + 37 * i, 10 + 11 * (i % 7)
+        cache.put("replay", request, Completion(f"answer {i}", prompt, completion, 0.01 * prompt + 0.1 * completion + 1))
+        requests[f"ok{i}"] = request
+    for name in ("paused", "paused-other-reply"):
+        request = ChatRequest.of(f"{name}: a question about Caroline")
+        cache.put("replay", request, Completion(f"{name} answer", 400, 50, 900.0))
+        requests[name] = request
+    return requests
+
+
+def test_retime_re_runs_only_the_paused_entries_and_keeps_a_differing_reply(tmp_path):
+    retime = _retime_module()
+    cache = ResponseCache(tmp_path / "cache.sqlite")
+    requests = _fill(cache)
+    lm = ReplayLM(lambda r: "paused answer" if r.messages[-1]["content"].startswith("paused:") else "something else")
+
+    assert [r["status"] for r in retime.retime(cache, lm, dry_run=True)] == ["dry run", "dry run"]
+    assert lm.requests == []
+
+    report = retime.retime(cache, lm)
+    assert [r["status"] for r in report] == ["re-timed", "reply differs: left as recorded"]
+    assert [r.messages[-1]["content"] for r in lm.requests] == [
+        "paused: a question about Caroline", "paused-other-reply: a question about Caroline"]
+    assert cache.get("replay", requests["paused"]).latency_s == 0.0  # ReplayLM's measured latency
+    assert cache.get("replay", requests["paused"]).text == "paused answer"
+    assert cache.get("replay", requests["paused-other-reply"]).latency_s == 900.0
+    assert cache.get("replay", requests["ok3"]).latency_s == 0.01 * 211 + 0.1 * 43 + 1
+
+
+def test_retime_can_be_limited_to_requests_containing_a_text(tmp_path):
+    retime = _retime_module()
+    cache = ResponseCache(tmp_path / "cache.sqlite")
+    _fill(cache)
+    report = retime.retime(cache, ReplayLM([]), contains="paused-other", dry_run=True)
+    assert len(report) == 1 and report[0]["recorded_s"] == 900.0
