@@ -25,29 +25,37 @@ def _fill(cache: ResponseCache) -> dict[str, ChatRequest]:
         prompt, completion = 100 + 37 * i, 10 + 11 * (i % 7)
         cache.put("replay", request, Completion(f"answer {i}", prompt, completion, 0.01 * prompt + 0.1 * completion + 1))
         requests[f"ok{i}"] = request
-    for name in ("paused", "paused-other-reply"):
+    for name in ("paused", "paused-as-long", "paused-shorter"):
         request = ChatRequest.of(f"{name}: a question about Caroline")
         cache.put("replay", request, Completion(f"{name} answer", 400, 50, 900.0))
         requests[name] = request
     return requests
 
 
-def test_retime_re_runs_only_the_paused_entries_and_keeps_a_differing_reply(tmp_path):
+def _rerun(request: ChatRequest) -> str:
+    """The reply a re-run gives: the same, another of the same length (ReplayLM counts 4
+    characters a token), or a shorter one."""
+    name = request.messages[-1]["content"].split(":")[0]
+    return {"paused": "paused answer", "paused-as-long": "x" * 4 * 52}.get(name, "short")
+
+
+def test_retime_re_runs_only_the_suspect_entries_and_keeps_their_replies(tmp_path):
     retime = _retime_module()
     cache = ResponseCache(tmp_path / "cache.sqlite")
     requests = _fill(cache)
-    lm = ReplayLM(lambda r: "paused answer" if r.messages[-1]["content"].startswith("paused:") else "something else")
+    lm = ReplayLM(_rerun)
 
-    assert [r["status"] for r in retime.retime(cache, lm, dry_run=True)] == ["dry run", "dry run"]
+    assert [r["status"] for r in retime.retime(cache, lm, dry_run=True)] == ["dry run"] * 3
     assert lm.requests == []
 
     report = retime.retime(cache, lm)
-    assert [r["status"] for r in report] == ["re-timed", "reply differs: left as recorded"]
-    assert [r.messages[-1]["content"] for r in lm.requests] == [
-        "paused: a question about Caroline", "paused-other-reply: a question about Caroline"]
-    assert cache.get("replay", requests["paused"]).latency_s == 0.0  # ReplayLM's measured latency
-    assert cache.get("replay", requests["paused"]).text == "paused answer"
-    assert cache.get("replay", requests["paused-other-reply"]).latency_s == 900.0
+    assert [r["status"] for r in report] == [
+        "re-timed", "re-timed (other reply, as long)", "reply of another length: left as recorded"]
+    assert [r.messages[-1]["content"].split(":")[0] for r in lm.requests] == ["paused", "paused-as-long", "paused-shorter"]
+    for name in ("paused", "paused-as-long"):
+        assert cache.get("replay", requests[name]).latency_s == 0.0  # ReplayLM's measured latency
+        assert cache.get("replay", requests[name]).text == f"{name} answer"  # the text the runs used
+    assert cache.get("replay", requests["paused-shorter"]).latency_s == 900.0
     assert cache.get("replay", requests["ok3"]).latency_s == 0.01 * 211 + 0.1 * 43 + 1
 
 
@@ -55,5 +63,5 @@ def test_retime_can_be_limited_to_requests_containing_a_text(tmp_path):
     retime = _retime_module()
     cache = ResponseCache(tmp_path / "cache.sqlite")
     _fill(cache)
-    report = retime.retime(cache, ReplayLM([]), contains="paused-other", dry_run=True)
+    report = retime.retime(cache, ReplayLM([]), contains="paused-shorter", dry_run=True)
     assert len(report) == 1 and report[0]["recorded_s"] == 900.0
