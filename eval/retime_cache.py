@@ -8,8 +8,9 @@ This script finds such entries of one local model (recorded latency above ``--fa
 times what the entry's token counts predict, plus ``--slack`` seconds; the prediction is a
 least-squares fit of latency on prompt and completion tokens over the model's entries
 recorded below 120 s), runs each request again, uncached, and stores the new latency when
-the reply is the same or as long (completion tokens within ``--length-tolerance``); the
-cached text is kept either way, since it is what the runs used. llama.cpp reuses the KV
+the reply is the same or at least as long (completion tokens down to ``--length-tolerance``
+fewer; a longer reply can only over-state the cost); the cached text is kept either way,
+since it is what the runs used. llama.cpp reuses the KV
 cache of the previous request's common prefix, so a long greedy reply is seldom reproduced
 token for token out of its original order; the cost of the request, which is what the
 latency stands for, is.
@@ -63,7 +64,7 @@ def suspects(entries: list[CacheEntry], factor: float, slack_s: float, ceiling_s
 def retime(cache: ResponseCache, lm: LM, contains: str = "", factor: float = 2.5, slack_s: float = 30.0,
            ceiling_s: float = 120.0, length_tolerance: float = 0.1, dry_run: bool = False) -> list[dict]:
     """Re-run the suspect entries of ``lm.name`` (whose request text contains ``contains``)
-    and store each new latency whose reply is the same or as long (module docstring).
+    and store each new latency whose reply is the same or at least as long (module docstring).
     Returns one record per suspect."""
     entries = list(cache.entries(model=lm.name))
     report = []
@@ -77,12 +78,12 @@ def retime(cache: ResponseCache, lm: LM, contains: str = "", factor: float = 2.5
         if not dry_run:
             new = lm.generate([request])[0]
             record.update(new_completion_tokens=new.completion_tokens, new_s=round(new.latency_s, 1))
-            as_long = abs(new.completion_tokens - old.completion_tokens) <= length_tolerance * old.completion_tokens
+            as_long = new.completion_tokens >= (1.0 - length_tolerance) * old.completion_tokens
             if new.text == old.text or as_long:
                 cache.set_latency(lm.name, request, new.latency_s)
-                record["status"] = "re-timed" if new.text == old.text else "re-timed (other reply, as long)"
+                record["status"] = "re-timed" if new.text == old.text else "re-timed (other reply, as long or longer)"
             else:
-                record["status"] = "reply of another length: left as recorded"
+                record["status"] = "shorter reply: left as recorded"
         report.append(record)
     return report
 
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--factor", type=float, default=2.5)
     parser.add_argument("--slack", type=float, default=30.0, help="seconds")
     parser.add_argument("--length-tolerance", type=float, default=0.1,
-                        help="a different reply counts when its completion tokens are within this fraction")
+                        help="a different reply counts unless it is shorter by more than this fraction")
     parser.add_argument("--dry-run", action="store_true", help="list the suspects, re-run nothing")
     args = parser.parse_args(argv)
     cache = ResponseCache.open(args.cache)

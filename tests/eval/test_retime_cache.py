@@ -25,7 +25,7 @@ def _fill(cache: ResponseCache) -> dict[str, ChatRequest]:
         prompt, completion = 100 + 37 * i, 10 + 11 * (i % 7)
         cache.put("replay", request, Completion(f"answer {i}", prompt, completion, 0.01 * prompt + 0.1 * completion + 1))
         requests[f"ok{i}"] = request
-    for name in ("paused", "paused-as-long", "paused-shorter"):
+    for name in ("paused", "paused-longer", "paused-shorter"):
         request = ChatRequest.of(f"{name}: a question about Caroline")
         cache.put("replay", request, Completion(f"{name} answer", 400, 50, 900.0))
         requests[name] = request
@@ -33,10 +33,10 @@ def _fill(cache: ResponseCache) -> dict[str, ChatRequest]:
 
 
 def _rerun(request: ChatRequest) -> str:
-    """The reply a re-run gives: the same, another of the same length (ReplayLM counts 4
-    characters a token), or a shorter one."""
+    """The reply a re-run gives: the same, a longer one (ReplayLM counts 4 characters a
+    token), or a shorter one."""
     name = request.messages[-1]["content"].split(":")[0]
-    return {"paused": "paused answer", "paused-as-long": "x" * 4 * 52}.get(name, "short")
+    return {"paused": "paused answer", "paused-longer": "x" * 4 * 80}.get(name, "short")
 
 
 def test_retime_re_runs_only_the_suspect_entries_and_keeps_their_replies(tmp_path):
@@ -50,9 +50,9 @@ def test_retime_re_runs_only_the_suspect_entries_and_keeps_their_replies(tmp_pat
 
     report = retime.retime(cache, lm)
     assert [r["status"] for r in report] == [
-        "re-timed", "re-timed (other reply, as long)", "reply of another length: left as recorded"]
-    assert [r.messages[-1]["content"].split(":")[0] for r in lm.requests] == ["paused", "paused-as-long", "paused-shorter"]
-    for name in ("paused", "paused-as-long"):
+        "re-timed", "re-timed (other reply, as long or longer)", "shorter reply: left as recorded"]
+    assert [r.messages[-1]["content"].split(":")[0] for r in lm.requests] == ["paused", "paused-longer", "paused-shorter"]
+    for name in ("paused", "paused-longer"):
         assert cache.get("replay", requests[name]).latency_s == 0.0  # ReplayLM's measured latency
         assert cache.get("replay", requests[name]).text == f"{name} answer"  # the text the runs used
     assert cache.get("replay", requests["paused-shorter"]).latency_s == 900.0
