@@ -60,6 +60,12 @@ class EventMemory:
             [self.graph.node_type(node) == EDU and node in self.edus for node in self.node_ids], dtype=bool
         )
 
+    def stats(self) -> dict[str, int]:
+        """Sizes of the memory (the quantities of the paper's Table 4), for the run's output."""
+        edges = {f"{t}_edges": self.graph.num_edges(t) for t in ("edu-argument", "synonym")}
+        return {"edus": len(self.edus), "arguments": len(self.arguments), **edges,
+                "sessions_with_extraction_errors": len(self.errors)}
+
     def save(self, folder) -> None:
         """Save atomically (module docstring)."""
         state = {

@@ -114,6 +114,10 @@ def test_emem_g_builds_the_event_graph_with_provenance():
     assert len(rex_edus) == 8  # "... puppy named Rex" and "Rex loves the beach", in each session
     # argument provenance is the union of its EDUs' provenance
     assert set(memory.arguments.get("arg:rex").source_ids) == {f"D{s}:{t}" for s in range(1, 5) for t in (1, 3)}
+    stats = pipeline.memory_stats(memory)
+    assert stats["edus"] == 24 and stats["arguments"] == len(graph.nodes("argument"))
+    assert stats["edu-argument_edges"] == graph.num_edges("edu-argument") > 0
+    assert stats["sessions_with_extraction_errors"] == 0
     # arguments were extracted in batches of 8 EDUs, not one call per EDU
     argument_calls = [r for r in lm.requests if "Each numbered sentence" in r.messages[-1]["content"]]
     assert len(argument_calls) == 3
