@@ -149,6 +149,22 @@ def test_argument_extraction_batches_edus_and_matches_by_id():
     assert out.frames[1].arguments == (("agent", "Melanie"), ("theme", "pottery class"))
 
 
+def test_arguments_not_in_their_edu_are_dropped_unless_asked_to_keep_them():
+    edus = ("Caroline went to the Pride parade.", "Melanie painted a sunrise at the lake.")
+    reply = json.dumps({"events": [
+        {"id": 1, "event_type": "attend", "arguments": [
+            {"role": "agent", "argument": "caroline"}, {"role": "location", "argument": "Tokyo"},
+            {"role": "time", "argument": "March 2024"}, {"role": "event", "argument": "Pride  Parade"}]},
+        {"id": 2, "event_type": "paint", "arguments": [
+            {"role": "agent", "argument": "Melanie"}, {"role": "theme", "argument": "Pride parade"}]},
+    ]})
+    grounded = PromptedArgumentExtractor(lm=ReplayLM([reply])).run_one(ArgumentIn(edus))
+    assert grounded.frames[0].arguments == (("agent", "caroline"), ("event", "Pride Parade"))
+    assert grounded.frames[1].arguments == (("agent", "Melanie"),)
+    kept = PromptedArgumentExtractor(lm=ReplayLM([reply]), grounded_only=False).run_one(ArgumentIn(edus))
+    assert [len(f.arguments) for f in kept.frames] == [4, 2]
+
+
 def test_argument_extraction_fallback_gives_empty_frames():
     stage = PromptedArgumentExtractor(lm=ReplayLM(["nothing", "still nothing"]))
     out = stage.run_one(ArgumentIn(("a", "b", "c")))
