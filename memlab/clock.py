@@ -74,9 +74,3 @@ def active_seconds() -> float:
         now = time.monotonic()
         return now - _suspended_s - _gap_suspended(now - _last_tick)
 
-
-def suspended_seconds() -> float:
-    """Total suspension seen so far (for reports and tests)."""
-    _start_watcher()
-    with _lock:
-        return _suspended_s + _gap_suspended(time.monotonic() - _last_tick)
