@@ -79,9 +79,10 @@ def retime(cache: ResponseCache, lm: LM, contains: str = "", factor: float = 2.5
             new = lm.generate([request])[0]
             record.update(new_completion_tokens=new.completion_tokens, new_s=round(new.latency_s, 1))
             as_long = new.completion_tokens >= (1.0 - length_tolerance) * old.completion_tokens
-            if new.text == old.text or as_long:
+            same = new.text == old.text
+            if same or as_long:
                 cache.set_latency(lm.name, request, new.latency_s)
-                record["status"] = "re-timed" if new.text == old.text else "re-timed (other reply, as long or longer)"
+                record["status"] = "re-timed" if same else "re-timed (other reply, as long or longer)"
             else:
                 record["status"] = "shorter reply: left as recorded"
         report.append(record)

@@ -2,11 +2,11 @@
 
 EMem 3.3's QA step (Wei et al.'s zero-shot CoT). The prompt asks for the reasoning and a
 final ``Answer: ...`` line; the answer is what follows the last such marker, the reasoning
-is kept in ``AnswerOut.reasoning`` for traces. A reply without the marker (with a small model:
-reasoning cut off by ``max_tokens``, or an answer without its label) gets one follow-up asking
-for the final line only: the answer-extraction step of zero-shot CoT (Kojima et al., 2022),
-which keeps the model from resuming the reasoning. If that has no marker either, the answer is empty and ``error``
-says why (counted failure).
+is kept in ``AnswerOut.reasoning`` for traces. A reply without the marker (with a small
+model: reasoning cut off by ``max_tokens``, or an answer without its label) gets one
+follow-up asking for the final line only: the answer-extraction step of zero-shot CoT
+(Kojima et al., 2022), which keeps the model from resuming the reasoning. If that has no
+marker either, the answer is empty and ``error`` says why (counted failure).
 """
 
 from __future__ import annotations
