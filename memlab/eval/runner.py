@@ -130,18 +130,24 @@ def run_benchmark(
             finally:
                 build_seconds += active_seconds() - t0
                 _accumulate(build_usage, UsageMeter.diff(pipeline_usage.snapshot(), before))
-            memory_stats[conversation.id] = pipeline.memory_stats(memory)
+            at_build = pipeline.memory_stats(memory)
             bar.set_postfix_str(conversation.id)
-            for question in questions:
-                try:
-                    row = _answer_one(pipeline, memory, question, options, count_tokens, pipeline_usage, judge)
-                except LMUnavailableError as e:
-                    stopped = f"answering {question.id}: {e}"
-                    break
-                sink.write(json.dumps(row, ensure_ascii=False) + "\n")
-                sink.flush()
-                rows.append(row)
-                bar.update(1)
+            try:
+                for question in questions:
+                    try:
+                        row = _answer_one(pipeline, memory, question, options, count_tokens, pipeline_usage, judge)
+                    except LMUnavailableError as e:
+                        stopped = f"answering {question.id}: {e}"
+                        break
+                    sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    sink.flush()
+                    rows.append(row)
+                    bar.update(1)
+            finally:
+                pipeline.release(memory)
+            # A memory still consolidating while questions ran ends different from how it began.
+            final = pipeline.memory_stats(memory)
+            memory_stats[conversation.id] = final if final == at_build else {**final, "before_answering": at_build}
             if stopped:
                 break
     bar.close()

@@ -19,6 +19,8 @@ Contract
   or gold evidence.
 * ``memory_stats(memory)`` reports what the runner should record about a built memory (unit
   counts, a consolidation backlog, failed background steps ...) in ``metrics.json``.
+* ``release(memory)`` is called once the memory's questions are answered; a memory that still
+  works in the background (MAGMA's consolidation worker) finishes and stops there.
 * Stages that call an LM take it injected; ``lms()`` lists the distinct LMs so the runner can
   read their usage meters, and ``failures()`` collects the prompted stages' failed calls.
 """
@@ -54,6 +56,9 @@ class Pipeline(nn.Module):
         """Facts about a built memory for the run's output; memories with ``stats()`` give theirs."""
         stats = getattr(memory, "stats", None)
         return dict(stats()) if callable(stats) else {}
+
+    def release(self, memory: Any) -> None:
+        """Done with ``memory`` (contract above); nothing to do for memories without background work."""
 
     def named_stages(self) -> Iterator[tuple[str, Stage]]:
         for name, module in self.named_modules():

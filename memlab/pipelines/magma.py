@@ -65,6 +65,7 @@ class MAGMA(Pipeline):
         rrf_k: int = 60,
         anchor_k: int = 5,
         context_tokens: int = 1500,
+        consolidate_before_answering: bool = True,
     ) -> None:
         super().__init__()
         unknown = set(edge_types) - set(EDGE_SPACES)
@@ -88,6 +89,7 @@ class MAGMA(Pipeline):
         self.rrf_k = rrf_k
         self.anchor_k = anchor_k
         self.context_tokens = context_tokens
+        self.consolidate_before_answering = consolidate_before_answering
 
     # -- memory ----------------------------------------------------------------------------
     @property
@@ -95,18 +97,30 @@ class MAGMA(Pipeline):
         return self.event_extractor is not None or ("causal" in self.edge_types and self.consolidator is not None)
 
     def build(self, conversation: Conversation) -> MagmaMemory:
+        """Ingest every turn (fast path). With ``consolidate_before_answering`` (the default,
+        as in the paper's evaluation) also wait for the slow path's backlog to drain;
+        otherwise return at once with the worker still consolidating, so questions are
+        answered on the graph as it stands (each answer's trace records the backlog), and
+        ``release`` finishes the backlog afterwards."""
         memory = MagmaMemory(
             self.embedder, self.edge_types, self.semantic_threshold, self.semantic_neighbours,
             consolidate=self.consolidate if self.has_slow_path else None, participants=tuple(conversation.speakers),
         )
+        finished = False
         try:
             for out in self.segmenter([SegmentIn(conversation.id, s) for s in conversation.sessions]):
                 for segment in out.units:
                     memory.ingest(segment)
-            memory.wait_until_consolidated()
+            if self.consolidate_before_answering:
+                memory.wait_until_consolidated()
+            finished = True
         finally:
-            memory.close()
+            if self.consolidate_before_answering or not finished:
+                memory.close()
         return memory
+
+    def release(self, memory: MagmaMemory) -> None:
+        memory.close()
 
     def consolidate(self, memory: MagmaMemory, event_id: str) -> None:
         """The slow-path step for one event (Algorithm 3), run by the memory's worker."""
@@ -176,7 +190,7 @@ class MAGMA(Pipeline):
                   keywords=list(route.keywords), error=route.error)
         depth_of = {node: depth for node, _, depth in walk.visited}
         events = [n for n, _, _ in walk.visited if memory.graph.node_type(n) == "event"]
-        trace.add("traverse", anchors=[n for n in events if depth_of[n] == 0], visited=events)
+        trace.add("traverse", anchors=[n for n in events if depth_of[n] == 0], visited=events, backlog=memory.backlog)
         # Salience: anchors first (in anchor order), then the Eq. 5 score of the step that reached a node.
         anchors = [n for n in events if depth_of[n] == 0]
         salience = {n: walk.transition.get(n, 0.0) for n in events}

@@ -21,7 +21,7 @@ from memlab.stages.event import PromptedEventExtractor
 from memlab.stages.route import RuleRouter
 from memlab.stages.segment import TurnSegmenter
 from memlab.stages.traverse import TraversalPolicy
-from memlab.types import Conversation, Query, Session, Turn
+from memlab.types import Conversation, Query, Question, Session, Turn
 from tests.fakes import ReplayLM
 from tests.memory.helpers import HashingEmbedder
 
@@ -269,3 +269,46 @@ def test_router_slot_takes_a_prompted_router():
     route = next(s for s in answer.trace.steps if s["step"] == "route")
     assert (route["intent"], route["question_type"]) == ("WHEN", "temporal")
     assert "Output dates strictly in 'D Month YYYY' format" in lm.requests[-1].messages[-1]["content"]
+
+
+def test_questions_answered_while_the_worker_consolidates():
+    gate = threading.Event()
+
+    def gated(request: ChatRequest) -> str:
+        if "precision QA assistant" not in request.messages[-1]["content"]:
+            assert gate.wait(10), "the test never opened the gate"
+        return scripted(request)
+
+    pipeline = make(ReplayLM(gated), consolidate_before_answering=False)
+    memory = pipeline.build(conversation())
+    assert len(memory.events()) == 12 and memory.backlog == 12  # ingested, none consolidated
+    answer = pipeline.answer(memory, Query("q1", "Why did Ann miss her job interview?"))
+    steps = {s["step"]: s for s in answer.trace.steps}
+    assert answer.text == "Her car broke down." and steps["traverse"]["backlog"] == 12
+    assert memory.graph.edges("causal") == []  # the question saw the graph before any slow-path edge
+    gate.set()
+    while memory.backlog:  # answer while edges are being added: every read is of a whole graph
+        pipeline.answer(memory, Query("q2", "When did Bob start pottery classes with Maria?"))
+    pipeline.release(memory)
+    assert memory.backlog == 0 and memory.failed_steps == 0 and len(memory.graph.edges("causal")) == 2
+
+
+def test_the_runner_releases_the_memory_and_records_how_it_changed(tmp_path):
+    from memlab.eval.runner import RunOptions, run_benchmark
+
+    gate = threading.Event()
+
+    def gated(request: ChatRequest) -> str:
+        if "precision QA assistant" in request.messages[-1]["content"]:
+            gate.set()  # consolidation may start once the first question is being answered
+        else:
+            assert gate.wait(10)
+        return scripted(request)
+
+    pipeline = make(ReplayLM(gated), consolidate_before_answering=False)
+    sample = conversation()
+    questions = (Question("q1", "c1", "Why did Ann miss her job interview?", "car", "multi-hop", ("D1:1",)),)
+    metrics = run_benchmark(pipeline, [replace(sample, questions=questions)], tmp_path, RunOptions(progress=False))
+    stats = metrics["memory"]["c1"]
+    assert stats["before_answering"]["backlog"] == 12 and stats["backlog"] == 0
+    assert stats["causal_edges"] == 2 and stats["before_answering"]["causal_edges"] == 0
