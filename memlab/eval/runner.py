@@ -139,7 +139,7 @@ def run_benchmark(
                     except LMUnavailableError as e:
                         stopped = f"answering {question.id}: {e}"
                         break
-                    sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    sink.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
                     sink.flush()
                     rows.append(row)
                     bar.update(1)
@@ -211,6 +211,7 @@ def _answer_one(pipeline, memory, question, options, count_tokens, usage: _Usage
         "latency_s": latency,
         "cold_latency_s": latency + cached_call_seconds(usage_diff),
         "error": error,
+        "trace": answer.trace.steps if answer is not None else None,  # the pipeline's steps, for error analysis
     }
     row.update(score_retrieval(ranking, question.evidence, count_tokens))
     if answer is not None:

@@ -34,6 +34,7 @@ def test_run_writes_predictions_and_metrics_without_gold_reaching_the_pipeline(t
                 "recall@10", "recall@tok1000"):
         assert key in row
     assert row["prediction"] == "an answer" and row["usage"]["llm_calls"] == 1
+    assert [step["step"] for step in row["trace"]] == ["truncate", "answer"]
     # the gold answer never appears in what the model was asked
     golds = [q.answer for q in conversations[0].questions[:4]]
     assert not any(g in prompt.split("CONTEXT:")[0] + prompt.split("QUESTION:")[-1] for g in golds for prompt in seen)
