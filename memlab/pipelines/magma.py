@@ -106,17 +106,15 @@ class MAGMA(Pipeline):
             self.embedder, self.edge_types, self.semantic_threshold, self.semantic_neighbours,
             consolidate=self.consolidate if self.has_slow_path else None, participants=tuple(conversation.speakers),
         )
-        finished = False
         try:
             for out in self.segmenter([SegmentIn(conversation.id, s) for s in conversation.sessions]):
                 for segment in out.units:
                     memory.ingest(segment)
-            if self.consolidate_before_answering:
-                memory.wait_until_consolidated()
-            finished = True
-        finally:
-            if self.consolidate_before_answering or not finished:
-                memory.close()
+        except BaseException:
+            memory.close()
+            raise
+        if self.consolidate_before_answering:
+            memory.close()  # finishes the backlog, then stops the worker
         return memory
 
     def release(self, memory: MagmaMemory) -> None:
