@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data")
     parser.add_argument("--conversations")
     parser.add_argument("--categories")
+    parser.add_argument("--sessions", type=int)
     parser.add_argument("--max-questions", type=int)
     parser.add_argument("--retrieval-only", action="store_true")
     parser.add_argument("--rerun", action="store_true")
@@ -93,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.rerun or not (run_dir / "metrics.json").is_file():
             cli = ["run", config, "--out", str(run_dir), *args.set]
             for flag, value in (("--data", args.data), ("--conversations", args.conversations),
-                                ("--categories", args.categories), ("--max-questions", args.max_questions)):
+                                ("--categories", args.categories), ("--sessions", args.sessions),
+                                ("--max-questions", args.max_questions)):
                 if value is not None:
                     cli += [flag, str(value)]
             if args.retrieval_only:

@@ -1,9 +1,9 @@
 """The ``memlab`` command.
 
-  memlab run CONFIG [--data PATH] [--conversations ID,...] [--max-questions N]
+  memlab run CONFIG [--data PATH] [--conversations ID,...] [--sessions N] [--max-questions N]
                     [--categories NAMES] [--retrieval-only] [--out DIR] [key=value ...]
   memlab train RECIPE --config PATH [key=value ...]
-  memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...]
+  memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...] [--sessions N]
   memlab models
 """
 
@@ -28,6 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("overrides", nargs="*", help="dotted overrides, e.g. answerer.lm.temperature=0")
     run.add_argument("--data", help="LoCoMo JSON or LongMemEval file/folder (default: the embedded sample)")
     run.add_argument("--conversations", help="comma-separated conversation ids to keep")
+    run.add_argument("--sessions", type=int,
+                     help="keep each conversation's first N sessions and the questions whose evidence lies in them")
     run.add_argument("--max-questions", type=int, help="at most N questions per conversation")
     run.add_argument("--categories", help="comma-separated category names to keep (e.g. multi-hop,temporal)")
     run.add_argument("--retrieval-only", action="store_true",
@@ -44,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("checkpoint", help="folder written by Stage.save (e.g. checkpoints/reranker-minilm-turns)")
     evaluate.add_argument("--data", help="LoCoMo JSON (default: the embedded sample)")
     evaluate.add_argument("--conversations", help="comma-separated conversation ids to keep")
+    evaluate.add_argument("--sessions", type=int, help="as for run")
     evaluate.add_argument("--depth", type=int, default=50,
                           help="reranker: first-stage candidates re-ranked per question (default 50)")
 
@@ -91,6 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "overrides": overrides,
             "data": str(args.data) if args.data else "embedded sample",
             "conversations": [c.id for c in conversations],
+            "sessions": args.sessions,
         },
     )
     for lm in pipeline.lms() + ([judge.lm] if judge is not None and hasattr(judge, "lm") else []):
@@ -109,6 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _load_conversations(args: argparse.Namespace):
     from memlab.data import load_dataset, load_sample
+    from memlab.data.prefix import first_sessions
 
     conversations = load_dataset(args.data) if args.data else load_sample()
     wanted = _csv(args.conversations)
@@ -117,6 +122,8 @@ def _load_conversations(args: argparse.Namespace):
         if unknown:
             raise ValueError(f"unknown conversation ids {sorted(unknown)} (known: {[c.id for c in conversations]})")
         conversations = [c for c in conversations if c.id in wanted]
+    if args.sessions is not None:
+        conversations = [first_sessions(c, args.sessions) for c in conversations]
     return conversations
 
 

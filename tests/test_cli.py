@@ -31,6 +31,19 @@ def test_bad_invocations_fail_with_a_message(tmp_path, caplog):
     assert "nope.json" in caplog.text
     assert main(["run", str(REPO / "configs/pipelines/rag_turns.yaml"), "--conversations", "conv-x",
                  "--out", str(tmp_path)]) == 2
+    assert main(["run", str(REPO / "configs/pipelines/rag_turns.yaml"), "--sessions", "0",
+                 "--out", str(tmp_path)]) == 2
+    assert "at least 1" in caplog.text
+
+
+def test_sessions_cuts_the_history_and_the_questions(tmp_path):
+    code = main(["run", str(REPO / "configs/pipelines/rag_turns.yaml"), "--retrieval-only", "--no-progress",
+                 "--sessions", "2", "--out", str(tmp_path)])
+    assert code == 0
+    rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert rows and all(e.startswith(("D1:", "D2:")) for row in rows for e in row["evidence"])
+    assert all(ids[0].startswith(("D1:", "D2:")) for row in rows for ids in row["retrieved"])
+    assert json.loads((tmp_path / "metrics.json").read_text())["sessions"] == 2
 
 
 @pytest.mark.slow
