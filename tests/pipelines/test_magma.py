@@ -16,7 +16,7 @@ from memlab.lm.base import ChatRequest
 from memlab.pipelines.base import RECALL_DEPTH
 from memlab.pipelines.magma import MAGMA
 from memlab.stages.answer.adaptive import AdaptiveAnswerer
-from memlab.stages.consolidate import PromptedCausalConsolidator
+from memlab.stages.consolidate import PromptedCausalConsolidator, PromptedCausalVerdicts
 from memlab.stages.event import PromptedEventExtractor
 from memlab.stages.route import RuleRouter
 from memlab.stages.segment import TurnSegmenter
@@ -159,6 +159,9 @@ def test_config_and_ablations_build():
         assert isinstance(pipeline, MAGMA)
     pipeline, _, _ = build_pipeline(REPO / "configs/ablations/magma_no_adaptive_policy.yaml", [])
     assert pipeline.traverser.weight.unique().numel() == 1
+    assert len(pipeline.lms()) == 1
+    pipeline, _, _ = build_pipeline(REPO / "configs/ablations/magma_causal_verdicts.yaml", [])
+    assert isinstance(pipeline.consolidator, PromptedCausalVerdicts) and pipeline.consolidator.threshold == 0.5
     assert len(pipeline.lms()) == 1
 
 

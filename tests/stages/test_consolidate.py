@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from memlab.stages.consolidate import ConsolidateIn, EventRef, PromptedCausalConsolidator
+from memlab.stages.consolidate import ConsolidateIn, EventRef, PromptedCausalConsolidator, PromptedCausalVerdicts
 from tests.fakes import ReplayLM
 
 NEW = EventRef("e3", "Tomas: I sprained my ankle, so I skipped the race.", datetime(2023, 5, 3))
@@ -39,5 +39,36 @@ def test_parse_keeps_valid_links_above_threshold():
 
 def test_unusable_reply_is_a_counted_failure():
     stage = PromptedCausalConsolidator(ReplayLM(["none", '{"links": [{"cause": 9, "effect": 0, "score": 1}]}']))
+    out = stage.run_one(ITEM)
+    assert out.links == () and out.error and len(stage.failures) == 1
+
+
+def verdicts(*entries) -> str:
+    return json.dumps({str(i): {"link": link, "score": score} for i, (link, score) in enumerate(entries, 1)})
+
+
+def test_verdicts_schema_asks_one_entry_per_neighbour():
+    lm = ReplayLM([verdicts(("none", 0.1), ("none", 0.1))])
+    PromptedCausalVerdicts(lm, max_neighbours=2).run_one(ITEM)
+    request = lm.requests[0]
+    assert request.json_schema["required"] == ["1", "2"]
+    assert request.json_schema["properties"]["1"]["properties"]["link"]["enum"] == ["cause", "effect", "none"]
+    assert "events [1] to [2]" in request.messages[-1]["content"]
+
+
+def test_verdicts_become_directed_links_through_the_same_checks():
+    # numbering: 0=e3, 1=e2 (1 day), 2=e4 (1 day), 3=e1
+    reply = verdicts(("cause", 0.9), ("cause", 0.9), ("cause", 0.3))
+    out = PromptedCausalVerdicts(ReplayLM([reply]), threshold=0.5).run_one(ITEM)
+    # e4 follows e3, so it cannot be its cause; e1 is below delta
+    assert [(l.cause, l.effect, l.score) for l in out.links] == [("e2", "e3", 0.9)]
+
+    reply = verdicts(("cause", 0.6), ("effect", 0.8), ("cause", 0.7))
+    out = PromptedCausalVerdicts(ReplayLM([reply]), max_links=2).run_one(ITEM)
+    assert [(l.cause, l.effect) for l in out.links] == [("e3", "e4"), ("e1", "e3")]
+
+
+def test_verdicts_missing_an_entry_is_a_counted_failure():
+    stage = PromptedCausalVerdicts(ReplayLM([verdicts(("cause", 0.9)), verdicts(("cause", 0.9))]))
     out = stage.run_one(ITEM)
     assert out.links == () and out.error and len(stage.failures) == 1

@@ -1,4 +1,5 @@
 from memlab.stages.consolidate.base import CausalLink, ConsolidateIn, ConsolidateOut, Consolidator, EventRef
 from memlab.stages.consolidate.prompted import PromptedCausalConsolidator
+from memlab.stages.consolidate.verdicts import PromptedCausalVerdicts
 
-__all__ = ["CausalLink", "ConsolidateIn", "ConsolidateOut", "Consolidator", "EventRef", "PromptedCausalConsolidator"]
+__all__ = ["CausalLink", "ConsolidateIn", "ConsolidateOut", "Consolidator", "EventRef", "PromptedCausalConsolidator", "PromptedCausalVerdicts"]

@@ -49,20 +49,27 @@ class PromptedCausalConsolidator(PromptedStage, Consolidator):
         link = object_schema({"cause": index, "effect": index, "score": {"type": "number"}})
         return object_schema({"links": {"type": "array", "items": link, "maxItems": self.max_links}})
 
-    def render(self, item: ConsolidateIn) -> ChatRequest:
-        events = self.numbered(item)
+    def event_lines(self, events: list[EventRef]) -> str:
         lines = []
         for i, ref in enumerate(events):
             when = f"({ref.timestamp:%d %B %Y}) " if ref.timestamp else ""
             lines.append(f"[{i}] {when}{ref.text[: self.max_chars]}")
-        return self.request(self.prompt.render(events="\n".join(lines)), json_schema=self.schema(len(events)))
+        return "\n".join(lines)
+
+    def render(self, item: ConsolidateIn) -> ChatRequest:
+        events = self.numbered(item)
+        return self.request(self.prompt.render(events=self.event_lines(events)), json_schema=self.schema(len(events)))
 
     def parse(self, text: str, item: ConsolidateIn) -> ConsolidateOut:
         events = self.numbered(item)
         data = parse_json(text, self.schema(len(events)))
+        return self.kept(events, [(raw["cause"], raw["effect"], float(raw["score"])) for raw in data["links"]])
+
+    def kept(self, events: list[EventRef], proposed: list[tuple[int, int, float]]) -> ConsolidateOut:
+        """The proposed (cause number, effect number, score) triples that pass the contract's
+        checks, one link per ordered pair (its best score)."""
         links: dict[tuple[str, str], CausalLink] = {}
-        for raw in data["links"]:
-            cause, effect, score = raw["cause"], raw["effect"], float(raw["score"])
+        for cause, effect, score in proposed:
             if cause == effect or 0 not in (cause, effect):
                 continue  # not a link of the new event
             if score <= self.threshold:
