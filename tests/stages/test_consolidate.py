@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+import pytest
+
 from memlab.stages.consolidate import ConsolidateIn, EventRef, PromptedCausalConsolidator, PromptedCausalVerdicts
 from tests.fakes import ReplayLM
 
@@ -72,3 +74,13 @@ def test_verdicts_missing_an_entry_is_a_counted_failure():
     stage = PromptedCausalVerdicts(ReplayLM([verdicts(("cause", 0.9)), verdicts(("cause", 0.9))]))
     out = stage.run_one(ITEM)
     assert out.links == () and out.error and len(stage.failures) == 1
+
+
+def test_hops_order_keeps_the_given_neighbour_order():
+    # the memory gives nearest hop first: e1 (a month earlier) before e2 and e4
+    lm = ReplayLM([verdicts(("none", 0.0), ("none", 0.0))])
+    PromptedCausalVerdicts(lm, max_neighbours=2, order="hops").run_one(ConsolidateIn(NEW, (OLD[0], OLD[1], OLD[2])))
+    content = lm.requests[0].messages[-1]["content"]
+    assert "[1] (01 April 2023) Tomas: I signed up" in content and "[2] (02 May 2023)" in content
+    with pytest.raises(ValueError, match="order"):
+        PromptedCausalConsolidator(ReplayLM([]), order="random")

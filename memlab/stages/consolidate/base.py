@@ -7,7 +7,8 @@ slow path adds, come from the event's extracted entities (event family), not fro
 
 Contract
 --------
-* ``ConsolidateIn.event`` is the new event; ``neighbours`` are other events (id, text, time).
+* ``ConsolidateIn.event`` is the new event; ``neighbours`` are other events (id, text, time),
+  nearest in the graph first.
 * Every returned ``CausalLink`` involves the new event, links two distinct events of the
   input, has its cause no later than its effect (when both have times) and a score above
   the stage's threshold.

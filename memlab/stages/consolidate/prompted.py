@@ -8,12 +8,17 @@ from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.consolidate.base import CausalLink, ConsolidateIn, ConsolidateOut, Consolidator, EventRef
 
+ORDERS = ("time", "hops")
+
 
 class PromptedCausalConsolidator(PromptedStage, Consolidator):
     """Numbers the events ([0] is the new one), asks for ``{"links": [...]}`` and validates.
 
     ``threshold`` is delta (links scored at or below it are dropped); ``max_neighbours``
-    caps the prompt (nearest in time to the new event first); ``max_links`` bounds the list.
+    caps the prompt, taking the neighbours nearest in time to the new event first
+    (``order="time"``; events of one session share its date, so these are the same session's
+    turns) or in the order given, nearest hop first (``order="hops"``: the memory's direct
+    neighbours, semantic ones from any session among them); ``max_links`` bounds the list.
     """
 
     def __init__(
@@ -26,8 +31,12 @@ class PromptedCausalConsolidator(PromptedStage, Consolidator):
         max_chars: int = 300,
         max_tokens: int = 160,
         temperature: float = 0.0,
+        order: str = "time",
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        self.order = order
         self.prompt = load_prompt(prompt)
         self.threshold = threshold
         self.max_neighbours = max_neighbours
@@ -35,14 +44,17 @@ class PromptedCausalConsolidator(PromptedStage, Consolidator):
         self.max_chars = max_chars
 
     def numbered(self, item: ConsolidateIn) -> list[EventRef]:
-        """The events as numbered in the prompt: the new one, then its nearest neighbours in time."""
+        """The events as numbered in the prompt: the new one, then its first ``max_neighbours``
+        neighbours by ``order``."""
         def distance(ref: EventRef) -> float:
             if ref.timestamp is None or item.event.timestamp is None:
                 return float("inf")
             return abs((ref.timestamp - item.event.timestamp).total_seconds())
 
         neighbours = [n for n in item.neighbours if n.id != item.event.id]
-        return [item.event, *sorted(neighbours, key=distance)[: self.max_neighbours]]
+        if self.order == "time":
+            neighbours = sorted(neighbours, key=distance)
+        return [item.event, *neighbours[: self.max_neighbours]]
 
     def schema(self, count: int) -> dict:
         index = {"type": "integer", "minimum": 0, "maximum": max(count - 1, 0)}

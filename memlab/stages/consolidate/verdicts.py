@@ -32,8 +32,9 @@ class PromptedCausalVerdicts(PromptedCausalConsolidator):
         max_chars: int = 300,
         max_tokens: int = 256,
         temperature: float = 0.0,
+        order: str = "time",
     ) -> None:
-        super().__init__(lm, prompt, threshold, max_neighbours, max_links, max_chars, max_tokens, temperature)
+        super().__init__(lm, prompt, threshold, max_neighbours, max_links, max_chars, max_tokens, temperature, order)
 
     def schema(self, count: int) -> dict:
         verdict = object_schema({"link": {"type": "string", "enum": list(VERDICTS)}, "score": {"type": "number"}})
