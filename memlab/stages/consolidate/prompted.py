@@ -70,7 +70,8 @@ class PromptedCausalConsolidator(PromptedStage, Consolidator):
 
     def render(self, item: ConsolidateIn) -> ChatRequest:
         events = self.numbered(item)
-        return self.request(self.prompt.render(events=self.event_lines(events)), json_schema=self.schema(len(events)))
+        body = self.prompt.render(events=self.event_lines(events), last=len(events) - 1)  # {last}: optional
+        return self.request(body, json_schema=self.schema(len(events)))
 
     def parse(self, text: str, item: ConsolidateIn) -> ConsolidateOut:
         events = self.numbered(item)

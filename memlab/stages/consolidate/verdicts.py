@@ -10,7 +10,7 @@ through the same checks (threshold delta, time order, one link per pair) and the
 
 from __future__ import annotations
 
-from memlab.lm.base import LM, ChatRequest
+from memlab.lm.base import LM
 from memlab.lm.jsonparse import object_schema, parse_json
 from memlab.stages.consolidate.base import ConsolidateIn, ConsolidateOut
 from memlab.stages.consolidate.prompted import PromptedCausalConsolidator
@@ -39,11 +39,6 @@ class PromptedCausalVerdicts(PromptedCausalConsolidator):
     def schema(self, count: int) -> dict:
         verdict = object_schema({"link": {"type": "string", "enum": list(VERDICTS)}, "score": {"type": "number"}})
         return object_schema({str(i): verdict for i in range(1, count)})
-
-    def render(self, item: ConsolidateIn) -> ChatRequest:
-        events = self.numbered(item)
-        body = self.prompt.render(events=self.event_lines(events), last=len(events) - 1)
-        return self.request(body, json_schema=self.schema(len(events)))
 
     def parse(self, text: str, item: ConsolidateIn) -> ConsolidateOut:
         events = self.numbered(item)
