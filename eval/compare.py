@@ -4,9 +4,9 @@
         --conversations conv-26 --categories multi-hop,temporal,open-domain,single-hop \
         configs/pipelines/rag_turns.yaml configs/pipelines/simplemem.yaml
 
-Each config runs through ``memlab run`` into ``OUT/<config name>/``; a config whose
-``metrics.json`` already exists there is not run again (``--rerun`` forces it), and LLM calls
-go through the response cache, so an interrupted comparison resumes where it stopped.
+Each config runs as ``memlab run`` does (``memlab.cli.run_config``) into ``OUT/<config name>/``;
+a config whose ``metrics.json`` already exists there is not run again (``--rerun`` forces it),
+and LLM calls go through the response cache, so an interrupted comparison resumes where it stopped.
 The tables (markdown: the overall figures, then A-Mem F1 per question category) are printed
 and written to ``OUT/table.md``.
 """
@@ -18,7 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from memlab.cli import main as memlab_main
+from memlab.cli import configure_logging, run_config
+from memlab.eval.runner import RunOptions
 
 COLUMNS = (
     ("f1_locomo", "F1 (LoCoMo)", "overall"),
@@ -73,34 +74,34 @@ def category_table(results: dict[str, dict], key: str = "f1_amem") -> str:
     return "\n".join(lines)
 
 
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("configs", nargs="+")
     parser.add_argument("--out", required=True)
     parser.add_argument("--data")
-    parser.add_argument("--conversations")
-    parser.add_argument("--categories")
+    parser.add_argument("--conversations", type=_csv)
+    parser.add_argument("--categories", type=_csv)
     parser.add_argument("--sessions", type=int)
     parser.add_argument("--max-questions", type=int)
     parser.add_argument("--retrieval-only", action="store_true")
     parser.add_argument("--rerun", action="store_true")
     parser.add_argument("--set", action="append", default=[], help="override applied to every config")
     args = parser.parse_args(argv)
+    configure_logging()
+    options = RunOptions(retrieval_only=args.retrieval_only, max_questions=args.max_questions,
+                         categories=args.categories or None)
     out = Path(args.out)
     results: dict[str, dict] = {}
     for config in args.configs:
         name = Path(config).stem
         run_dir = out / name
         if args.rerun or not (run_dir / "metrics.json").is_file():
-            cli = ["run", config, "--out", str(run_dir), *args.set]
-            for flag, value in (("--data", args.data), ("--conversations", args.conversations),
-                                ("--categories", args.categories), ("--sessions", args.sessions),
-                                ("--max-questions", args.max_questions)):
-                if value is not None:
-                    cli += [flag, str(value)]
-            if args.retrieval_only:
-                cli.append("--retrieval-only")
-            code = memlab_main(cli)
+            code, _ = run_config(config, args.set, data=args.data, conversations=args.conversations,
+                                 sessions=args.sessions, options=options, out=run_dir)
             if code != 0:
                 print(f"{name}: memlab run exited with {code}; continuing with the others", file=sys.stderr)
         if (run_dir / "metrics.json").is_file():

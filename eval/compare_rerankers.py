@@ -16,11 +16,11 @@ import argparse
 import json
 import sys
 
-from memlab.data import load_dataset
+from memlab.data import DataError, load_dataset, select_conversations
 from memlab.embed import SentenceTransformerEmbedder
-from memlab.eval.stage_eval import evaluate_reranker, reranker_candidates
 from memlab.stage import Stage
 from memlab.stages.rerank import CosineReranker, FusionReranker, OrderFusionReranker, PromptedReranker
+from memlab.training.stage_eval import evaluate_reranker, reranker_candidates
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,9 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompted-questions", type=int, default=0)
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m")
     args = parser.parse_args(argv)
-    wanted = args.conversations.split(",")
+    conversations = load_dataset(args.data)
+    try:  # an unknown id is refused, never silently dropped
+        conversations = select_conversations(conversations, args.conversations.split(","), source=args.data)
+    except DataError as e:
+        parser.error(str(e))
     embedder = SentenceTransformerEmbedder()
-    items = reranker_candidates([c for c in load_dataset(args.data) if c.id in wanted], embedder, depth=args.depth)
+    items = reranker_candidates(conversations, embedder, depth=args.depth)
     rows = {"first stage (hybrid RRF, k=10)": (None, items), "cosine": (CosineReranker(embedder), items),
             "in-list BM25 + cosine RRF": (FusionReranker(embedder), items)}
     for path in args.checkpoint:

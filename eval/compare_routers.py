@@ -6,7 +6,7 @@
 Rows: the rule router (``RuleRouter``), the prompted router with the default local LLM
 (``PromptedRouter``; ``--prompted-questions N`` limits it to the first N questions of each
 conversation, since each question is one LLM call), and each trained checkpoint. Prints one
-JSON object per router (``memlab.eval.stage_eval.evaluate_router``'s metrics) and a markdown table.
+JSON object per router (``memlab.training.stage_eval.evaluate_router``'s metrics) and a markdown table.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import dataclasses
 import json
 import sys
 
-from memlab.data import load_dataset
-from memlab.eval.stage_eval import evaluate_router
+from memlab.data import DataError, load_dataset, select_conversations
 from memlab.stage import Stage
 from memlab.stages.route import PromptedRouter, RuleRouter
+from memlab.training.stage_eval import evaluate_router
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,8 +31,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the prompted router on the first N questions of each conversation (0: skip)")
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m")
     args = parser.parse_args(argv)
-    wanted = args.conversations.split(",")
-    conversations = [c for c in load_dataset(args.data) if c.id in wanted]
+    conversations = load_dataset(args.data)
+    try:  # an unknown id is refused, never silently dropped
+        conversations = select_conversations(conversations, args.conversations.split(","), source=args.data)
+    except DataError as e:
+        parser.error(str(e))
     routers = {"rule": (RuleRouter(), conversations)}
     for path in args.checkpoint:
         routers[path] = (Stage.load(path), conversations)

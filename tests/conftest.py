@@ -46,7 +46,7 @@ def llama_cpp_works() -> Path:
     """Path of the SmolLM2-135M GGUF, once llama.cpp has generated with it in a subprocess."""
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("pip install 'llama-cpp-python[server]'")
-    from memlab.lm.base import LMUnavailableError
+    from memlab.lm.errors import LMUnavailableError
     from memlab.lm.models import resolve_model
 
     try:

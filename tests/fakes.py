@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from memlab.lm.base import LM, ChatRequest, Completion
+from memlab.lm.base import LM
+from memlab.lm.types import ChatRequest, Completion
+from memlab.stages.event import EventExtractor, EventIn, EventOut
 
 
 class ReplayLM(LM):
@@ -57,3 +59,17 @@ class ReplayLM(LM):
                 )
             )
         return completions
+
+
+class CallbackEventExtractor(EventExtractor):
+    """An event extractor that calls ``callback(item)`` per utterance and extracts nothing:
+    a slow-path step whose timing a test controls."""
+
+    def __init__(self, callback: Callable[[EventIn], object]) -> None:
+        super().__init__()
+        self.callback = callback
+
+    def forward(self, batch: list[EventIn]) -> list[EventOut]:
+        for item in batch:
+            self.callback(item)
+        return [EventOut() for _ in batch]

@@ -1,13 +1,17 @@
 import json
+from datetime import datetime
 
 import pytest
 import torch
 import yaml
 
-from memlab.lm.base import ParseError
+from memlab.lm.errors import ParseError
 from memlab.prompts import PromptError, load_prompt
 from memlab.stage import Stage, StageError
 from memlab.stages.answer import AnswerIn, PromptedAnswerer
+from memlab.stages.plan import PlanIn, RoutedPlanner
+from memlab.stages.rerank import CrossEncoderReranker, OrderFusionReranker, RerankIn
+from memlab.stages.route import RuleRouter
 from memlab.stages.segment import SegmentIn, TokenChunkSegmenter, TurnSegmenter
 from memlab.types import Session, Turn
 from tests.fakes import ReplayLM
@@ -197,3 +201,88 @@ def test_load_stage_puts_a_checkpoint_into_a_config_slot(tmp_path, monkeypatch, 
     # A component the saved class does not take (kept from a swapped-out prompted stage) is dropped.
     dropped = instantiate({"_component_": "memlab.stage.load_stage", "path": "checkpoints/scaler", "lm": lm})
     assert isinstance(dropped, _Scaler) and dropped([1.0]) == [8.0]
+
+
+def saved_configs(folder):
+    return {p.relative_to(folder).as_posix(): json.loads(p.read_text()) for p in folder.rglob("config.json")}
+
+
+def test_a_composite_saves_its_child_stage_in_a_sub_folder_and_loads_whole(tmp_path):
+    torch.manual_seed(0)
+    inner = CrossEncoderReranker(max_length=32, batch_size=2, lora_rank=4)
+    inner.warm_up()
+    with torch.no_grad():  # stands for training: the head and the LoRA adapter move off their init
+        inner.head.bias.add_(0.5)
+        next(p for name, p in inner.named_parameters() if "lora_B" in name).add_(0.1)
+    fused = OrderFusionReranker(reranker=inner, rrf_k=5, weight=2.0)
+    item = RerankIn("Where does Alice live now?", ("Bob plays the guitar.", "Alice lives in Paris now.", "It rained."))
+    fused.save(tmp_path / "fused")
+    configs = saved_configs(tmp_path / "fused")
+    assert set(configs) == {"config.json", "reranker/config.json"}
+    assert configs["config.json"]["kwargs"] == {"rrf_k": 5, "weight": 2.0}
+    assert configs["config.json"]["stages"] == {"reranker": "reranker"}
+    assert not any("device" in config["kwargs"] for config in configs.values())  # where it runs is not what it is
+    assert not (tmp_path / "fused" / "model.safetensors").exists()  # no tensors of its own, and not the child's again
+    torch.manual_seed(123)  # another LoRA init, which the child's checkpoint must overwrite
+    loaded = Stage.load(tmp_path / "fused")
+    assert isinstance(loaded, OrderFusionReranker) and isinstance(loaded.reranker, CrossEncoderReranker)
+    assert loaded.rrf_k == 5 and loaded.weight == 2.0
+    assert loaded.reranker([item])[0].scores == inner([item])[0].scores
+    assert loaded([item])[0].scores == fused([item])[0].scores
+    # A collaborator goes to the nodes that take it (device: the child); one no node takes is named.
+    assert Stage.load(tmp_path / "fused", device="cpu").reranker.device == "cpu"
+    with pytest.raises(StageError, match="cannot rebuild OrderFusionReranker .*\\['lm'\\]"):
+        Stage.load(tmp_path / "fused", lm=ReplayLM([]))
+    # A checkpoint written before devices were left out still loads; its device is not used.
+    child = tmp_path / "fused" / "reranker" / "config.json"
+    child.write_text(json.dumps({**configs["reranker/config.json"],
+                                 "kwargs": {**configs["reranker/config.json"]["kwargs"], "device": "cuda:7"}}))
+    assert Stage.load(tmp_path / "fused").reranker.device == "cpu"
+
+
+def test_routed_planner_saves_its_router_and_loads_whole(tmp_path):
+    planner = RoutedPlanner(RuleRouter(default_type=None), min_depth=4, default_complexity="LOW")
+    planner.save(tmp_path / "planner")
+    configs = saved_configs(tmp_path / "planner")
+    assert configs["config.json"]["stages"] == {"router": "router"}
+    assert configs["router/config.json"]["class"] == "memlab.stages.route.rules.RuleRouter"
+    assert not any("device" in config["kwargs"] for config in configs.values())
+    loaded = Stage.load(tmp_path / "planner")
+    assert isinstance(loaded.router, RuleRouter) and loaded.router.default_type is None
+    items = [PlanIn("When did Priya go hiking last week?", datetime(2023, 5, 20)), PlanIn("Why did Bob move?")]
+    assert loaded(items) == planner(items)
+
+
+class _Shifted(Stage):
+    """A composite with a tensor of its own: ``inner``'s outputs plus ``shift``."""
+
+    def __init__(self, inner: Stage, shift: float = 0.0) -> None:
+        super().__init__()
+        self.inner = inner
+        self.shift = torch.nn.Parameter(torch.tensor([shift]))
+
+    def forward(self, batch):
+        return [y + float(self.shift.detach()) for y in self.inner(batch)]
+
+
+@pytest.fixture
+def shifted_in_memlab(monkeypatch, scaler_in_memlab):
+    import memlab.stage
+
+    monkeypatch.setattr(_Shifted, "__module__", "memlab.stage")
+    monkeypatch.setattr(memlab.stage, "_Shifted", _Shifted, raising=False)
+
+
+def test_each_node_of_a_composite_saves_only_its_own_tensors(tmp_path, shifted_in_memlab):
+    from safetensors.torch import load_file, save_file
+
+    outer = _Shifted(_Shifted(_Scaler(factor=3.0), shift=1.0), shift=0.5)
+    outer.save(tmp_path / "s")
+    assert set(load_file(str(tmp_path / "s" / "model.safetensors"))) == {"shift"}
+    assert set(load_file(str(tmp_path / "s" / "inner" / "model.safetensors"))) == {"shift"}
+    assert set(load_file(str(tmp_path / "s" / "inner" / "inner" / "model.safetensors"))) == {"scale"}
+    assert Stage.load(tmp_path / "s")([1.0]) == outer([1.0]) == [7.5]
+    assert Stage.load(tmp_path / "s" / "inner")([1.0]) == [7.0]  # a child folder is a saved stage itself
+    save_file({"shift": torch.tensor([0.5]), "inner.shift": torch.tensor([1.0])}, str(tmp_path / "s" / "model.safetensors"))
+    with pytest.raises(StageError, match="unexpected \\['inner.shift'\\]"):
+        Stage.load(tmp_path / "s")

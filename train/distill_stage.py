@@ -3,7 +3,7 @@
 Every call a prompted stage makes goes through the LM response cache, which keeps the request
 and the completion. This recipe turns one stage's cached calls (``teacher_model`` + ``match``)
 into supervised (chat prompt -> completion) pairs with
-``memlab.data.supervision.distillation_examples``, fine-tunes a small causal LM with LoRA
+``memlab.training.supervision.distillation_examples``, fine-tunes a small causal LM with LoRA
 adapters on them, and saves the best student as a merged transformers folder, which
 ``memlab.lm.hf.HFLM(model=<output_dir>/model)`` serves in place of the teacher.
 
@@ -61,9 +61,10 @@ from tqdm.auto import tqdm
 
 from memlab.clock import active_seconds
 from memlab.config import ConfigError
-from memlab.data.supervision import FIXED_EVAL_IDS, conversation_texts, distillation_dropped, distillation_examples
+from memlab.fileio import swap_in
 from memlab.training import (EarlyStopping, MetricsLog, adamw, load_conversations, make_accelerator, seed_everything,
                              total_steps, with_defaults)
+from memlab.training.supervision import FIXED_EVAL_IDS, conversation_texts, distillation_dropped, distillation_examples
 
 IGNORE_INDEX = -100
 
@@ -360,14 +361,7 @@ def save_checkpoint(run: Run) -> Path:
               "student": str(cfg["student"]), "excluded_conversations": run.excluded_conversations,
               "examples": run.counts, "metrics": run.metrics, "data_card": run.data_card, "config": dict(cfg)}
     (run.work_dir / "distill.json").write_text(json.dumps(record, indent=2, default=str))
-    if run.out.exists():  # only a previous run of this recipe is replaced
-        old = run.out.with_name(run.out.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        run.out.rename(old)
-        run.work_dir.rename(run.out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        run.work_dir.rename(run.out)
+    swap_in(run.work_dir, run.out)  # only a previous run of this recipe is replaced
     return run.out
 
 

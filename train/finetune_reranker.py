@@ -9,7 +9,7 @@ held-out conversations, written next to the checkpoint as ``training.json``.
 
 Objective: for each (question, positive unit) the stage scores the positive against the
 question's negatives (drawn from the BM25 and dense top ``rerank_depth``, the list the reranker
-re-scores at inference; ``memlab.data.supervision.rerank_examples``) and
+re-scores at inference; ``memlab.training.supervision.rerank_examples``) and
 is trained with a softmax cross-entropy over that group (the positive is the target): a
 ranking loss, since recall@k only depends on the order of the candidates.
 
@@ -37,11 +37,12 @@ from tqdm import tqdm
 
 from memlab.clock import active_seconds
 from memlab.config import instantiate
-from memlab.data.supervision import rerank_examples
-from memlab.eval.stage_eval import evaluate_reranker, reranker_candidates
+from memlab.fileio import write_json_atomic
 from memlab.stage import Stage
 from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
-                             recipe_conversations, seed_everything, total_steps, with_defaults, write_json_atomic)
+                             recipe_conversations, seed_everything, total_steps, with_defaults)
+from memlab.training.stage_eval import evaluate_reranker, reranker_candidates
+from memlab.training.supervision import rerank_examples
 
 DEFAULTS: dict[str, Any] = {
     "seed": 0,

@@ -3,7 +3,7 @@
     memlab train finetune_router --config configs/train/router.yaml [key=value ...]
 
 Read top to bottom: ``setup`` (conversations split by conversation, labelled questions from
-``memlab.data.supervision.routing_examples``, stage, optimiser), ``train`` (an explicit loop,
+``memlab.training.supervision.routing_examples``, stage, optimiser), ``train`` (an explicit loop,
 validation accuracy after every epoch, early stopping), ``save_checkpoint`` (the best stage),
 then one evaluation on the held-out conversations (the ``memlab evaluate-stage`` metrics plus
 each head's accuracy), written next to the checkpoint as ``training.json``.
@@ -31,11 +31,12 @@ from tqdm import tqdm
 
 from memlab.clock import active_seconds
 from memlab.config import ConfigError, instantiate
-from memlab.data.supervision import routing_examples
-from memlab.eval.stage_eval import evaluate_router
+from memlab.fileio import write_json_atomic
 from memlab.stage import Stage
 from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
-                             recipe_conversations, seed_everything, total_steps, with_defaults, write_json_atomic)
+                             recipe_conversations, seed_everything, total_steps, with_defaults)
+from memlab.training.stage_eval import evaluate_router
+from memlab.training.supervision import routing_examples
 from memlab.types import ANSWERABLE_CATEGORIES
 
 DEFAULTS: dict[str, Any] = {

@@ -9,7 +9,7 @@ explicit loop; validation recall@10 of the MAGMA retrieval after every epoch, ea
 the trained and the initial (Table 6) weights, written next to the checkpoint.
 
 Objective: at every beam step the policy ranks the candidate nodes by cumulative score; where
-a candidate holds gold evidence (``memlab.data.supervision.traversal_targets``), the loss is
+a candidate holds gold evidence (``memlab.training.supervision.traversal_targets``), the loss is
 the negative log of the softmax mass (over log-scores) of the evidence candidates, which
 pushes evidence nodes up the beam. Anchors are fixed inputs (they come from retrieval).
 
@@ -38,12 +38,13 @@ from tqdm import tqdm
 
 from memlab.clock import active_seconds
 from memlab.config import ConfigError, build_pipeline, instantiate
-from memlab.data.supervision import evaluable_questions, magma_event_units, traversal_targets
 from memlab.eval.metrics import recall_at_k
+from memlab.fileio import write_json_atomic
 from memlab.stage import Stage
 from memlab.stages.traverse import TraverseIn
 from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, recipe_conversations, seed_everything,
-                             with_defaults, write_json_atomic)
+                             with_defaults)
+from memlab.training.supervision import evaluable_questions, magma_event_units, traversal_targets
 
 DEFAULTS: dict[str, Any] = {
     "seed": 0,

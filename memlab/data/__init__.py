@@ -7,6 +7,7 @@
 * ``load_dataset(path)``: either, told apart by content.
 * ``load_sample()``: the small LoCoMo-format conversation shipped with memlab
   (``SAMPLE_PATH``).
+* ``select_conversations(conversations, ids)``: the given ids only; an unknown id is an error.
 
 Every ``read_*`` twin also returns a ``LoadReport`` (counts and quirks handled); the
 ``load_*`` functions log its one-line summary. Bad input raises one ``DataError`` that
@@ -21,6 +22,7 @@ from memlab.data.locomo import load_locomo, read_locomo
 from memlab.data.longmemeval import load_longmemeval, read_longmemeval
 from memlab.data.report import LoadReport
 from memlab.data.sample import load_sample, read_sample, sample_path
+from memlab.data.select import select_conversations
 
 #: The embedded sample (LoCoMo format).
 SAMPLE_PATH = sample_path()
@@ -38,4 +40,5 @@ __all__ = [
     "read_longmemeval",
     "read_sample",
     "sample_path",
+    "select_conversations",
 ]

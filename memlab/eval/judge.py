@@ -18,8 +18,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import parse_json, strip_thinking
+from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage, Stage
 

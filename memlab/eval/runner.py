@@ -8,8 +8,12 @@
 * ``metrics.json`` — the aggregate (see ``memlab.eval.report.summarise``), written atomically.
 
 The pipeline is handed ``Question.as_query()``: the question text and date, nothing gold.
-A question whose answering raises is recorded with its error and the run goes on; a model
-that is unavailable (server down after retries) stops the run cleanly, keeping what was done.
+Questions go to ``Pipeline.answer_many`` (``retrieve_many``) in batches of
+``RunOptions.batch_size``; a batch's latency and LLM usage are split evenly over its
+questions (batch size 1, the default, measures each question on its own). A batch that
+raises is answered again question by question, so a question whose answering raises is
+recorded with its error and the run goes on; a model that is unavailable (server down after
+retries) stops the run cleanly, keeping what was done.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from tqdm.auto import tqdm
 
 from memlab.clock import active_seconds
 from memlab.eval import metrics as M
-from memlab.lm.base import LM, LMUnavailableError, UsageMeter
+from memlab.fileio import write_json_atomic
+from memlab.lm.base import LM, UsageMeter
+from memlab.lm.errors import LMUnavailableError
 from memlab.pipelines.base import Pipeline
 from memlab.types import Answer, Conversation, Question, Retrieved
 
@@ -41,6 +47,12 @@ class RunOptions:
     max_questions: int | None = None
     categories: tuple[str, ...] | None = None
     progress: bool = True
+    #: Questions handed to the pipeline at once (``answer_many``); 1 times each question alone.
+    batch_size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
 
 
 def select_questions(conversation: Conversation, options: RunOptions) -> list[Question]:
@@ -133,16 +145,18 @@ def run_benchmark(
             at_build = pipeline.memory_stats(memory)
             bar.set_postfix_str(conversation.id)
             try:
-                for question in questions:
+                for start in range(0, len(questions), options.batch_size):
+                    batch = questions[start:start + options.batch_size]
                     try:
-                        row = _answer_one(pipeline, memory, question, options, count_tokens, pipeline_usage, judge)
+                        batch_rows = _answer_batch(pipeline, memory, batch, options, count_tokens, pipeline_usage, judge)
                     except LMUnavailableError as e:
-                        stopped = f"answering {question.id}: {e}"
+                        stopped = f"answering {', '.join(q.id for q in batch)}: {e}"
                         break
-                    sink.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                    for row in batch_rows:
+                        sink.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
                     sink.flush()
-                    rows.append(row)
-                    bar.update(1)
+                    rows.extend(batch_rows)
+                    bar.update(len(batch))
             finally:
                 pipeline.release(memory)
             # A memory still consolidating while questions ran ends different from how it began.
@@ -177,25 +191,34 @@ def run_benchmark(
     return metrics
 
 
-def _answer_one(pipeline, memory, question, options, count_tokens, usage: _Usage, judge) -> dict[str, Any]:
-    query = question.as_query()
+def _answer_batch(pipeline, memory, questions, options, count_tokens, usage: _Usage, judge) -> list[dict[str, Any]]:
+    """One row per question of ``questions``, answered (or retrieved for) in one pipeline call."""
+    queries = [question.as_query() for question in questions]
     before, t0 = usage.snapshot(), active_seconds()
-    error = None
-    answer: Answer | None = None
     try:
         if options.retrieval_only:
-            ranking = pipeline.retrieve(memory, query)
+            results: list[tuple[list[Retrieved], Answer | None, str | None]] = [
+                (ranking, None, None) for ranking in pipeline.retrieve_many(memory, queries)]
         else:
-            answer = pipeline.answer(memory, query)
-            ranking = answer.retrieved
-            error = answer.error
+            results = [(answer.retrieved, answer, answer.error) for answer in pipeline.answer_many(memory, queries)]
     except LMUnavailableError:
         raise
     except Exception as e:  # recorded on the row; the run goes on
-        log.exception("question %s failed", question.id)
-        ranking, error = [], f"{type(e).__name__}: {e}"
-    latency = active_seconds() - t0
+        if len(questions) > 1:  # the others must not pay for one question's failure
+            return [row for q in questions for row in _answer_batch(pipeline, memory, [q], options, count_tokens, usage, judge)]
+        log.exception("question %s failed", questions[0].id)
+        results = [([], None, f"{type(e).__name__}: {e}")]
+    if len(results) != len(questions):
+        raise RuntimeError(f"{type(pipeline).__name__} gave {len(results)} results for {len(questions)} questions")
+    latency = (active_seconds() - t0) / len(questions)
     usage_diff = UsageMeter.diff(usage.snapshot(), before)
+    if len(questions) > 1:
+        usage_diff = {k: v / len(questions) for k, v in usage_diff.items()}
+    return [_row(question, ranking, answer, error, latency, usage_diff, count_tokens, judge)
+            for question, (ranking, answer, error) in zip(questions, results)]
+
+
+def _row(question, ranking, answer, error, latency, usage_diff, count_tokens, judge) -> dict[str, Any]:
     row: dict[str, Any] = {
         "conversation_id": question.conversation_id,
         "question_id": question.id,
@@ -227,9 +250,3 @@ def _answer_one(pipeline, memory, question, options, count_tokens, usage: _Usage
 def _accumulate(total: dict[str, float], delta: dict[str, float]) -> None:
     for key, value in delta.items():
         total[key] = total.get(key, 0) + value
-
-
-def write_json_atomic(path: Path, payload: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
-    os.replace(tmp, path)

@@ -18,78 +18,13 @@ Contract
 
 from __future__ import annotations
 
-import json
 import threading
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-
-class LMError(RuntimeError):
-    """Base class of language-model errors."""
-
-
-class LMUnavailableError(LMError):
-    """The model cannot be reached or loaded (after retries, where retries make sense)."""
-
-
-class PromptTooLongError(LMError):
-    """The prompt does not fit the model's context window."""
-
-
-class ParseError(ValueError):
-    """A completion could not be turned into the expected structure (see ``memlab.lm.jsonparse``).
-
-    ``salvage``: a degraded but usable output the parser could still make from the reply (the
-    distinct items of a looping list, say). ``PromptedStage`` keeps it, instead of the stage's
-    empty fallback, when the retry fails too; the call still counts as a failure.
-    """
-
-    def __init__(self, message: str, salvage: object = None) -> None:
-        super().__init__(message)
-        self.salvage = salvage
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    messages: tuple[dict[str, str], ...]
-    temperature: float = 0.0
-    max_tokens: int = 256
-    #: A JSON schema the completion must follow (constrained decoding where the backend
-    #: supports it; otherwise it is only a hint and the parser validates).
-    json_schema: dict[str, Any] | None = None
-    stop: tuple[str, ...] = ()
-    seed: int | None = 0
-
-    @staticmethod
-    def of(
-        messages: list[dict[str, str]] | tuple[dict[str, str], ...] | str,
-        **params: Any,
-    ) -> "ChatRequest":
-        """Build a request from a message list (or a single user prompt string)."""
-        if isinstance(messages, str):
-            messages = [{"role": "user", "content": messages}]
-        return ChatRequest(messages=tuple(dict(m) for m in messages), **params)
-
-    def cache_key_payload(self) -> str:
-        """Canonical JSON of everything that determines the completion, for the cache key."""
-        payload = asdict(self)
-        payload["messages"] = [dict(m) for m in self.messages]
-        return json.dumps(payload, sort_keys=True, ensure_ascii=False)
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One reply. ``latency_s`` is measured with ``memlab.clock.active_seconds``, so a pause
-    of the process (SIGSTOP, Ctrl-Z) during the call is not counted as model time."""
-
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
-    latency_s: float
-    model: str = ""
-    cached: bool = False
-    finish_reason: str | None = None
+from memlab.lm.errors import LMError
+from memlab.lm.types import ChatRequest, Completion
 
 
 @dataclass

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memlab.lm.base import ChatRequest, Completion, LMError
+from memlab.lm.errors import LMError
+from memlab.lm.types import ChatRequest, Completion
 
 #: Bumped when the table layout changes; an older file is refused with a clear message.
 SCHEMA_VERSION = 1

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from memlab.clock import active_seconds
-from memlab.lm.base import LM, ChatRequest, Completion, LMUnavailableError
-from memlab.lm.base import PromptTooLongError
+from memlab.lm.base import LM
+from memlab.lm.errors import LMUnavailableError, PromptTooLongError
 from memlab.lm.models import KNOWN_MODELS, model_fingerprint, resolve_model
+from memlab.lm.types import ChatRequest, Completion
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 

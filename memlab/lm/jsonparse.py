@@ -31,7 +31,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from memlab.lm.base import ParseError
+from memlab.lm.errors import ParseError
 
 _MAX_STARTS = 32  # start positions tried per candidate; bounds the work on long prose
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)

@@ -28,9 +28,11 @@ import threading
 from typing import Any
 
 from memlab.clock import active_seconds
-from memlab.lm.base import LM, ChatRequest, Completion, LMError, LMUnavailableError, PromptTooLongError
+from memlab.lm.base import LM
+from memlab.lm.errors import LMError, LMUnavailableError, PromptTooLongError
 from memlab.lm.grammar import GreedyGrammarProcessor
 from memlab.lm.models import DEFAULT_MODEL, KNOWN_MODELS, model_fingerprint, resolve_model
+from memlab.lm.types import ChatRequest, Completion
 
 #: Sampling settings not carried by ``ChatRequest``; changing them changes ``name``.
 SAMPLING = {"top_p": 0.95, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.0}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memlab.lm.base import LMUnavailableError
+from memlab.lm.errors import LMUnavailableError
 
 GGUF_MAGIC = b"GGUF"
 _CHUNK = 8 * 1024 * 1024

@@ -26,7 +26,9 @@ from typing import Any
 import requests
 
 from memlab.clock import active_seconds
-from memlab.lm.base import LM, ChatRequest, Completion, LMError, LMUnavailableError
+from memlab.lm.base import LM
+from memlab.lm.errors import LMError, LMUnavailableError
+from memlab.lm.types import ChatRequest, Completion
 
 JSON_MODES = ("json_schema", "json_object", "none")
 _RETRY_AFTER_CAP_S = 60.0

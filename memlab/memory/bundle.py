@@ -9,8 +9,8 @@ arguments) saves itself with ``save_bundle`` and reads itself back with ``load_b
     <folder>/graph.json        MemoryGraph.to_dict()
     <folder>/state.json        the memory's remaining fields (jsoncodec-encoded)
 
-The folder handling is ``memlab.memory.store``'s: written into a temporary sibling folder,
-fsynced, then swapped in, so a failed save leaves the previous folder (or nothing) and no
+The folder handling is ``memlab.memory.store``'s (``memlab.fileio.atomic_folder``): written
+into a temporary sibling folder, fsynced, then swapped in, so a failed save leaves the previous folder (or nothing) and no
 temporary folder behind; loading verifies format, version, checksums and embedder identity
 before anything is built and raises ``MemoryStoreError`` naming the folder and the file.
 """
@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memlab.embed.base import Embedder
+from memlab.fileio import atomic_folder
 from memlab.memory.graph import GraphError, MemoryGraph
 from memlab.memory.jsoncodec import decode_value, encode_value
 from memlab.memory.store import (
@@ -35,8 +34,8 @@ from memlab.memory.store import (
     UnitMemory,
     _check_replaceable,
     check_embedder,
-    finish_save,
     read_manifest,
+    write_manifest,
 )
 
 STATE_FILE = "state.json"
@@ -68,9 +67,7 @@ def save_bundle(
     if reserved & set(parts):
         raise ValueError(f"part names {sorted(reserved & set(parts))} are reserved file names")
     _check_replaceable(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    try:
+    with atomic_folder(folder) as tmp:
         for name, part in parts.items():
             part.save(tmp / name)
         graph_dict = graph.to_dict()
@@ -79,10 +76,7 @@ def save_bundle(
         counts = {f"{name}_units": len(part) for name, part in parts.items()}
         counts.update(units=sum(len(part) for part in parts.values()),
                       graph_nodes=len(graph_dict["nodes"]), graph_edges=len(graph_dict["edges"]))
-        finish_save(tmp, folder, format, format_version, embedder, counts, parts=sorted(parts))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_manifest(tmp, format, format_version, embedder, counts, parts=sorted(parts))
     return folder
 
 

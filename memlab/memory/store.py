@@ -17,10 +17,11 @@ not re-encode), ``bm25.json``, ``graph.json`` when there is a graph, and ``manif
 format and version, memlab and package versions, the embedder identity, counts, and the
 sha256 of every other file.
 
-The save is atomic: everything is written and fsynced into a temporary sibling folder,
-which then takes the place of ``dir``; an existing ``dir`` is moved aside only once the new
-folder is complete, and deleted after the swap. A failed save leaves the previous folder
-as it was. ``save`` refuses to replace a non-empty folder that is not a saved memory.
+The save is atomic (``memlab.fileio.atomic_folder``): everything is written into a temporary
+sibling folder, which is fsynced and then takes the place of ``dir``; an existing ``dir`` is
+moved aside only once the new folder is complete, and deleted after the swap. A failed save
+leaves the previous folder as it was. ``save`` refuses to replace a non-empty folder that is
+not a saved memory.
 
 ``UnitMemory.load(dir, embedder)`` raises ``MemoryStoreError`` naming the folder and the
 problem when the folder is missing, has no manifest (not a memory, or a save that never
@@ -33,10 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import threading
-import uuid
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,11 +42,14 @@ from typing import Any
 
 import numpy as np
 
+from memlab import __version__
 from memlab.embed.base import Embedder
+from memlab.fileio import atomic_folder, interrupted_backups
 from memlab.memory.graph import GraphError, MemoryGraph
 from memlab.memory.index import BM25Index, IndexFileError, MetadataFilter, VectorIndex, rrf_fuse
 from memlab.memory.jsoncodec import unit_from_dict, unit_to_dict
 from memlab.types import MemoryUnit, Retrieved
+from memlab.versions import package_versions
 
 FORMAT = "memlab.UnitMemory"
 FORMAT_VERSION = 1
@@ -182,9 +183,7 @@ class UnitMemory:
         """Write the memory into ``folder`` atomically (see the module docstring)."""
         folder = Path(folder)
         _check_replaceable(folder)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-        try:
+        with atomic_folder(folder) as tmp:
             with self._lock:
                 _write_jsonl(tmp / UNITS_FILE, (unit_to_dict(u) for u in self.units.values()))
                 self._dense_index().save(tmp)
@@ -194,10 +193,7 @@ class UnitMemory:
                     graph_dict = self.graph.to_dict()
                     (tmp / GRAPH_FILE).write_text(json.dumps(graph_dict, ensure_ascii=False))
                     counts.update(graph_nodes=len(graph_dict["nodes"]), graph_edges=len(graph_dict["edges"]))
-            finish_save(tmp, folder, FORMAT, FORMAT_VERSION, self.embedder, counts)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+            write_manifest(tmp, FORMAT, FORMAT_VERSION, self.embedder, counts)
         return folder
 
     @classmethod
@@ -239,8 +235,8 @@ def read_manifest(folder: Path, format: str = FORMAT, format_version: int = FORM
     """The manifest of a saved memory folder, after checking format, version and checksums
     (``format``/``format_version``: what the caller reads; composite memories pass theirs)."""
     if not folder.is_dir():
-        leftovers = sorted(p.name for p in folder.parent.glob(f".{folder.name}.old-*")) if folder.parent.is_dir() else []
-        hint = f" (a previous version was left at {leftovers[-1]} by an interrupted save)" if leftovers else ""
+        leftovers = interrupted_backups(folder)
+        hint = f" (a previous version was left at {leftovers[-1].name} by an interrupted save)" if leftovers else ""
         raise MemoryStoreError(f"{folder}: no such memory folder{hint}")
     path = folder / MANIFEST_FILE
     if not path.is_file():
@@ -271,18 +267,17 @@ def read_manifest(folder: Path, format: str = FORMAT, format_version: int = FORM
     return manifest
 
 
-def finish_save(
-    tmp: Path, folder: Path, format: str, format_version: int, embedder: Embedder, counts: dict[str, int],
-    **extra: Any,
+def write_manifest(
+    tmp: Path, format: str, format_version: int, embedder: Embedder, counts: dict[str, int], **extra: Any,
 ) -> None:
-    """Complete a save whose files are all in ``tmp``: write the manifest (``extra`` keys
-    added) with the sha256 of every file, sub-folders included, fsync, and swap it in."""
+    """Last step of a save whose files are all in ``tmp``: write the manifest (``extra`` keys
+    added) with the sha256 of every file, sub-folders included."""
     files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
     manifest = {
         "format": format,
         "format_version": format_version,
-        "memlab_version": _memlab_version(),
-        "versions": _package_versions(),
+        "memlab_version": __version__,
+        "versions": package_versions(RECORDED_PACKAGES),
         "created": datetime.now(timezone.utc).isoformat(),
         "embedder": embedder.identity,
         "counts": counts,
@@ -290,11 +285,6 @@ def finish_save(
         **extra,
     }
     (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    for path in tmp.rglob("*"):
-        if path.is_file():
-            _fsync_file(path)
-    _fsync_dir(tmp)
-    _swap_in(tmp, folder)
 
 
 def check_embedder(folder: Path, manifest: dict[str, Any], embedder: Embedder) -> None:
@@ -314,24 +304,6 @@ def _check_replaceable(folder: Path) -> None:
         raise MemoryStoreError(f"{folder}: exists and is not a folder; refusing to replace it")
     if any(folder.iterdir()) and not (folder / MANIFEST_FILE).is_file():
         raise MemoryStoreError(f"{folder}: a non-empty folder that is not a saved memory; refusing to replace it")
-
-
-def _swap_in(tmp: Path, folder: Path) -> None:
-    """Put the complete ``tmp`` folder at ``folder``; the old one is removed only afterwards."""
-    if not folder.exists():
-        os.rename(tmp, folder)
-    else:
-        # rename() cannot replace a non-empty directory: move the old one aside first.
-        backup = folder.parent / f".{folder.name}.old-{uuid.uuid4().hex[:8]}"
-        os.rename(folder, backup)
-        try:
-            os.rename(tmp, folder)
-        except BaseException:
-            os.rename(backup, folder)
-            raise
-        _fsync_dir(folder.parent)
-        shutil.rmtree(backup, ignore_errors=True)
-    _fsync_dir(folder.parent)
 
 
 def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
@@ -360,37 +332,6 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _jsonable(value: Any) -> Any:
     """``value`` as it reads back from JSON (tuples become lists ...), for comparisons."""
     return json.loads(json.dumps(value))
-
-
-def _memlab_version() -> str:
-    import memlab
-
-    return memlab.__version__
-
-
-def _package_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for package in RECORDED_PACKAGES:
-        try:
-            out[package] = version(package)
-        except PackageNotFoundError:
-            pass
-    return out

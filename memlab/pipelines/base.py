@@ -15,6 +15,11 @@ Contract
   is given fewer, so recall@20 is defined for every pipeline.
 * ``answer(memory, query) -> Answer`` answers; ``Answer.retrieved`` is the ranking it used and
   ``Answer.context`` the text given to the answering model.
+* ``retrieve_many`` / ``answer_many`` do the same for a batch of queries on one memory, one
+  result per query, in order; the runner calls these. By default they loop over
+  ``retrieve`` / ``answer``; a pipeline whose stages batch (a neural reranker, a served LM)
+  overrides them so each stage sees the whole batch, and defines the single-query methods as
+  a batch of one.
 * A pipeline only ever sees a ``Query`` (text and date): never a gold answer, a gold category
   or gold evidence.
 * ``memory_stats(memory)`` reports what the runner should record about a built memory (unit
@@ -51,6 +56,12 @@ class Pipeline(nn.Module):
 
     def answer(self, memory: Any, query: Query) -> Answer:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def retrieve_many(self, memory: Any, queries: list[Query]) -> list[list[Retrieved]]:
+        return [self.retrieve(memory, query) for query in queries]
+
+    def answer_many(self, memory: Any, queries: list[Query]) -> list[Answer]:
+        return [self.answer(memory, query) for query in queries]
 
     def memory_stats(self, memory: Any) -> dict[str, Any]:
         """Facts about a built memory for the run's output; memories with ``stats()`` give theirs."""

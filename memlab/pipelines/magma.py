@@ -4,6 +4,7 @@ Memory (3.2, 3.4; ``magma_memory.MagmaMemory``): each segment becomes an event n
 fast path (temporal link, embedding, semantic links); a background worker consolidates each
 event on the slow path: appendix C.1's extraction fills its attributes and links it to
 de-duplicated entity nodes, and an LLM reads its 2-hop neighbourhood to add causal edges.
+The pipeline hands the memory its stages; the memory calls them and applies their results.
 
 Query (3.3, Algorithm 1):
 1. the ``router`` gives the intent T_q, a question type (for C.2's dynamic instruction only),
@@ -23,7 +24,6 @@ is defined to ``RECALL_DEPTH``. The time window is a ranking signal, not a hard 
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, time
 
 import numpy as np
@@ -34,12 +34,12 @@ from memlab.memory.index import MetadataFilter, rrf_fuse
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline
 from memlab.pipelines.magma_memory import EDGE_SPACES, MagmaMemory
 from memlab.pipelines.magma_narrative import linearize, order_events
-from memlab.stages.answer import Answerer
-from memlab.stages.answer.adaptive import AdaptiveAnswerIn
-from memlab.stages.consolidate import ConsolidateIn, Consolidator, EventRef
-from memlab.stages.event import EventExtractor, EventIn
+from memlab.stages.answer import AnswerIn, Answerer
+from memlab.stages.consolidate import Consolidator
+from memlab.stages.event import EventExtractor
 from memlab.stages.route import IntentRouter, RouteIn, RouteOut
 from memlab.stages.segment import SegmentIn, Segmenter
+from memlab.stages.temporal import TemporalNormalizer
 from memlab.stages.traverse import Traverser, TraverseIn, TraverseOut
 from memlab.types import Answer, Conversation, Query, Retrieved, Trace
 
@@ -56,6 +56,7 @@ class MAGMA(Pipeline):
         answerer: Answerer,
         event_extractor: EventExtractor | None = None,
         consolidator: Consolidator | None = None,
+        normalizer: TemporalNormalizer | None = None,
         edge_types: list[str] | tuple[str, ...] = EDGE_SPACES,
         semantic_threshold: float = 0.6,
         semantic_neighbours: int = 5,
@@ -80,6 +81,7 @@ class MAGMA(Pipeline):
         self.answerer = answerer
         self.event_extractor = event_extractor
         self.consolidator = consolidator
+        self.normalizer = normalizer
         self.edge_types = tuple(edge_types)
         self.semantic_threshold = semantic_threshold
         self.semantic_neighbours = semantic_neighbours
@@ -92,10 +94,6 @@ class MAGMA(Pipeline):
         self.consolidate_before_answering = consolidate_before_answering
 
     # -- memory ----------------------------------------------------------------------------
-    @property
-    def has_slow_path(self) -> bool:
-        return self.event_extractor is not None or ("causal" in self.edge_types and self.consolidator is not None)
-
     def build(self, conversation: Conversation) -> MagmaMemory:
         """Ingest every turn (fast path). With ``consolidate_before_answering`` (the default,
         as in the paper's evaluation) also wait for the slow path's backlog to drain;
@@ -104,7 +102,9 @@ class MAGMA(Pipeline):
         ``release`` finishes the backlog afterwards."""
         memory = MagmaMemory(
             self.embedder, self.edge_types, self.semantic_threshold, self.semantic_neighbours,
-            consolidate=self.consolidate if self.has_slow_path else None, participants=tuple(conversation.speakers),
+            participants=tuple(conversation.speakers), normalizer=self.normalizer,
+            event_extractor=self.event_extractor, consolidator=self.consolidator,
+            neighbourhood_hops=self.neighbourhood_hops,
         )
         try:
             for out in self.segmenter([SegmentIn(conversation.id, s) for s in conversation.sessions]):
@@ -120,33 +120,18 @@ class MAGMA(Pipeline):
     def release(self, memory: MagmaMemory) -> None:
         memory.close()
 
-    def consolidate(self, memory: MagmaMemory, event_id: str) -> None:
-        """The slow-path step for one event (Algorithm 3), run by the memory's worker."""
-        unit = memory.unit(event_id)
-        if self.event_extractor is not None:
-            out = self.event_extractor.run_one(EventIn(
-                speaker=unit.speaker or "", text=unit.text, prev_summary=memory.last_summary,
-                reference=unit.timestamp, participants=memory.participants,
-            ))
-            memory.graph.set_attributes(event_id, **out.attributes())
-            memory.last_summary = out.summary or memory.last_summary
-            if "entity" in self.edge_types:
-                for name in out.entities:
-                    entity_id = "entity:" + " ".join(re.findall(r"\w+", name.casefold()))
-                    memory.graph.add_node(entity_id, "entity", text=name)
-                    memory.graph.add_edge(event_id, entity_id, "entity", directed=False)
-        if "causal" in self.edge_types and self.consolidator is not None:
-            neighbours = memory.neighbourhood(event_id, self.neighbourhood_hops)
-            if neighbours:
-                refs = tuple(EventRef(n, memory.unit(n).text, memory.unit(n).timestamp) for n in neighbours)
-                found = self.consolidator.run_one(ConsolidateIn(EventRef(event_id, unit.text, unit.timestamp), refs))
-                for link in found.links:
-                    memory.graph.add_edge(link.cause, link.effect, "causal", weight=link.score, directed=True)
-
     # -- query -----------------------------------------------------------------------------
-    def anchors(self, memory: MagmaMemory, query: Query) -> tuple[RouteOut, np.ndarray, list, list[Retrieved]]:
-        """Steps 1-2: (route, query vector, fused RRF ranking of (id, score), dense ranking)."""
-        route = self.router.run_one(RouteIn(query.text, query.timestamp or memory.latest_time()))
+    def routes(self, memory: MagmaMemory, queries: list[Query]) -> list[RouteOut]:
+        """Step 1 for a batch of queries (one router call); a query without a date is resolved
+        against the latest time in memory."""
+        return self.router([RouteIn(q.text, q.timestamp or memory.latest_time()) for q in queries])
+
+    def anchors(
+        self, memory: MagmaMemory, query: Query, route: RouteOut | None = None
+    ) -> tuple[RouteOut, np.ndarray, list, list[Retrieved]]:
+        """Steps 1-2: (route, query vector, fused RRF ranking of (id, score), dense ranking);
+        ``route``: the query's route when already known."""
+        route = route or self.routes(memory, [query])[0]
         query_vector = self.embedder.encode([query.text])[0]
         depth = max(self.vector_top_k, RECALL_DEPTH)
         dense = memory.index.search_dense(query_vector, k=depth)
@@ -161,28 +146,51 @@ class MAGMA(Pipeline):
             weights.append(1.0)
         return route, query_vector, rrf_fuse(rankings, k=self.rrf_k, weights=weights), dense
 
-    def _search(self, memory: MagmaMemory, query: Query) -> tuple[RouteOut, TraverseOut, list[Retrieved]]:
-        route, query_vector, fused, dense = self.anchors(memory, query)
+    def search(self, memory: MagmaMemory, queries: list[Query]) -> list[tuple[RouteOut, TraverseOut, list[Retrieved]]]:
+        """Steps 1-3 for a batch: (route, traversal, ranking) per query; one router call and one
+        traverser call for the batch."""
+        anchored = [self.anchors(memory, q, route) for q, route in zip(queries, self.routes(memory, queries))]
         with torch.no_grad():
-            walk = self.traverser.run_one(
-                TraverseIn(memory.graph, query_vector, route.intent, tuple(fused[: self.anchor_k]), self.edge_types)
-            )
-        ranking: dict[str, float] = {}
-        for node, score, _ in walk.visited:
-            if memory.graph.node_type(node) == "event":
+            walks = self.traverser([
+                TraverseIn(memory.graph, vector, route.intent, tuple(fused[: self.anchor_k]), self.edge_types)
+                for route, vector, fused, _ in anchored
+            ])
+        results = []
+        for (route, _, fused, dense), walk in zip(anchored, walks):
+            ranking: dict[str, float] = {}
+            for node, score, _ in walk.visited:
+                if memory.graph.node_type(node) == "event":
+                    ranking.setdefault(node, score)
+            for node, score in fused:
                 ranking.setdefault(node, score)
-        for node, score in fused:
-            ranking.setdefault(node, score)
-        for hit in dense:
-            ranking.setdefault(hit.unit.id, hit.score)
-        return route, walk, [Retrieved(memory.unit(n), s) for n, s in ranking.items()]
+            for hit in dense:
+                ranking.setdefault(hit.unit.id, hit.score)
+            results.append((route, walk, [Retrieved(memory.unit(n), s) for n, s in ranking.items()]))
+        return results
+
+    def retrieve_many(self, memory: MagmaMemory, queries: list[Query]) -> list[list[Retrieved]]:
+        return [ranking for _, _, ranking in self.search(memory, queries)]
 
     def retrieve(self, memory: MagmaMemory, query: Query) -> list[Retrieved]:
-        return self._search(memory, query)[2]
+        return self.retrieve_many(memory, [query])[0]
+
+    def answer_many(self, memory: MagmaMemory, queries: list[Query]) -> list[Answer]:
+        prepared = [self.narrative(memory, query, *found) for query, found in zip(queries, self.search(memory, queries))]
+        outputs = self.answerer([item for item, _, _, _ in prepared])
+        answers = []
+        for (item, context, ranking, trace), out in zip(prepared, outputs):
+            trace.add("answer", text=out.text, error=out.error)
+            answers.append(Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=trace))
+        return answers
 
     def answer(self, memory: MagmaMemory, query: Query) -> Answer:
+        return self.answer_many(memory, [query])[0]
+
+    def narrative(
+        self, memory: MagmaMemory, query: Query, route: RouteOut, walk: TraverseOut, ranking: list[Retrieved]
+    ) -> tuple[AnswerIn, str, list[Retrieved], Trace]:
+        """Step 4: the answerer's input (the linearised narrative), its context, the ranking and the trace so far."""
         trace = Trace()
-        route, walk, ranking = self._search(memory, query)
         trace.add("route", intent=route.intent, question_type=route.question_type,
                   time_window=[d.isoformat() for d in route.time_window] if route.time_window else None,
                   keywords=list(route.keywords), error=route.error)
@@ -201,8 +209,5 @@ class MAGMA(Pipeline):
         if route.time_window is not None:
             start, end = route.time_window
             constraints = f"the question concerns {start:%d %B %Y} to {end:%d %B %Y}"
-        out = self.answerer.run_one(AdaptiveAnswerIn(
-            query.text, context, query.timestamp, question_type=route.question_type, constraints=constraints,
-        ))
-        trace.add("answer", text=out.text, error=out.error)
-        return Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=trace)
+        item = AnswerIn(query.text, context, query.timestamp, question_type=route.question_type, constraints=constraints)
+        return item, context, ranking, trace

@@ -11,38 +11,42 @@ evolution (MAGMA 3.2 and 3.4).
   (directed, inferred by the slow path) and ``entity`` (event -- entity node, entities
   de-duplicated across the conversation by their case-folded name). ``edge_types`` says which
   spaces are built (the ablations of Tables 4 and 5).
-* **Fast path** (Algorithm 2, ``ingest``): node, temporal link, embedding and index, semantic
-  links, enqueue. No LLM call.
-* **Slow path** (Algorithm 3): a background worker thread dequeues event ids and runs the
-  ``consolidate`` step it was given (the pipeline's: extraction, entity links, causal links
-  from the 2-hop neighbourhood). A step that raises is logged and counted in
-  ``failed_steps``; the worker goes on. ``backlog`` is the number of events not yet
-  consolidated; ``wait_until_consolidated`` blocks until it is 0. Readers get consistent views
-  through ``graph.locked()`` (the graph's lock).
+* **Fast path** (Algorithm 2, ``ingest``): node (its relative dates resolved by the injected
+  ``normalizer``), temporal link, embedding and index, semantic links, enqueue. No LLM call.
+* **Slow path** (Algorithm 3, ``consolidate``): a background worker thread dequeues event ids
+  and runs the injected stages on each, applying their results itself: the
+  ``event_extractor`` (C.1) fills the node's attributes and links it to entity nodes; the
+  ``consolidator`` reads its ``neighbourhood_hops`` neighbourhood and its causal links become
+  edges. A step that raises is logged and counted in ``failed_steps``; the worker goes on.
+  ``backlog`` is the number of events not yet consolidated; ``wait_until_consolidated``
+  blocks until it is 0. Readers get consistent views through ``graph.locked()`` (the graph's
+  lock).
 
 Saving: ``save(dir)`` / ``MagmaMemory.load(dir, embedder)`` (``memlab.memory.bundle``: the
 event index, the graph with its four edge spaces and entity nodes, and the evolution state,
 written atomically and checked on load). Only a consolidated memory is saved: ``save``
 refuses while the backlog is not empty, because a snapshot taken mid-step could hold part
 of a step's edges and re-running that step after loading would duplicate them. Call
-``wait_until_consolidated()`` first. ``consolidate`` (the pipeline's step) is not saved;
-pass it to ``load`` to go on ingesting.
+``wait_until_consolidated()`` first. The stages are not saved; pass them to ``load`` to go
+on ingesting.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 import time
-from collections.abc import Callable
 from datetime import datetime
 
 from memlab.embed.base import Embedder
 from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.store import MemoryStoreError, UnitMemory
-from memlab.stages.temporal import RuleTemporalNormalizer, TemporalIn, annotate
+from memlab.stages.consolidate import ConsolidateIn, ConsolidateOut, Consolidator, EventRef
+from memlab.stages.event import EventExtractor, EventIn, EventOut
+from memlab.stages.temporal import TemporalIn, TemporalNormalizer, annotate
 from memlab.types import MemoryUnit
 
 log = logging.getLogger(__name__)
@@ -62,8 +66,11 @@ class MagmaMemory:
         edge_types: tuple[str, ...] = EDGE_SPACES,
         semantic_threshold: float = 0.6,
         semantic_neighbours: int = 5,
-        consolidate: Callable[["MagmaMemory", str], None] | None = None,
         participants: tuple[str, ...] = (),
+        normalizer: TemporalNormalizer | None = None,
+        event_extractor: EventExtractor | None = None,
+        consolidator: Consolidator | None = None,
+        neighbourhood_hops: int = 2,
     ) -> None:
         unknown = set(edge_types) - set(EDGE_SPACES)
         if unknown:
@@ -75,12 +82,14 @@ class MagmaMemory:
         self.semantic_neighbours = semantic_neighbours
         self.failed_steps = 0
         self.errors: list[str] = []
-        self._consolidate = consolidate
+        self.normalizer = normalizer
+        self.event_extractor = event_extractor
+        self.consolidator = consolidator if "causal" in self.edge_types else None
+        self.neighbourhood_hops = neighbourhood_hops
         #: The conversation's speakers (extracted entities are validated against them).
         self.participants = tuple(participants)
         #: Summary of the last consolidated event (C.1's {prev_summary}); the worker updates it.
         self.last_summary = ""
-        self._normalizer = RuleTemporalNormalizer()
         self._last_event: str | None = None
         #: Ingestion position of every event (the worker reads it while the fast path adds to it).
         self._sequence: dict[str, int] = {}
@@ -91,8 +100,8 @@ class MagmaMemory:
     def ingest(self, segment: MemoryUnit) -> str:
         """Add one segment as an event node; returns its id. Never calls an LLM."""
         content = segment.text
-        if segment.timestamp is not None:
-            mentions = self._normalizer.run_one(TemporalIn(content, segment.timestamp)).mentions
+        if segment.timestamp is not None and self.normalizer is not None:
+            mentions = self.normalizer.run_one(TemporalIn(content, segment.timestamp)).mentions
             content = annotate(content, mentions)
         unit = MemoryUnit(
             id=segment.id, text=content, source_ids=segment.source_ids, timestamp=segment.timestamp,
@@ -112,12 +121,45 @@ class MagmaMemory:
             if hit.score > self.semantic_threshold:
                 self.graph.add_edge(unit.id, hit.unit.id, "semantic", weight=hit.score, directed=False)
         self._last_event = unit.id
-        if self._consolidate is not None:
+        if self.has_slow_path:
             self._ensure_worker()
             self._queue.put(unit.id)
         return unit.id
 
     # -- slow path (Algorithm 3) -----------------------------------------------------------
+    @property
+    def has_slow_path(self) -> bool:
+        return self.event_extractor is not None or self.consolidator is not None
+
+    def consolidate(self, event_id: str) -> None:
+        """The slow-path step for one event: the stages' calls, then their results applied."""
+        unit = self.unit(event_id)
+        if self.event_extractor is not None:
+            self.apply_event(event_id, self.event_extractor.run_one(EventIn(
+                speaker=unit.speaker or "", text=unit.text, prev_summary=self.last_summary,
+                reference=unit.timestamp, participants=self.participants,
+            )))
+        if self.consolidator is not None:
+            neighbours = self.neighbourhood(event_id, self.neighbourhood_hops)
+            if neighbours:
+                refs = tuple(EventRef(n, self.unit(n).text, self.unit(n).timestamp) for n in neighbours)
+                self.apply_causal_links(self.consolidator.run_one(
+                    ConsolidateIn(EventRef(event_id, unit.text, unit.timestamp), refs)))
+
+    def apply_event(self, event_id: str, out: EventOut) -> None:
+        """C.1's extraction as the node's attributes, the running summary and entity links."""
+        self.graph.set_attributes(event_id, **out.attributes())
+        self.last_summary = out.summary or self.last_summary
+        if "entity" in self.edge_types:
+            for name in out.entities:
+                entity_id = "entity:" + " ".join(re.findall(r"\w+", name.casefold()))
+                self.graph.add_node(entity_id, "entity", text=name)
+                self.graph.add_edge(event_id, entity_id, "entity", directed=False)
+
+    def apply_causal_links(self, out: ConsolidateOut) -> None:
+        for link in out.links:
+            self.graph.add_edge(link.cause, link.effect, "causal", weight=link.score, directed=True)
+
     def _ensure_worker(self) -> None:
         if self._worker is None or not self._worker.is_alive():
             self._worker = threading.Thread(target=self._work, name="magma-consolidation", daemon=True)
@@ -129,7 +171,7 @@ class MagmaMemory:
             try:
                 if item is _STOP:
                     return
-                self._consolidate(self, item)  # type: ignore[misc]
+                self.consolidate(item)
             except Exception as e:  # a failed step must not kill the worker
                 self.failed_steps += 1
                 self.errors.append(f"{item}: {type(e).__name__}: {e}")
@@ -210,6 +252,7 @@ class MagmaMemory:
                 "semantic_neighbours": self.semantic_neighbours,
                 "participants": list(self.participants),
                 "last_summary": self.last_summary,
+                "neighbourhood_hops": self.neighbourhood_hops,
                 "last_event": self._last_event,
                 "failed_steps": self.failed_steps,
                 "errors": list(self.errors),
@@ -219,16 +262,23 @@ class MagmaMemory:
 
     @classmethod
     def load(
-        cls, folder, embedder: Embedder, consolidate: Callable[["MagmaMemory", str], None] | None = None
+        cls,
+        folder,
+        embedder: Embedder,
+        normalizer: TemporalNormalizer | None = None,
+        event_extractor: EventExtractor | None = None,
+        consolidator: Consolidator | None = None,
     ) -> "MagmaMemory":
-        """A memory saved by ``save``; ``consolidate`` is the step for events ingested from now on."""
+        """A memory saved by ``save``; the stages are those for events ingested from now on."""
         bundle = load_bundle(folder, format=FORMAT, format_version=FORMAT_VERSION, embedder=embedder)
         state = bundle.state
         try:
             memory = cls(embedder, edge_types=tuple(state["edge_types"]),
                          semantic_threshold=state["semantic_threshold"],
-                         semantic_neighbours=state["semantic_neighbours"], consolidate=consolidate,
-                         participants=tuple(state["participants"]))
+                         semantic_neighbours=state["semantic_neighbours"],
+                         participants=tuple(state["participants"]), normalizer=normalizer,
+                         event_extractor=event_extractor, consolidator=consolidator,
+                         neighbourhood_hops=state.get("neighbourhood_hops", 2))
             memory.last_summary = state["last_summary"]
             memory._last_event = state["last_event"]
             memory.failed_steps = state["failed_steps"]

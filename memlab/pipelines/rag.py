@@ -57,29 +57,40 @@ class RAG(Pipeline):
         units = [unit for out in outputs for unit in out.units]
         return UnitMemory.build(units, self.embedder)
 
-    def retrieve(self, memory: UnitMemory, query: Query) -> list[Retrieved]:
+    def first_stage(self, memory: UnitMemory, query: Query) -> list[Retrieved]:
         depth = max(self.top_k, RECALL_DEPTH, self.rerank_depth if self.reranker is not None else 0)
         if self.retrieval == "dense":
-            ranking = memory.search_dense(query.text, k=depth)
-        elif self.retrieval == "bm25":
-            ranking = memory.search_bm25(query.text, k=depth)
-        else:
-            ranking = memory.search_hybrid(
-                query.text, k=depth, candidates=max(self.candidates, depth), rrf_k=self.rrf_k
-            )
-        if self.reranker is not None and ranking:
-            head, tail = ranking[: self.rerank_depth], ranking[self.rerank_depth:]
-            scores = self.reranker.run_one(RerankIn(query.text, tuple(r.unit.text for r in head))).scores
-            head = [Retrieved(r.unit, float(s)) for r, s in sorted(zip(head, scores), key=lambda p: -p[1])]
-            ranking = head + tail
-        return ranking
+            return memory.search_dense(query.text, k=depth)
+        if self.retrieval == "bm25":
+            return memory.search_bm25(query.text, k=depth)
+        return memory.search_hybrid(query.text, k=depth, candidates=max(self.candidates, depth), rrf_k=self.rrf_k)
+
+    def retrieve_many(self, memory: UnitMemory, queries: list[Query]) -> list[list[Retrieved]]:
+        rankings = [self.first_stage(memory, query) for query in queries]
+        reranked = [i for i, ranking in enumerate(rankings) if ranking] if self.reranker is not None else []
+        if reranked:  # one reranker call for the batch
+            heads = [rankings[i][: self.rerank_depth] for i in reranked]
+            outputs = self.reranker([RerankIn(queries[i].text, tuple(r.unit.text for r in head))
+                                     for i, head in zip(reranked, heads)])
+            for i, head, out in zip(reranked, heads, outputs):
+                head = [Retrieved(r.unit, float(s)) for r, s in sorted(zip(head, out.scores), key=lambda p: -p[1])]
+                rankings[i] = head + rankings[i][self.rerank_depth:]
+        return rankings
+
+    def retrieve(self, memory: UnitMemory, query: Query) -> list[Retrieved]:
+        return self.retrieve_many(memory, [query])[0]
+
+    def answer_many(self, memory: UnitMemory, queries: list[Query]) -> list[Answer]:
+        rankings = self.retrieve_many(memory, queries)
+        contexts = [render_units([r.unit for r in ranking[: self.top_k]]) for ranking in rankings]
+        outputs = self.answerer([AnswerIn(q.text, context, q.timestamp) for q, context in zip(queries, contexts)])
+        answers = []
+        for ranking, context, out in zip(rankings, contexts, outputs):
+            trace = Trace()
+            trace.add("retrieve", mode=self.retrieval, units=[r.unit.id for r in ranking[: self.top_k]])
+            trace.add("answer", text=out.text, error=out.error)
+            answers.append(Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=trace))
+        return answers
 
     def answer(self, memory: UnitMemory, query: Query) -> Answer:
-        trace = Trace()
-        ranking = self.retrieve(memory, query)
-        chosen = [r.unit for r in ranking[: self.top_k]]
-        trace.add("retrieve", mode=self.retrieval, units=[u.id for u in chosen])
-        context = render_units(chosen)
-        out = self.answerer.run_one(AnswerIn(query.text, context, query.timestamp))
-        trace.add("answer", text=out.text, error=out.error)
-        return Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=trace)
+        return self.answer_many(memory, [query])[0]

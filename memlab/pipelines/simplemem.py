@@ -32,8 +32,7 @@ from memlab.embed.base import Embedder
 from memlab.memory.index import MetadataFilter
 from memlab.memory.store import UnitMemory
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline
-from memlab.stages.answer import AnswerIn, Answerer
-from memlab.stages.answer.simplemem import join_context
+from memlab.stages.answer import AnswerIn, Answerer, join_context
 from memlab.stages.compress import ChunkCompressor, CompressIn, Compressor, sliding_windows
 from memlab.stages.plan import FixedPlanner, PlanIn, PlanOut, Planner
 from memlab.stages.synthesize import SynthesizeIn, Synthesizer, union_ids
@@ -202,10 +201,10 @@ class SimpleMem(Pipeline):
         trace.add("retrieve", **{name: [r.unit.id for r in hits] for name, hits in planned.views.items()},
                   union=[r.unit.id for r in planned.union])
         units = [r.unit for r in planned.union]
-        context = join_context(
-            [render_entry(u) for u in units if u.kind == "abstract"],
-            [render_entry(u) for u in units if u.kind != "abstract"],
+        item = AnswerIn(
+            query.text, join_context([], [render_entry(u) for u in units if u.kind != "abstract"]), query.timestamp,
+            abstracts=tuple(render_entry(u) for u in units if u.kind == "abstract"),
         )
-        out = self.answerer.run_one(AnswerIn(query.text, context, query.timestamp))
+        out = self.answerer.run_one(item)
         trace.add("answer", text=out.text, error=out.error)
-        return Answer(text=out.text, retrieved=planned.ranking, context=context, error=out.error, trace=trace)
+        return Answer(text=out.text, retrieved=planned.ranking, context=item.memory_text(), error=out.error, trace=trace)

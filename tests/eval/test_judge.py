@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from memlab.eval.judge import LABEL_SCHEMA, CorrectWrongJudge, Judge, JudgeIn, JudgeOut, parse_label
-from memlab.lm.base import ChatRequest, ParseError
+from memlab.lm.errors import ParseError
+from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import Stage
 from tests.fakes import ReplayLM

@@ -12,7 +12,7 @@ from memlab.config import instantiate, load_config, split_runner_keys
 from memlab.data import load_sample
 from memlab.eval.judge import SCORE_SCHEMA, Judge, JudgeIn, MagmaGraderJudge, parse_score
 from memlab.eval.runner import RunOptions, run_benchmark
-from memlab.lm.base import ParseError
+from memlab.lm.errors import ParseError
 from memlab.prompts import load_prompt
 from tests.eval.test_runner import _pipeline
 from tests.fakes import ReplayLM

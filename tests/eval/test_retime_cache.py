@@ -2,8 +2,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from memlab.lm.base import ChatRequest, Completion
 from memlab.lm.cache import ResponseCache
+from memlab.lm.types import ChatRequest, Completion
 from tests.fakes import ReplayLM
 
 REPO = Path(__file__).resolve().parents[2]

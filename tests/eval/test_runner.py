@@ -5,7 +5,7 @@ import pytest
 
 from memlab.data import load_sample
 from memlab.eval.runner import RunOptions, run_benchmark
-from memlab.lm.base import LMUnavailableError
+from memlab.lm.errors import LMUnavailableError
 from memlab.pipelines.fullcontext import FullContext
 from memlab.stages.answer import PromptedAnswerer
 from tests.fakes import ReplayLM

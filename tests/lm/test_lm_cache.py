@@ -5,8 +5,9 @@ import threading
 
 import pytest
 
-from memlab.lm.base import LM, ChatRequest, Completion
+from memlab.lm.base import LM
 from memlab.lm.cache import CacheError, ResponseCache, cache_key, default_cache_path
+from memlab.lm.types import ChatRequest, Completion
 
 
 def _completion(text: str = "hello", **kw) -> Completion:

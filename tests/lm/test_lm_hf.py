@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from memlab.lm.base import ChatRequest, LMUnavailableError  # noqa: E402
+from memlab.lm.errors import LMUnavailableError, PromptTooLongError  # noqa: E402
 from memlab.lm.hf import HFLM  # noqa: E402
-from memlab.lm.base import PromptTooLongError  # noqa: E402
 from memlab.lm.models import KNOWN_MODELS  # noqa: E402
+from memlab.lm.types import ChatRequest  # noqa: E402
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}[unused1] {{ m['role'] }} : {{ m['content'] }} [unused2] {% endfor %}"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from memlab.lm.base import ParseError
+from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import list_schema, object_schema, parse_json, strip_thinking
 
 REPAIRS = [

@@ -9,12 +9,12 @@ import threading
 import numpy as np
 import pytest
 
-from memlab.lm.base import ChatRequest, LMUnavailableError
-from memlab.lm.jsonparse import parse_json
-from memlab.lm.base import PromptTooLongError
+from memlab.lm.errors import LMUnavailableError, PromptTooLongError
 from memlab.lm.grammar import GreedyGrammarProcessor
+from memlab.lm.jsonparse import parse_json
 from memlab.lm.llamacpp import LlamaCppLM
 from memlab.lm.models import KNOWN_MODELS
+from memlab.lm.types import ChatRequest
 
 MODEL = "smollm2-135m-instruct-q4_1"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memlab.lm.base import LMUnavailableError
+from memlab.lm.errors import LMUnavailableError
 from memlab.lm.models import (
     DEFAULT_MODEL,
     KNOWN_MODELS,

@@ -10,9 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from memlab.lm.base import ChatRequest, LMError, LMUnavailableError
+from memlab.lm.errors import LMError, LMUnavailableError
 from memlab.lm.jsonparse import parse_json
 from memlab.lm.openai_compat import OpenAICompatLM
+from memlab.lm.types import ChatRequest
 
 from tests.conftest import SERVER_MODEL, free_port
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from memlab.config import build_pipeline
-from memlab.lm.base import ChatRequest
+from memlab.lm.types import ChatRequest
 from memlab.pipelines.base import RECALL_DEPTH
 from memlab.pipelines.emem import EMem, EMemG
 from memlab.stages.answer import PromptedAnswerer
@@ -206,7 +206,7 @@ def test_bad_completions_are_counted_and_the_run_goes_on():
 def _real_run(config: str, tmp_path, extra: tuple[str, ...] = ()) -> None:
     pytest.importorskip("llama_cpp")
     from memlab.data import load_sample
-    from memlab.lm.base import LMUnavailableError
+    from memlab.lm.errors import LMUnavailableError
     from memlab.lm.models import resolve_model
 
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memlab.config import build_pipeline
-from memlab.lm.base import ChatRequest
+from memlab.lm.types import ChatRequest
 from memlab.pipelines.base import RECALL_DEPTH
 from memlab.pipelines.magma import MAGMA
 from memlab.stages.answer.adaptive import AdaptiveAnswerer
@@ -22,7 +22,7 @@ from memlab.stages.route import RuleRouter
 from memlab.stages.segment import TurnSegmenter
 from memlab.stages.traverse import TraversalPolicy
 from memlab.types import Conversation, Query, Question, Session, Turn
-from tests.fakes import ReplayLM
+from tests.fakes import CallbackEventExtractor, ReplayLM
 from tests.memory.helpers import HashingEmbedder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,7 +169,7 @@ def test_config_and_ablations_build():
 def test_magma_with_a_real_small_model(tmp_path):
     pytest.importorskip("llama_cpp")
     from memlab.data import load_sample
-    from memlab.lm.base import LMUnavailableError
+    from memlab.lm.errors import LMUnavailableError
     from memlab.lm.models import resolve_model
 
     try:
@@ -225,11 +225,11 @@ def test_worker_backlog_and_wait_timeout():
     release = threading.Event()
     done: list[str] = []
 
-    def step(memory, event_id):
+    def step(item):  # the slow path's extraction call for event "e<i>" ("Ann: fact <i>")
         release.wait(5)
-        done.append(event_id)
+        done.append("e" + item.text.rsplit(" ", 1)[-1])
 
-    memory = MagmaMemory(HashingEmbedder(), consolidate=step)
+    memory = MagmaMemory(HashingEmbedder(), event_extractor=CallbackEventExtractor(step))
     for i in range(3):
         memory.ingest(MemoryUnit(f"e{i}", f"Ann: fact {i}", (f"D1:{i}",), datetime(2023, 5, 1 + i)))
     assert memory.backlog == 3 and not memory.wait_until_consolidated(timeout=0.1)

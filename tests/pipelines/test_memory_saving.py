@@ -10,7 +10,7 @@ from memlab.memory.store import MemoryStoreError
 from memlab.pipelines.emem_memory import EventMemory
 from memlab.pipelines.magma_memory import MagmaMemory
 from memlab.types import MemoryUnit, Query
-from tests.fakes import ReplayLM
+from tests.fakes import CallbackEventExtractor, ReplayLM
 from tests.memory.helpers import HashingEmbedder
 from tests.pipelines import test_emem, test_magma
 
@@ -44,7 +44,7 @@ def test_magma_round_trip_gives_identical_retrieval(tmp_path):
 
 def test_magma_refuses_to_save_with_a_backlog(tmp_path):
     release = threading.Event()
-    memory = MagmaMemory(HashingEmbedder(), consolidate=lambda m, i: release.wait(5))
+    memory = MagmaMemory(HashingEmbedder(), event_extractor=CallbackEventExtractor(lambda item: release.wait(5)))
     memory.ingest(MemoryUnit(id="e1", text="Ann went to Boston.", source_ids=("D1:1",)))
     try:
         with pytest.raises(MemoryStoreError, match="not yet consolidated.*wait_until_consolidated"):

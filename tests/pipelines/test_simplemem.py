@@ -15,7 +15,8 @@ from memlab.memory.store import UnitMemory
 from memlab.pipelines.base import RECALL_DEPTH
 from memlab.pipelines.simplemem import SimpleMem, interleave, merge_identical
 from memlab.stages.answer import PromptedAnswerer
-from memlab.stages.answer.simplemem import ReconstructiveAnswerer, join_context, split_context
+from memlab.stages.answer import join_context, split_context
+from memlab.stages.answer.simplemem import ReconstructiveAnswerer
 from memlab.stages.compress import ChunkCompressor, PromptedCompressor
 from memlab.stages.plan import FixedPlanner, PlanOut, PromptedPlanner
 from memlab.stages.synthesize import PromptedSynthesizer
@@ -234,7 +235,7 @@ def test_end_to_end_with_a_real_small_model(llama_cpp_works, tmp_path):
     lm = LlamaCppLM(model="smollm2-135m-instruct-q4_1", n_ctx=2048, cache=None)
     embedder = SentenceTransformerEmbedder()
     pipeline = SimpleMem(
-        compressor=PromptedCompressor(lm=lm, temporal=RuleTemporalNormalizer(), max_units=2, max_tokens=128),
+        compressor=PromptedCompressor(lm=lm, normalizer=RuleTemporalNormalizer(), max_units=2, max_tokens=128),
         embedder=embedder,
         synthesizer=PromptedSynthesizer(lm=lm, embedder=embedder, max_tokens=64),
         planner=PromptedPlanner(lm=lm, max_tokens=96),

@@ -4,7 +4,8 @@ from datetime import datetime
 
 from memlab.prompts import load_prompt
 from memlab.stages.answer import AnswerIn
-from memlab.stages.answer.adaptive import DYNAMIC_INSTRUCTIONS, AdaptiveAnswerer, AdaptiveAnswerIn
+from memlab.stages.answer import AnswerIn as AdaptiveAnswerIn
+from memlab.stages.answer.adaptive import DYNAMIC_INSTRUCTIONS, AdaptiveAnswerer
 from tests.fakes import ReplayLM
 
 

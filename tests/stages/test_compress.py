@@ -63,8 +63,8 @@ def test_sliding_windows_examples_and_errors():
 
 
 def test_render_annotates_dates_lists_ids_and_bounds_the_schema():
-    stage = PromptedCompressor(lm=ReplayLM([]), temporal=RuleTemporalNormalizer(), max_units=4, max_entities=3)
-    request = stage.render(_window())
+    stage = PromptedCompressor(lm=ReplayLM([]), normalizer=RuleTemporalNormalizer(), max_units=4, max_entities=3)
+    request = stage.render(stage.resolve_dates([_window()])[0])
     prompt = request.messages[-1]["content"]
     assert "You are a memory encoder in a long-term memory system." in prompt  # published A.1
     assert "Window Start Time: 2023-03-10T18:30:00" in prompt
@@ -94,7 +94,7 @@ def test_parse_valid_units_keep_metadata_and_provenance():
 def test_resolved_dates_the_model_was_shown_count_as_grounded():
     # The model sees "yesterday (9 March 2023)"; a unit naming that date is grounded in the window.
     lm = ReplayLM([_reply(_unit("Tomas ran the city marathon on 9 March 2023.", ["Tomas", "9 March 2023"]))])
-    out = PromptedCompressor(lm=lm, temporal=RuleTemporalNormalizer()).run_one(_window())
+    out = PromptedCompressor(lm=lm, normalizer=RuleTemporalNormalizer()).run_one(_window())
     assert [u.text for u in out.units] == ["Tomas ran the city marathon on 9 March 2023."]
     assert out.units[0].attributes["entities"] == ["Tomas", "9 March 2023"]
 

@@ -20,7 +20,9 @@ SESSION = Session("session_1", datetime(2023, 5, 8, 13, 56), TURNS)
 
 
 def extractor(script, **kwargs) -> PromptedEDUExtractor:
-    return PromptedEDUExtractor(lm=ReplayLM(script), **kwargs)
+    from memlab.stages.temporal import RuleTemporalNormalizer
+
+    return PromptedEDUExtractor(lm=ReplayLM(script), **{"normalizer": RuleTemporalNormalizer(), **kwargs})
 
 
 def test_render_resolves_dates_in_code_and_bounds_the_output():

@@ -5,6 +5,7 @@ from datetime import datetime
 
 from memlab.prompts import load_prompt
 from memlab.stages.event import EventIn, PromptedEventExtractor
+from memlab.stages.temporal import RuleTemporalNormalizer
 from tests.fakes import ReplayLM
 
 ITEM = EventIn(
@@ -46,7 +47,7 @@ def test_render_fills_the_prompt_and_bounds_the_lists():
 
 
 def test_parse_resolves_dates_and_drops_ungrounded_entities():
-    out = PromptedEventExtractor(ReplayLM([reply()])).run_one(ITEM)
+    out = PromptedEventExtractor(ReplayLM([reply()]), normalizer=RuleTemporalNormalizer()).run_one(ITEM)
     assert out.entities == ("Priya", "Boston", "Tomas")  # Gandalf is not in the utterance
     assert out.dates_mentioned == ("7 May 2023",)
     assert "last Sunday (7 May 2023)" in out.summary

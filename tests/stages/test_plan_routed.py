@@ -2,6 +2,7 @@ from datetime import date, datetime
 
 from memlab.stages.plan import PlanIn, RoutedPlanner
 from memlab.stages.route import IntentRouter, RouteIn, RouteOut, RuleRouter
+from memlab.stages.temporal import RuleTemporalNormalizer
 
 
 class ComplexityRouter(IntentRouter):
@@ -22,7 +23,7 @@ def test_depth_follows_the_routers_complexity_and_window_becomes_the_range():
 
 
 def test_a_router_without_complexity_gets_the_default():
-    plan = RoutedPlanner(RuleRouter(), default_complexity="LOW").run_one(
+    plan = RoutedPlanner(RuleRouter(normalizer=RuleTemporalNormalizer()), default_complexity="LOW").run_one(
         PlanIn("When did Priya go hiking last week?", datetime(2023, 5, 20)))
     assert plan.complexity == "LOW" and plan.depth == 3
     assert plan.start is not None and plan.start <= plan.end

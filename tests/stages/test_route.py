@@ -6,6 +6,7 @@ from datetime import date, datetime
 import pytest
 
 from memlab.stages.route import PromptedRouter, RouteIn, RuleRouter
+from memlab.stages.temporal import RuleTemporalNormalizer
 from tests.fakes import ReplayLM
 
 
@@ -27,7 +28,7 @@ def test_rule_router_labels(question, intent, qtype):
 
 
 def test_rule_router_time_window_and_keywords():
-    out = RuleRouter().run_one(RouteIn("What did Caroline do last Friday in Boston?", datetime(2023, 6, 1)))
+    out = RuleRouter(normalizer=RuleTemporalNormalizer()).run_one(RouteIn("What did Caroline do last Friday in Boston?", datetime(2023, 6, 1)))
     assert out.time_window == (date(2023, 5, 26), date(2023, 5, 26))
     assert "Caroline" in out.keywords and "Boston" in out.keywords and "did" not in out.keywords
     assert RuleRouter().run_one(RouteIn("What did Caroline do last Friday?")).time_window is None
@@ -44,7 +45,7 @@ def test_rule_router_label_set_is_configurable():
 
 def test_prompted_router_renders_parses_and_constrains():
     lm = ReplayLM([json.dumps({"intent": "WHY", "question_type": "multi-hop"})])
-    out = PromptedRouter(lm).run_one(RouteIn("Why did they both move in May 2023?", datetime(2023, 6, 1)))
+    out = PromptedRouter(lm, normalizer=RuleTemporalNormalizer()).run_one(RouteIn("Why did they both move in May 2023?", datetime(2023, 6, 1)))
     assert (out.intent, out.question_type) == ("WHY", "multi-hop")
     assert out.time_window == (date(2023, 5, 1), date(2023, 5, 31))
     request = lm.requests[0]

@@ -53,7 +53,9 @@ def test_training_lowers_the_summed_loss_and_ignores_unlabelled_questions():
 
 
 def test_forward_fills_route_out_and_maps_adversarial_to_none(tmp_path):
-    router = small_router()
+    from memlab.stages.temporal import RuleTemporalNormalizer
+
+    router = small_router(normalizer=RuleTemporalNormalizer())
     router.warm_up()  # the heads exist once the encoder is loaded
     with torch.no_grad():  # make the heads decide: bias towards "adversarial", "WHEN", "HIGH"
         for name, label in (("question_type", "adversarial"), ("intent", "WHEN"), ("complexity", "HIGH")):

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from memlab.config import ConfigError
-from memlab.data.supervision import conversation_texts, distillation_dropped
-from memlab.lm.base import ChatRequest, Completion
 from memlab.lm.cache import ResponseCache
+from memlab.lm.types import ChatRequest, Completion
 from memlab import training
 from memlab.training import recipe_path, run_recipe
+from memlab.training.supervision import conversation_texts, distillation_dropped
 
 SAMPLE = recipe_path("distill_stage").parents[1] / "memlab" / "data" / "samples" / "sample_locomo.json"
 

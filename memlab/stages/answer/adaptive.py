@@ -1,16 +1,15 @@
 """MAGMA's query-adaptive answerer (appendix C.2): one prompt, an instruction picked per question.
 
-The router (not a gold label) gives each question a type; the pipeline passes it in an
-``AdaptiveAnswerIn`` (an ``AnswerIn`` with the type and the constraints line), so this
-answerer also accepts a plain ``AnswerIn`` (it then uses ``default_type``), and any other
-answerer accepts what the MAGMA pipeline sends.
+The router (not a gold label) gives each question a type; the pipeline passes it in
+``AnswerIn.question_type`` and its time window in ``AnswerIn.constraints``. An input without a
+type gets ``default_type``'s instruction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
+from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer
@@ -26,14 +25,6 @@ DYNAMIC_INSTRUCTIONS: dict[str, str] = {
     "single-hop": "Extract the specific entity, name, or method requested. Do not add explanations. Return the "
                   "exact fact matching the query intent.",
 }
-
-
-@dataclass(frozen=True)
-class AdaptiveAnswerIn(AnswerIn):
-    #: The router's question type (a key of ``DYNAMIC_INSTRUCTIONS``), or None.
-    question_type: str | None = None
-    #: The constraints line of the prompt (e.g. the question's time window); "" for none.
-    constraints: str = ""
 
 
 class AdaptiveAnswerer(PromptedStage, Answerer):
@@ -57,13 +48,12 @@ class AdaptiveAnswerer(PromptedStage, Answerer):
         self.default_type = default_type
 
     def render(self, item: AnswerIn) -> ChatRequest:
-        question_type = getattr(item, "question_type", None)
-        instruction = self.instructions.get(question_type or "", self.instructions[self.default_type])
-        constraints = [getattr(item, "constraints", "")]
+        instruction = self.instructions.get(item.question_type or "", self.instructions[self.default_type])
+        constraints = [item.constraints]
         if item.question_date is not None:
             constraints.append(f"the question is asked on {item.question_date:%d %B %Y}")
         text = self.prompt.render(
-            context=item.context or "(no memories)",
+            context=item.memory_text() or "(no memories)",
             question=item.question,
             category_specific_constraints="; ".join(c for c in constraints if c) or "none",
             dynamic_instruction=instruction,

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import re
 
-from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import strip_thinking
+from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer
@@ -48,7 +50,7 @@ class CoTAnswerer(PromptedStage, Answerer):
         self.prompt = load_prompt(prompt)
 
     def render(self, item: AnswerIn) -> ChatRequest:
-        context = item.context or "(no memories)"
+        context = item.memory_text() or "(no memories)"
         if item.question_date is not None:
             context = f"(The question is asked on {item.question_date:%d %B %Y}.)\n{context}"
         return self.request(self.prompt.render(context=context, question=item.question))

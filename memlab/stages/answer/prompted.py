@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
+from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer
@@ -26,7 +28,7 @@ class PromptedAnswerer(PromptedStage, Answerer):
         self.prompt = load_prompt(prompt)
 
     def render(self, item: AnswerIn) -> ChatRequest:
-        context = item.context
+        context = item.memory_text()
         if item.question_date is not None:
             context = f"(The question is asked on {item.question_date:%d %B %Y}.)\n{context}"
         return self.request(self.prompt.render(context=context, question=item.question))

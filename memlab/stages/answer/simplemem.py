@@ -1,10 +1,8 @@
 """SimpleMem's answerer: the reconstructive-synthesis prompt (appendix A.3).
 
-The prompt reads abstract representations and detailed memory units in two blocks, while
-``AnswerIn`` carries one context string. The pipeline writes that string with
-``join_context`` (one entry per line, abstracts marked ``[ABSTRACT]``), so any answerer reads
-it as plain memory text, and this one splits it back into the two blocks with
-``split_context``.
+The prompt reads abstract representations and detailed memory units in two blocks:
+``AnswerIn.abstracts`` and the lines of ``AnswerIn.context`` (one entry per line), read back
+from their one rendering (``AnswerIn.memory_text``, which any other answerer reads whole).
 
 With ``answer_suffix`` (the default) memlab's short instructions from
 ``simplemem/answer_suffix`` (answer from an entry that states or implies the answer, abstain
@@ -14,30 +12,14 @@ verbatim. ``answer_suffix=False`` renders A.3 alone, the faithful variant.
 
 from __future__ import annotations
 
-from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
+from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer
+from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer, split_context
 
-ABSTRACT_MARK = "[ABSTRACT] "
 NONE_RETRIEVED = "(none)"
-
-
-def join_context(abstracts: list[str], units: list[str]) -> str:
-    """One line per entry: the abstracts (marked) first, then the detailed units."""
-    lines = [ABSTRACT_MARK + " ".join(a.split()) for a in abstracts]
-    return "\n".join(lines + [" ".join(u.split()) for u in units])
-
-
-def split_context(context: str) -> tuple[list[str], list[str]]:
-    """Inverse of ``join_context``: ``(abstracts, units)``."""
-    abstracts, units = [], []
-    for line in context.splitlines():
-        if line.startswith(ABSTRACT_MARK):
-            abstracts.append(line[len(ABSTRACT_MARK):])
-        elif line.strip():
-            units.append(line)
-    return abstracts, units
 
 
 class ReconstructiveAnswerer(PromptedStage, Answerer):
@@ -59,7 +41,7 @@ class ReconstructiveAnswerer(PromptedStage, Answerer):
         self.suffix = load_prompt(suffix).render() if answer_suffix else None
 
     def render(self, item: AnswerIn) -> ChatRequest:
-        abstracts, units = split_context(item.context)
+        abstracts, units = split_context(item.memory_text())
         if item.question_date is not None:
             units = [f"(The question is asked on {item.question_date:%d %B %Y}.)"] + units
         block = lambda lines: ("\n" + "\n".join(f"- {line}" for line in lines) + "\n") if lines else NONE_RETRIEVED

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import list_schema, object_schema, parse_json
+from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.arguments.base import ArgumentExtractor, ArgumentIn, ArgumentOut, EventFrame, normalize_argument

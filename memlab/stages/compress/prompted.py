@@ -3,9 +3,10 @@
 What the code does around the published prompt, so a small model can follow it (none of
 it changes the algorithm, and all of it is harmless for a strong model):
 
-* Before the call, each turn's relative time expressions are resolved by the injected
-  ``TemporalNormalizer`` (rules: "yesterday" -> "yesterday (9 March 2023)"), using the
-  turn's own timestamp (or its session's): date arithmetic is done in code.
+* Before the call (``resolve_dates``, run by ``forward`` once per window), each turn's
+  relative time expressions are resolved by the injected ``normalizer`` (rules: "yesterday"
+  -> "yesterday (9 March 2023)"), using the turn's own timestamp (or its session's): date
+  arithmetic is done in code. Rendering and parsing see the resolved window.
 * Each dialogue line carries its turn id, and the output schema asks for ``source_turns``
   per unit (with the window's ids as its only allowed values). List sizes are bounded.
 * Every unit is validated against its window: unusable supporting ids are dropped and an
@@ -30,8 +31,10 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import parse_json
+from memlab.lm.types import ChatRequest
 from memlab.prompts import PromptTemplate, load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.compress.base import (
@@ -42,7 +45,7 @@ from memlab.stages.compress.base import (
     parse_timestamp,
 )
 from memlab.stages.temporal.base import TemporalIn, TemporalNormalizer
-from memlab.types import MemoryUnit, Turn
+from memlab.types import MemoryUnit
 
 # What parse accepts (bounds and enums are enforced in code, so a model that ignores them
 # loses only the excess, not the whole window).
@@ -97,7 +100,7 @@ class PromptedCompressor(PromptedStage, Compressor):
     def __init__(
         self,
         lm: LM,
-        temporal: TemporalNormalizer | None = None,
+        normalizer: TemporalNormalizer | None = None,
         prompt: str = "simplemem/compress",
         provenance_prompt: str | None = "simplemem/compress_provenance",
         retry_prompt: str | None = "simplemem/compress_retry",
@@ -113,7 +116,7 @@ class PromptedCompressor(PromptedStage, Compressor):
         if min(max_units, max_entities, max_sources) < 1:
             raise ValueError(f"max_units, max_entities and max_sources must be positive, "
                              f"got {max_units}, {max_entities}, {max_sources}")
-        self.temporal = temporal
+        self.normalizer = normalizer
         self.prompt = load_prompt(prompt)
         self.provenance_prompt = load_prompt(provenance_prompt) if provenance_prompt else None
         self.retry_prompt = load_prompt(retry_prompt) if retry_prompt else None
@@ -129,16 +132,21 @@ class PromptedCompressor(PromptedStage, Compressor):
         first = item.turns[0].timestamp if item.turns else None
         return first or item.session.timestamp
 
-    def annotated_turns(self, item: CompressIn) -> list[Turn]:
-        """The window's turns with relative dates resolved beside them (when a normalizer is set)."""
-        if self.temporal is None:
-            return list(item.turns)
-        requests = [TemporalIn(turn.text, turn.timestamp or item.session.timestamp) for turn in item.turns]
-        texts = self.temporal.rewrite(requests)
-        return [replace(turn, text=text) for turn, text in zip(item.turns, texts)]
+    def resolve_dates(self, batch: list[CompressIn]) -> list[CompressIn]:
+        """The windows with their turns' relative dates resolved beside them (when a normalizer
+        is set), in one normalizer call for the whole batch."""
+        if self.normalizer is None:
+            return list(batch)
+        requests = [TemporalIn(turn.text, turn.timestamp or item.session.timestamp) for item in batch for turn in item.turns]
+        texts = iter(self.normalizer.rewrite(requests))
+        return [replace(item, turns=tuple(replace(turn, text=next(texts)) for turn in item.turns)) for item in batch]
 
-    def dialogue(self, item: CompressIn) -> str:
-        return "\n".join(f"[{turn.id}] {turn.render()}" for turn in self.annotated_turns(item))
+    def forward(self, batch: list[CompressIn]) -> list[CompressOut]:
+        return PromptedStage.forward(self, self.resolve_dates(batch))
+
+    @staticmethod
+    def dialogue(item: CompressIn) -> str:
+        return "\n".join(f"[{turn.id}] {turn.render()}" for turn in item.turns)
 
     def render(self, item: CompressIn) -> ChatRequest:
         return self.render_prompt(self.prompt, item)
@@ -158,9 +166,9 @@ class PromptedCompressor(PromptedStage, Compressor):
     # -- parsing and validation ---------------------------------------------------------------
     def parse(self, text: str, item: CompressIn) -> CompressOut:
         data = parse_json(text, PARSE_SCHEMA)
-        # Validate against what the model was shown: the turns with their dates resolved, so a
-        # unit naming "28 March 2023" for "last Tuesday" is grounded, not dropped.
-        window_text = "\n".join(turn.render() for turn in self.annotated_turns(item))
+        # Validate against what the model was shown: the turns with their dates resolved (by
+        # ``forward``), so a unit naming "28 March 2023" for "last Tuesday" is grounded, not dropped.
+        window_text = "\n".join(turn.render() for turn in item.turns)
         units: list[MemoryUnit] = []
         seen: set[str] = set()
         for raw in data["memory_units"]:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from memlab.lm.base import LM, ChatRequest
+from memlab.lm.base import LM
 from memlab.lm.jsonparse import object_schema, parse_json
+from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.consolidate.base import CausalLink, ConsolidateIn, ConsolidateOut, Consolidator, EventRef

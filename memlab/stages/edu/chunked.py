@@ -15,8 +15,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import object_schema, parse_json
+from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.edu.base import EDUExtractor, grounded

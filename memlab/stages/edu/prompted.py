@@ -1,8 +1,8 @@
 """Prompted EDU extraction (EMem 3.2): a session (or a window of its turns) -> EDUs, one call.
 
 Adaptations for small local models, none of which changes what is extracted: relative dates
-are resolved in code (``RuleTemporalNormalizer``) and written into the turns before the
-call; the output is JSON-schema constrained with at most ``max_edus`` items; a long session
+are resolved in code (the injected ``normalizer``; none: left as said) and written into the
+turns before the call; the output is JSON-schema constrained with at most ``max_edus`` items; a long session
 can be split into windows of ``max_turns_per_call`` turns and ``max_chars_per_call``
 characters (``None`` turns: the whole session in one call, as in the paper, when it fits); every EDU's source ids are checked against the window
 (``validate_sources``) and EDUs sharing no word with the window are dropped.
@@ -28,14 +28,16 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import list_schema, object_schema, parse_json
+from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.edu.base import EDUExtractor, grounded, validate_sources
 from memlab.stages.segment.base import SegmentIn, SegmentOut
 from memlab.stages.segment.rules import format_date
-from memlab.stages.temporal import RuleTemporalNormalizer, TemporalIn
+from memlab.stages.temporal import TemporalIn, TemporalNormalizer
 from memlab.types import MemoryUnit, Session, Turn
 
 
@@ -64,11 +66,14 @@ def edu_schema(max_edus: int | None = None) -> dict:
     return schema
 
 
-def annotated_lines(session: Session, turns: tuple[Turn, ...], normalizer: RuleTemporalNormalizer) -> tuple[str, ...]:
-    """``[id] Speaker: text`` per turn, relative time expressions resolved against the session date."""
+def annotated_lines(
+    session: Session, turns: tuple[Turn, ...], normalizer: TemporalNormalizer | None
+) -> tuple[str, ...]:
+    """``[id] Speaker: text`` per turn, relative time expressions resolved against the session
+    date by ``normalizer`` (when there is one)."""
     texts = [turn.render() for turn in turns]
     reference = session.timestamp
-    if reference is not None:
+    if reference is not None and normalizer is not None:
         texts = normalizer.rewrite([TemporalIn(text, turn.timestamp or reference) for text, turn in zip(texts, turns)])
     return tuple(f"[{turn.id}] {text}" for turn, text in zip(turns, texts))
 
@@ -114,6 +119,7 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
         max_tokens: int = 768,
         loop_repeats: int = 3,
         temperature: float = 0.0,
+        normalizer: TemporalNormalizer | None = None,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         if max_edus < 1:
@@ -126,7 +132,7 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
         self.max_chars_per_turn = max_chars_per_turn
         self.max_chars_per_call = max_chars_per_call
         self.loop_repeats = loop_repeats
-        self.normalizer = RuleTemporalNormalizer()
+        self.normalizer = normalizer
 
     # -- windows -------------------------------------------------------------------------
     def windows(self, item: SegmentIn) -> list[_Window]:

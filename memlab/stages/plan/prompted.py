@@ -24,8 +24,10 @@ import json
 from datetime import datetime, time
 from typing import Any
 
-from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import parse_json
+from memlab.lm.types import ChatRequest
 from memlab.prompts import PromptTemplate, load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.compress.base import parse_timestamp

@@ -18,7 +18,8 @@ Contract
   never sees a gold category.
 * Implementations: ``RuleRouter`` (keyword patterns), ``PromptedRouter`` (a local or served
   LLM, JSON-schema constrained), ``QueryRouter`` (a trainable encoder with one classifier
-  head per signal). Each fills the time window and keywords with ``query_signals``.
+  head per signal). Each fills the time window and keywords with ``query_signals``, the
+  window by its injected ``normalizer`` (a ``TemporalNormalizer``; without one, no window).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from datetime import date, datetime
 
 from memlab.memory.index import tokenize
 from memlab.stage import Stage
-from memlab.stages.temporal import RuleTemporalNormalizer, TemporalIn
+from memlab.stages.temporal import TemporalIn, TemporalNormalizer
 
 #: MAGMA's intents (3.3, T_q).
 INTENTS: tuple[str, ...] = ("WHY", "WHEN", "ENTITY")
@@ -62,7 +63,6 @@ class IntentRouter(Stage[RouteIn, RouteOut]):
     Out = RouteOut
 
 
-_NORMALIZER = RuleTemporalNormalizer()
 _QUESTION_WORDS = frozenset(
     "what when where who whom whose which why how did does do is are was were has have had the a an of to in on "
     "for with and or at by about from as that this it its be been being would could should will can may might "
@@ -70,11 +70,14 @@ _QUESTION_WORDS = frozenset(
 )
 
 
-def query_signals(item: RouteIn) -> tuple[tuple[date, date] | None, tuple[str, ...]]:
-    """The question's time window (union of its resolved time expressions) and keywords."""
+def query_signals(
+    item: RouteIn, normalizer: TemporalNormalizer | None
+) -> tuple[tuple[date, date] | None, tuple[str, ...]]:
+    """The question's time window (union of its time expressions as ``normalizer`` resolves
+    them; None without a normalizer or a reference) and keywords."""
     window = None
-    if item.reference is not None:
-        mentions = _NORMALIZER.run_one(TemporalIn(item.question, item.reference)).mentions
+    if item.reference is not None and normalizer is not None:
+        mentions = normalizer.run_one(TemporalIn(item.question, item.reference)).mentions
         if mentions:
             window = (min(m.start for m in mentions), max(m.end for m in mentions))
     words = [w for w in re.findall(r"[A-Za-z0-9']+", item.question) if w.lower() not in _QUESTION_WORDS]

@@ -10,6 +10,7 @@ from torch import nn
 
 from memlab.stages.encoder import EncoderStage, TextEncoder
 from memlab.stages.route.base import INTENTS, QUESTION_TYPES, IntentRouter, RouteIn, RouteOut, query_signals
+from memlab.stages.temporal import TemporalNormalizer
 
 #: Head name -> class labels. "adversarial" (LoCoMo's unanswerable category) is learnable but
 #: is no answer-prompt type, so it routes as ``question_type=None``.
@@ -27,7 +28,7 @@ class QueryRouter(EncoderStage, IntentRouter):
 
     ``forward`` reads the ``intent``, ``question_type`` and ``complexity`` heads when present;
     a missing ``intent`` head gives ``default_intent``, a missing other head ``None``. The
-    time window and keywords come from ``query_signals``. Weights load on first use and a
+    time window and keywords come from ``query_signals`` with ``normalizer``. Weights load on first use and a
     LoRA checkpoint holds the adapter and the heads only (see ``memlab.stages.encoder``).
 
     Training API: ``logits`` (differentiable, one ``[batch, n_labels]`` tensor per head) and
@@ -45,6 +46,7 @@ class QueryRouter(EncoderStage, IntentRouter):
         batch_size: int = 64,
         device: str = "cpu",
         default_intent: str = "ENTITY",
+        normalizer: TemporalNormalizer | None = None,
     ) -> None:
         super().__init__()
         heads = DEFAULT_HEADS if heads is None else heads
@@ -67,6 +69,7 @@ class QueryRouter(EncoderStage, IntentRouter):
         self.batch_size = batch_size
         self.device = device
         self.default_intent = default_intent
+        self.normalizer = normalizer
         self.heads: nn.ModuleDict | None = None
 
     @property
@@ -121,7 +124,7 @@ class QueryRouter(EncoderStage, IntentRouter):
     def forward(self, batch: list[RouteIn]) -> list[RouteOut]:
         out = []
         for item, labels in zip(batch, self.predict([item.question for item in batch])):
-            window, keywords = query_signals(item)
+            window, keywords = query_signals(item, self.normalizer)
             question_type = labels.get("question_type")
             out.append(RouteOut(
                 intent=labels.get("intent", self.default_intent),

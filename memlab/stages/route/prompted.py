@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from memlab.lm.base import LM, ChatRequest, ParseError
+from dataclasses import replace
+
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import object_schema, parse_json
+from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.route.base import INTENTS, QUESTION_TYPES, IntentRouter, RouteIn, RouteOut, query_signals
+from memlab.stages.temporal import TemporalNormalizer
 
 
 class PromptedRouter(PromptedStage, IntentRouter):
     """Asks the LM for ``{"intent": ..., "question_type": ...}`` from closed label sets.
 
-    The time window and keywords come from code (``query_signals``). A reply that cannot be
-    parsed falls back to ``default_intent`` / no question type (a counted failure).
+    The time window and keywords come from code (``query_signals`` with ``normalizer``), added
+    to every output after the call. A reply that cannot be parsed falls back to
+    ``default_intent`` / no question type (a counted failure).
     """
 
     def __init__(
@@ -25,8 +31,10 @@ class PromptedRouter(PromptedStage, IntentRouter):
         default_intent: str = "ENTITY",
         max_tokens: int = 40,
         temperature: float = 0.0,
+        normalizer: TemporalNormalizer | None = None,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        self.normalizer = normalizer
         self.prompt = load_prompt(prompt)
         self.intents = tuple(intents)
         self.question_types = tuple(question_types)
@@ -48,14 +56,12 @@ class PromptedRouter(PromptedStage, IntentRouter):
         if intent not in self.intents:
             raise ParseError(f"intent {data.get('intent')!r} is not one of {self.intents}")
         question_type = str(data.get("question_type", "")).strip().lower()
-        window, keywords = query_signals(item)
-        return RouteOut(
-            intent=intent,
-            question_type=question_type if question_type in self.question_types else None,
-            time_window=window,
-            keywords=keywords,
-        )
+        return RouteOut(intent=intent, question_type=question_type if question_type in self.question_types else None)
 
     def fallback(self, item: RouteIn, error: str) -> RouteOut:
-        window, keywords = query_signals(item)
-        return RouteOut(intent=self.default_intent, time_window=window, keywords=keywords, error=error)
+        return RouteOut(intent=self.default_intent, error=error)
+
+    def forward(self, batch: list[RouteIn]) -> list[RouteOut]:
+        outputs = PromptedStage.forward(self, batch)
+        signals = [query_signals(item, self.normalizer) for item in batch]
+        return [replace(out, time_window=window, keywords=keywords) for out, (window, keywords) in zip(outputs, signals)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from memlab.stages.route.base import IntentRouter, RouteIn, RouteOut, query_signals
+from memlab.stages.temporal import TemporalNormalizer
 
 #: Patterns per intent, tried in order; a question matching none gets ``default_intent``.
 DEFAULT_INTENT_RULES: dict[str, list[str]] = {
@@ -27,7 +28,7 @@ class RuleRouter(IntentRouter):
 
     ``intent_rules`` / ``type_rules`` map a label to patterns; labels are tried in the
     mapping's order; ``default_intent`` / ``default_type`` apply when none matches
-    (``default_type=None`` leaves the type unset).
+    (``default_type=None`` leaves the type unset). ``normalizer`` resolves the time window.
     """
 
     def __init__(
@@ -36,8 +37,10 @@ class RuleRouter(IntentRouter):
         default_intent: str = "ENTITY",
         type_rules: dict[str, list[str]] | None = None,
         default_type: str | None = "single-hop",
+        normalizer: TemporalNormalizer | None = None,
     ) -> None:
         super().__init__()
+        self.normalizer = normalizer
         self.intent_rules = _compile(DEFAULT_INTENT_RULES if intent_rules is None else intent_rules, "intent_rules")
         self.type_rules = _compile(DEFAULT_TYPE_RULES if type_rules is None else type_rules, "type_rules")
         self.default_intent = default_intent
@@ -48,7 +51,7 @@ class RuleRouter(IntentRouter):
         return tuple(dict.fromkeys([*self.intent_rules, self.default_intent]))
 
     def route(self, item: RouteIn) -> RouteOut:
-        window, keywords = query_signals(item)
+        window, keywords = query_signals(item, self.normalizer)
         return RouteOut(
             intent=_first_match(self.intent_rules, item.question, self.default_intent),
             question_type=_first_match(self.type_rules, item.question, self.default_type),

@@ -25,8 +25,10 @@ from typing import Any
 import numpy as np
 
 from memlab.embed.base import Embedder
-from memlab.lm.base import LM, ChatRequest, ParseError
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import object_schema, parse_json
+from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.synthesize.base import SynthesizeIn, SynthesizeOut, Synthesizer, merged_unit

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 from datetime import date
 
-from memlab.lm.base import LM, ChatRequest
+from memlab.lm.base import LM
 from memlab.lm.jsonparse import parse_json
+from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.temporal.base import (

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from memlab.clock import active_seconds
-from memlab.data.supervision import evaluable_questions, turn_units
 from memlab.eval.metrics import recall_at_k
+from memlab.training.supervision import evaluable_questions, turn_units
 from memlab.types import ANSWERABLE_CATEGORIES, Conversation, MemoryUnit
 
 if TYPE_CHECKING:

@@ -229,7 +229,7 @@ def rerank_examples(
                 rows.append(row(memory.get(unit_id), 0, source, rank))
             counts["positives"] += len(positives)
             counts["negatives"] += len(picked)
-    card = f"""memlab reranking supervision (memlab.data.supervision.rerank_examples).
+    card = f"""memlab reranking supervision (memlab.training.supervision.rerank_examples).
 Rows: one (question, memory unit) pair; label 1 when the unit's source_ids contain a gold evidence turn id, else 0.
 Units: {"turn units (TurnSegmenter, as rag_turns)" if units is None else getattr(units, "__name__", repr(units))}.
 Positives: every unit holding gold evidence (source "positive", rank = rank in the hybrid RRF ranking, -1 if outside).
@@ -314,7 +314,7 @@ def routing_examples(conversations: Sequence[Conversation]) -> datasets.Dataset:
                 "question_type": question.category, "intent": question_intent(question),
                 "complexity": question_complexity(question),
             })
-    card = f"""memlab routing supervision (memlab.data.supervision.routing_examples).
+    card = f"""memlab routing supervision (memlab.training.supervision.routing_examples).
 Rows: one LoCoMo question. question_type: the gold LoCoMo category (5 classes, by name).
 intent and complexity are DERIVED by a fixed mapping (LoCoMo has no intent labels; no teacher model):
   intent = WHEN for temporal questions (and adversarial ones matching a DEFAULT_INTENT_RULES["WHEN"] pattern);
@@ -409,7 +409,7 @@ def distillation_examples(
                 "completion": entry.completion.text,
                 "json_schema": json.dumps(schema, sort_keys=True) if schema is not None else "",
             })
-    card = f"""memlab distillation data (memlab.data.supervision.distillation_examples).
+    card = f"""memlab distillation data (memlab.training.supervision.distillation_examples).
 Rows: one cached LM call: the request messages and the completion the teacher model produced (json_schema: the
 request's constrained-decoding schema as JSON, "" if none). Source: {cache.path}; model: {model or "all"};
 first-message pattern: {match!r}; excluded texts: {len(excluded)}. Kept {len(rows)}; dropped {dropped["not_matching"]} not matching,

@@ -159,7 +159,7 @@ def recipe_path(name: str, search: tuple[Path, ...] | None = None) -> Path:
     """``train/<name>.py`` in the current directory or in the checkout memlab runs from."""
     if not name.replace("_", "").isalnum():
         raise ConfigError(f"recipe name {name!r} must be a plain identifier (e.g. finetune_reranker)")
-    roots = search or (Path.cwd(), Path(__file__).resolve().parents[1])
+    roots = search or (Path.cwd(), Path(__file__).resolve().parents[2])
     for root in roots:
         candidate = root / "train" / f"{name}.py"
         if candidate.is_file():
@@ -189,16 +189,13 @@ def run_recipe(name: str, config: dict[str, Any]) -> dict[str, Any]:
 def load_conversations(path: str | os.PathLike, ids: list[str] | tuple[str, ...] | None = None):
     """The conversations of the LoCoMo file ``path``; with ``ids``, only those (in the file's order),
     and a ConfigError naming any id the file does not hold and the ones it does."""
-    from memlab.data import load_dataset
+    from memlab.data import DataError, load_dataset, select_conversations
 
     conversations = load_dataset(path)
-    if ids:
-        unknown = set(ids) - {c.id for c in conversations}
-        if unknown:
-            raise ConfigError(f"conversations {sorted(unknown)} are not in {path} "
-                              f"(available: {[c.id for c in conversations]})")
-        conversations = [c for c in conversations if c.id in ids]
-    return conversations
+    try:
+        return select_conversations(conversations, ids, source=path)
+    except DataError as e:  # a config's mistake, reported like the config's others
+        raise ConfigError(str(e)) from None
 
 
 #: The ``data`` section of the recipes that split conversations (``recipe_conversations``).
@@ -217,7 +214,7 @@ def recipe_conversations(data: dict[str, Any]):
     the evaluation conversations, which are scored once, at the end. A config that names
     conversations the file does not hold is a ConfigError.
     """
-    from memlab.data.supervision import FIXED_EVAL_IDS, fixed_split, split_conversations
+    from memlab.training.supervision import FIXED_EVAL_IDS, fixed_split, split_conversations
 
     if not data.get("path"):
         raise ConfigError("data.path is required: a LoCoMo file with at least three conversations (train, "
@@ -268,9 +265,3 @@ def linear_schedule(optimizer, total_steps: int, warmup_fraction: float = 0.1):
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
-
-def write_json_atomic(path: str | os.PathLike, payload: dict[str, Any]) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str))
-    os.replace(tmp, path)

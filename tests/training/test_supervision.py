@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from memlab.data import load_sample
-from memlab.data.supervision import (
+from memlab.training.supervision import (
     FIXED_EVAL_IDS,
     Split,
     conversation_texts,
@@ -22,8 +22,8 @@ from memlab.data.supervision import (
     traversal_targets,
     turn_units,
 )
-from memlab.lm.base import ChatRequest, Completion
 from memlab.lm.cache import ResponseCache
+from memlab.lm.types import ChatRequest, Completion
 from memlab.types import MemoryUnit, Question
 from tests.memory.helpers import HashingEmbedder
 

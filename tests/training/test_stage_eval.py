@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from memlab.data import load_sample
-from memlab.data.supervision import turn_units
 from memlab.eval.metrics import recall_at_k
-from memlab.eval.stage_eval import evaluate_reranker, evaluate_router, reranker_candidates
 from memlab.memory.store import UnitMemory
 from memlab.stages.rerank import Reranker, RerankOut
 from memlab.stages.route import IntentRouter, RouteOut
 from memlab.stages.route.rules import RuleRouter
+from memlab.training.stage_eval import evaluate_reranker, evaluate_router, reranker_candidates
+from memlab.training.supervision import turn_units
 from tests.memory.helpers import HashingEmbedder
 
 

@@ -1,0 +1,29 @@
+"""The errors of language-model calls and of reading their replies, shared by every backend,
+the response cache and the parsers."""
+
+from __future__ import annotations
+
+
+class LMError(RuntimeError):
+    """Base class of language-model errors."""
+
+
+class LMUnavailableError(LMError):
+    """The model cannot be reached or loaded (after retries, where retries make sense)."""
+
+
+class PromptTooLongError(LMError):
+    """The prompt does not fit the model's context window."""
+
+
+class ParseError(ValueError):
+    """A completion could not be turned into the expected structure (see ``memlab.lm.jsonparse``).
+
+    ``salvage``: a degraded but usable output the parser could still make from the reply (the
+    distinct items of a looping list, say). ``PromptedStage`` keeps it, instead of the stage's
+    empty fallback, when the retry fails too; the call still counts as a failure.
+    """
+
+    def __init__(self, message: str, salvage: object = None) -> None:
+        super().__init__(message)
+        self.salvage = salvage

@@ -1,0 +1,35 @@
+"""Training memlab's trainable stages: what sits above the pipelines because it drives them.
+
+* ``memlab.training.supervision``: labelled data sets derived from LoCoMo-format
+  conversations, split by conversation (it builds memories and runs stages to derive them);
+* ``memlab.training.recipes``: the kit the flat recipes in ``train/`` share, and how
+  ``memlab train`` finds and runs them (re-exported here);
+* ``memlab.training.stage_eval``: a reranker or router scored on its own, without an LLM.
+"""
+
+from __future__ import annotations
+
+from memlab.training.recipes import (DATA_DEFAULTS, REQUIRED_KEYS, EarlyStopping, MetricsLog, Recipe, adamw,
+                                     linear_schedule, load_conversations, load_recipe, load_recipe_config,
+                                     make_accelerator, recipe_conversations, recipe_path, run_recipe, seed_everything,
+                                     total_steps, with_defaults)
+
+__all__ = [
+    "DATA_DEFAULTS",
+    "REQUIRED_KEYS",
+    "EarlyStopping",
+    "MetricsLog",
+    "Recipe",
+    "adamw",
+    "linear_schedule",
+    "load_conversations",
+    "load_recipe",
+    "load_recipe_config",
+    "make_accelerator",
+    "recipe_conversations",
+    "recipe_path",
+    "run_recipe",
+    "seed_everything",
+    "total_steps",
+    "with_defaults",
+]
