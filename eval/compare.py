@@ -88,12 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int)
     parser.add_argument("--max-questions", type=int)
     parser.add_argument("--retrieval-only", action="store_true")
+    parser.add_argument("--batch-size", type=int, default=1, help="questions per pipeline call (memlab run --batch-size)")
     parser.add_argument("--rerun", action="store_true")
     parser.add_argument("--set", action="append", default=[], help="override applied to every config")
     args = parser.parse_args(argv)
     configure_logging()
     options = RunOptions(retrieval_only=args.retrieval_only, max_questions=args.max_questions,
-                         categories=args.categories or None)
+                         categories=args.categories or None, batch_size=args.batch_size)
     out = Path(args.out)
     results: dict[str, dict] = {}
     for config in args.configs:

@@ -1,7 +1,7 @@
 """The ``memlab`` command.
 
   memlab run CONFIG [--data PATH] [--conversations ID,...] [--sessions N] [--max-questions N]
-                    [--categories NAMES] [--retrieval-only] [--out DIR] [key=value ...]
+                    [--categories NAMES] [--retrieval-only] [--batch-size N] [--out DIR] [key=value ...]
   memlab train RECIPE --config PATH [key=value ...]
   memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...] [--sessions N]
   memlab models
@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="keep each conversation's first N sessions and the questions whose evidence lies in them")
     run.add_argument("--max-questions", type=int, help="at most N questions per conversation")
     run.add_argument("--categories", help="comma-separated category names to keep (e.g. multi-hop,temporal)")
+    run.add_argument("--batch-size", type=_positive, default=1,
+                     help="questions handed to the pipeline at once (default 1: each one timed alone)")
     run.add_argument("--retrieval-only", action="store_true",
                      help="stop after retrieval: evidence recall only, no answering call")
     run.add_argument("--out", help="output folder (default: runs/<config>-<time>)")
@@ -60,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return number
+
+
 def _csv(value: str | None) -> tuple[str, ...] | None:
     return tuple(v.strip() for v in value.split(",") if v.strip()) if value else None
 
@@ -72,6 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_questions=args.max_questions,
         categories=_csv(args.categories),
         progress=not args.no_progress,
+        batch_size=args.batch_size,
     )
     code, _ = run_config(args.config, args.overrides, data=args.data, conversations=_csv(args.conversations),
                          sessions=args.sessions, options=options, out=args.out)

@@ -32,7 +32,8 @@ Contract
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import inspect
+from typing import Any, Callable, Iterator
 
 from torch import nn
 
@@ -107,6 +108,24 @@ class Pipeline(nn.Module):
 
     def failures(self) -> list[Failure]:
         return [f for _, stage in self.named_stages() if isinstance(stage, PromptedStage) for f in stage.failures]
+
+
+def extends_signature(base: type) -> Callable[[Callable], Callable]:
+    """For a variant's ``__init__(self, *, own..., **shared)`` that passes ``shared`` on to
+    ``base``: its signature becomes ``base``'s arguments (keyword-only) plus its own, so the
+    base's arguments are declared once and config validation still sees every name."""
+
+    def decorate(init: Callable) -> Callable:
+        own = inspect.signature(init).parameters
+        inherited = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+                     for name, p in list(inspect.signature(base.__init__).parameters.items())[1:]
+                     if name not in own and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+        params = list(own.values())
+        mine = [p for p in params[1:] if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        init.__signature__ = inspect.Signature([params[0], *inherited, *mine])  # type: ignore[attr-defined]
+        return init
+
+    return decorate
 
 
 def render_units(units: list[MemoryUnit]) -> str:

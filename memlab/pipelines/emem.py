@@ -25,11 +25,13 @@ their full ``content`` to the answerer instead of their summary.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from memlab.embed.base import Embedder
 from memlab.memory.ppr import personalized_pagerank
-from memlab.pipelines.base import RECALL_DEPTH, Pipeline
+from memlab.pipelines.base import RECALL_DEPTH, Pipeline, extends_signature
 from memlab.pipelines.emem_memory import EventMemory, build_event_memory
 from memlab.stages.answer import AnswerIn, Answerer
 from memlab.stages.arguments import ArgumentExtractor
@@ -54,7 +56,11 @@ def render_context(units: list[MemoryUnit]) -> str:
 
 
 class EventMemoryPipeline(Pipeline):
-    """What EMem and EMem-G share: memory building, the dense + filter step, answering."""
+    """What EMem and EMem-G share: memory building, the dense + filter step, answering. Its
+    arguments are declared here once; a variant adds its own (``EMemG``).
+
+    ``qa_top_k`` caps the EDUs given to the answerer (None: all that are selected).
+    """
 
     def __init__(
         self,
@@ -67,10 +73,12 @@ class EventMemoryPipeline(Pipeline):
         argument_batch: int = 8,
         synonym_threshold: float = 0.9,
         synonym_cap: int = 100,
+        qa_top_k: int | None = None,
     ) -> None:
         super().__init__()
         if linking_top_k < 1:
             raise ValueError(f"linking_top_k must be positive, got {linking_top_k}")
+        self.qa_top_k = qa_top_k
         self.extractor = extractor
         self.argument_extractor = argument_extractor
         self.edu_filter = edu_filter
@@ -135,23 +143,6 @@ class EMem(EventMemoryPipeline):
     extraction cost.
     """
 
-    def __init__(
-        self,
-        extractor: Segmenter,
-        embedder: Embedder,
-        answerer: Answerer,
-        edu_filter: RelevanceFilter | None = None,
-        argument_extractor: ArgumentExtractor | None = None,
-        linking_top_k: int = 30,
-        argument_batch: int = 8,
-        synonym_threshold: float = 0.9,
-        synonym_cap: int = 100,
-        qa_top_k: int | None = None,
-    ) -> None:
-        super().__init__(extractor, embedder, answerer, edu_filter, argument_extractor, linking_top_k,
-                         argument_batch, synonym_threshold, synonym_cap)
-        self.qa_top_k = qa_top_k
-
     def select(self, memory: EventMemory, query: Query, trace: Trace) -> tuple[list[MemoryUnit], list[Retrieved]]:
         dense, kept = self.filtered_candidates(memory, query, trace)
         chosen = [r.unit for r in kept][: self.qa_top_k]
@@ -164,37 +155,30 @@ class EMemG(EventMemoryPipeline):
     ``argument_top_k`` = K_a arguments per mention; ``seed_arguments`` = K, the most argument
     seeds kept (default: ``linking_top_k``, which the paper says bounds them, 4.5);
     ``damping`` = alpha of ``memlab.memory.ppr``. When the filters leave no seed at all, the
-    unfiltered dense candidates seed PPR (it needs one).
+    unfiltered dense candidates seed PPR (it needs one). The other arguments are
+    ``EventMemoryPipeline``'s (``qa_top_k`` defaults to 10 here).
     """
 
+    @extends_signature(EventMemoryPipeline)
     def __init__(
         self,
-        extractor: Segmenter,
-        embedder: Embedder,
-        answerer: Answerer,
-        edu_filter: RelevanceFilter | None = None,
-        argument_extractor: ArgumentExtractor | None = None,
-        linking_top_k: int = 30,
-        argument_batch: int = 8,
-        synonym_threshold: float = 0.9,
-        synonym_cap: int = 100,
+        *,
         mention_detector: MentionDetector | None = None,
         argument_filter: RelevanceFilter | None = None,
         argument_top_k: int = 10,
         seed_arguments: int | None = None,
-        qa_top_k: int = 10,
+        qa_top_k: int | None = 10,
         damping: float = 0.5,
         ppr_iterations: int = 50,
+        **shared: Any,
     ) -> None:
-        super().__init__(extractor, embedder, answerer, edu_filter, argument_extractor, linking_top_k,
-                         argument_batch, synonym_threshold, synonym_cap)
+        super().__init__(qa_top_k=qa_top_k, **shared)
         if not 0.0 < damping < 1.0:
             raise ValueError(f"damping must be in (0, 1), got {damping}")
         self.mention_detector = mention_detector
         self.argument_filter = argument_filter
         self.argument_top_k = argument_top_k
         self.seed_arguments = seed_arguments
-        self.qa_top_k = qa_top_k
         self.damping = damping
         self.ppr_iterations = ppr_iterations
 

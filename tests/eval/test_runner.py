@@ -137,3 +137,64 @@ def test_timing_is_the_cold_cache_cost_when_a_run_resumes_through_the_cache(tmp_
     assert warm["usage"]["stages"] == {"answerer": {"llm_calls": 3, "prompt_tokens": warm["usage"]["query"]["prompt_tokens"],
                                                     "completion_tokens": warm["usage"]["query"]["completion_tokens"],
                                                     "llm_seconds": 6.0}}
+
+
+class _BatchRecordingAnswerer(PromptedAnswerer):
+    """Records the size of every batch it is given."""
+
+    def __init__(self, lm) -> None:
+        super().__init__(lm=lm)
+        self.batches: list[int] = []
+
+    def forward(self, batch):
+        self.batches.append(len(batch))
+        return super().forward(batch)
+
+
+def _rag(answerer):
+    from memlab.pipelines.rag import RAG
+    from memlab.stages.segment import TurnSegmenter
+    from tests.memory.helpers import HashingEmbedder
+
+    return RAG(segmenter=TurnSegmenter(), embedder=HashingEmbedder(), answerer=answerer, retrieval="hybrid", top_k=3)
+
+
+def test_batched_run_gives_the_answers_of_single_questions_and_the_stages_see_the_batch(tmp_path):
+    def respond(request):
+        return "answer to " + request.messages[0]["content"].split("QUESTION:")[-1].strip()[:40]
+
+    single = _BatchRecordingAnswerer(ReplayLM(respond))
+    batched = _BatchRecordingAnswerer(ReplayLM(respond))
+    options = RunOptions(max_questions=5, progress=False)
+    run_benchmark(_rag(single), load_sample(), tmp_path / "one", options)
+    metrics = run_benchmark(_rag(batched), load_sample(), tmp_path / "three", replace(options, batch_size=3))
+    rows = {name: [json.loads(line) for line in (tmp_path / name / "predictions.jsonl").read_text().splitlines()]
+            for name in ("one", "three")}
+    assert [r["prediction"] for r in rows["one"]] == [r["prediction"] for r in rows["three"]]
+    assert [r["retrieved_units"] for r in rows["one"]] == [r["retrieved_units"] for r in rows["three"]]
+    assert single.batches == [1] * 5 and batched.batches == [3, 2]
+    assert metrics["n_questions"] == 5 and metrics["usage"]["query"]["llm_calls"] == 5
+    assert sum(r["usage"]["llm_calls"] for r in rows["three"]) == pytest.approx(5)
+
+
+def test_a_batch_that_fails_is_answered_question_by_question(tmp_path):
+    def respond(request):
+        if "Tomas" in request.messages[0]["content"].split("QUESTION:")[-1]:
+            raise RuntimeError("boom")
+        return "fine"
+
+    conversations = load_sample()
+    questions = conversations[0].questions[:6]
+    assert any("Tomas" in q.text for q in questions) and any("Tomas" not in q.text for q in questions)
+    run_benchmark(_rag(PromptedAnswerer(lm=ReplayLM(respond))), conversations, tmp_path,
+                  RunOptions(max_questions=6, progress=False, batch_size=6))
+    rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 6
+    for question, row in zip(questions, rows):
+        assert (row["error"] is not None) == ("Tomas" in question.text)
+        assert row["prediction"] == (None if "Tomas" in question.text else "fine")
+
+
+def test_batch_size_must_be_positive():
+    with pytest.raises(ValueError, match="batch_size"):
+        RunOptions(batch_size=0)

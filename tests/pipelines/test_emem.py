@@ -281,3 +281,20 @@ def test_synonym_edges_end_up_in_the_graph():
         counts[v] = counts.get(v, 0) + 1
     assert max(counts.values()) <= 2
     assert memory.adjacency.shape == (memory.graph.num_nodes(),) * 2
+
+
+def test_emem_g_declares_the_shared_arguments_once_and_configs_still_see_them():
+    import inspect
+
+    from memlab.config import ConfigError, validate
+    from memlab.pipelines.emem import EventMemoryPipeline
+
+    shared = list(inspect.signature(EventMemoryPipeline).parameters)
+    assert set(shared) <= set(inspect.signature(EMemG).parameters)
+    node = {"_component_": "memlab.pipelines.emem.EMemG", "extractor": None, "embedder": None, "answerer": None,
+            "synonym_cap": 5, "damping": 0.3}
+    validate(node)
+    with pytest.raises(ConfigError, match="has no argument 'synonym_capp'"):
+        validate({**node, "synonym_capp": 5})
+    with pytest.raises(ConfigError, match="needs argument 'answerer'"):
+        validate({k: v for k, v in node.items() if k != "answerer"})
