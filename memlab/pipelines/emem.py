@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from memlab.dates import format_day
 from memlab.embed.base import Embedder
 from memlab.memory.ppr import personalized_pagerank
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline, extends_signature
@@ -45,7 +46,7 @@ from memlab.types import Answer, Conversation, MemoryUnit, Query, Retrieved, Tra
 def render_edu(unit: MemoryUnit, full: bool = True) -> str:
     """``[session date] (speakers) text``; with ``full``, a structured chunk shows its content
     (for the answerer) instead of its summary ``text(e)`` (what retrieval and filters see)."""
-    date = f"{unit.timestamp:%d %B %Y}" if unit.timestamp else "unknown date"
+    date = format_day(unit.timestamp) if unit.timestamp else "unknown date"
     speakers = ", ".join(unit.attributes.get("speakers", ())) or unit.speaker or ""
     body = (unit.attributes.get("content") if full else None) or unit.text
     return f"[{date}]" + (f" ({speakers})" if speakers else "") + f" {body}"

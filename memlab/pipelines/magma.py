@@ -29,6 +29,7 @@ from datetime import datetime, time
 import numpy as np
 import torch
 
+from memlab.dates import format_day
 from memlab.embed.base import Embedder
 from memlab.memory.index import MetadataFilter, rrf_fuse
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline
@@ -208,6 +209,6 @@ class MAGMA(Pipeline):
         constraints = ""
         if route.time_window is not None:
             start, end = route.time_window
-            constraints = f"the question concerns {start:%d %B %Y} to {end:%d %B %Y}"
+            constraints = f"the question concerns {format_day(start)} to {format_day(end)}"
         item = AnswerIn(query.text, context, query.timestamp, question_type=route.question_type, constraints=constraints)
         return item, context, ranking, trace

@@ -16,6 +16,7 @@ from datetime import datetime
 
 import networkx as nx
 
+from memlab.dates import format_day
 from memlab.memory.graph import MemoryGraph
 
 
@@ -43,7 +44,7 @@ def order_events(graph: MemoryGraph, events: list[str], intent: str) -> list[str
 
 def render_block(graph: MemoryGraph, event: str) -> str:
     node = graph.node(event)
-    when = f"{node['timestamp']:%d %B %Y}" if node["timestamp"] else "unknown"
+    when = format_day(node["timestamp"]) if node["timestamp"] else "unknown"
     return f"<t: {when}> {node['text']} <ref: {event}>"
 
 

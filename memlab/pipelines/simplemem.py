@@ -28,6 +28,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from memlab.dates import format_day
 from memlab.embed.base import Embedder
 from memlab.memory.index import MetadataFilter
 from memlab.memory.store import UnitMemory
@@ -83,7 +84,7 @@ def merge_identical(units: list[MemoryUnit]) -> list[MemoryUnit]:
 
 def render_entry(unit: MemoryUnit) -> str:
     """An entry as the answerer reads it: its date, then its text."""
-    return f"[{unit.timestamp:%d %B %Y}] {unit.text}" if unit.timestamp else unit.text
+    return f"[{format_day(unit.timestamp)}] {unit.text}" if unit.timestamp else unit.text
 
 
 class SimpleMem(Pipeline):

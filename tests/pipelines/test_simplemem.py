@@ -169,7 +169,7 @@ def test_context_blocks_round_trip_and_answer_parsing():
 
     request = stage.render(AnswerIn("Who?", context, datetime(2023, 6, 1)))
     prompt = request.messages[-1]["content"]
-    assert "USER QUERY: Who?" in prompt and "- A pattern." in prompt and "(The question is asked on 01 June 2023.)" in prompt
+    assert "USER QUERY: Who?" in prompt and "- A pattern." in prompt and "(The question is asked on 1 June 2023.)" in prompt
     out = stage.run_one(AnswerIn("Who?", ""))
     assert out.text == "" and out.error and len(stage.failures) == 1
     assert "[ABSTRACT REPRESENTATIONS]: (none)" in stage.render(AnswerIn("Who?", "")).messages[-1]["content"]

@@ -23,7 +23,7 @@ def test_instruction_follows_the_router_type_and_constraints_are_filled():
     assert answerer.run_one(item).text == "7 May 2023"
     prompt = lm.requests[0].messages[-1]["content"]
     assert DYNAMIC_INSTRUCTIONS["temporal"] in prompt
-    assert "Constraints: the question concerns May 2023; the question is asked on 01 June 2023" in prompt
+    assert "Constraints: the question concerns May 2023; the question is asked on 1 June 2023" in prompt
     # a plain AnswerIn (another pipeline's input) gets the default type's instruction
     assert answerer.run_one(AnswerIn("Where?", "ctx")).text == "Paris"
     assert DYNAMIC_INSTRUCTIONS["single-hop"] in lm.requests[1].messages[-1]["content"]

@@ -11,9 +11,9 @@ from tests.fakes import ReplayLM
 
 def test_render_puts_context_question_and_date():
     lm = ReplayLM(["Answer: x"])
-    CoTAnswerer(lm=lm).run_one(AnswerIn("When did Ann move?", "[01 May 2023] (Ann) Ann moved.", datetime(2023, 6, 2)))
+    CoTAnswerer(lm=lm).run_one(AnswerIn("When did Ann move?", "[1 May 2023] (Ann) Ann moved.", datetime(2023, 6, 2)))
     prompt = lm.requests[0].messages[-1]["content"]
-    assert "(The question is asked on 02 June 2023.)\n[01 May 2023] (Ann) Ann moved." in prompt
+    assert "(The question is asked on 2 June 2023.)\n[1 May 2023] (Ann) Ann moved." in prompt
     assert "Question: When did Ann move?" in prompt and "First reason in at most three short sentences" in prompt
 
 

@@ -30,7 +30,7 @@ def test_render_resolves_dates_in_code_and_bounds_the_output():
     request = stage.render(stage.windows(SegmentIn("c", SESSION))[0])
     prompt = request.messages[-1]["content"]
     session_part = prompt.split("Now the session to process.")[1]
-    assert "Session date: 08 May 2023" in session_part
+    assert "Session date: 8 May 2023" in session_part
     assert "[D1:1] Caroline: I went to the LGBTQ support group yesterday (7 May 2023)." in session_part
     # three turns: the call asks for fewer EDUs than turns (2), below max_edus
     assert request.json_schema["properties"]["edus"]["maxItems"] == 2 and "at most 2 EDUs" in prompt
@@ -236,8 +236,8 @@ def test_chunk_answerer_context_shows_the_full_chunk():
 
     unit = MemoryUnit("u", "summary text", ("t2",), datetime(2023, 6, 1), kind="chunk",
                       attributes={"content": "full chunk", "speakers": ["assistant"]})
-    assert render_edu(unit) == "[01 June 2023] (assistant) full chunk"
-    assert render_edu(unit, full=False) == "[01 June 2023] (assistant) summary text"
+    assert render_edu(unit) == "[1 June 2023] (assistant) full chunk"
+    assert render_edu(unit, full=False) == "[1 June 2023] (assistant) summary text"
 
 
 def test_windows_are_bounded_by_characters_too():

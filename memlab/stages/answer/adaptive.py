@@ -7,6 +7,7 @@ type gets ``default_type``'s instruction.
 
 from __future__ import annotations
 
+from memlab.dates import format_day
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
 from memlab.lm.types import ChatRequest
@@ -51,7 +52,7 @@ class AdaptiveAnswerer(PromptedStage, Answerer):
         instruction = self.instructions.get(item.question_type or "", self.instructions[self.default_type])
         constraints = [item.constraints]
         if item.question_date is not None:
-            constraints.append(f"the question is asked on {item.question_date:%d %B %Y}")
+            constraints.append(f"the question is asked on {format_day(item.question_date)}")
         text = self.prompt.render(
             context=item.memory_text() or "(no memories)",
             question=item.question,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from memlab.dates import format_day
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import strip_thinking
@@ -52,7 +53,7 @@ class CoTAnswerer(PromptedStage, Answerer):
     def render(self, item: AnswerIn) -> ChatRequest:
         context = item.memory_text() or "(no memories)"
         if item.question_date is not None:
-            context = f"(The question is asked on {item.question_date:%d %B %Y}.)\n{context}"
+            context = f"(The question is asked on {format_day(item.question_date)}.)\n{context}"
         return self.request(self.prompt.render(context=context, question=item.question))
 
     def parse(self, text: str, item: AnswerIn) -> AnswerOut:

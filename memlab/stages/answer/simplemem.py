@@ -12,6 +12,7 @@ verbatim. ``answer_suffix=False`` renders A.3 alone, the faithful variant.
 
 from __future__ import annotations
 
+from memlab.dates import format_day
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
 from memlab.lm.types import ChatRequest
@@ -43,7 +44,7 @@ class ReconstructiveAnswerer(PromptedStage, Answerer):
     def render(self, item: AnswerIn) -> ChatRequest:
         abstracts, units = split_context(item.memory_text())
         if item.question_date is not None:
-            units = [f"(The question is asked on {item.question_date:%d %B %Y}.)"] + units
+            units = [f"(The question is asked on {format_day(item.question_date)}.)"] + units
         block = lambda lines: ("\n" + "\n".join(f"- {line}" for line in lines) + "\n") if lines else NONE_RETRIEVED
         text = self.prompt.render(
             user_query=item.question, retrieved_abstracts=block(abstracts), retrieved_units=block(units)

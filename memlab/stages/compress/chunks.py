@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memlab.dates import format_day
 from memlab.stages.compress.base import CompressIn, CompressOut, Compressor
 from memlab.types import MemoryUnit
 
@@ -18,7 +19,7 @@ class ChunkCompressor(Compressor):
                 outputs.append(CompressOut(units=()))
                 continue
             session = item.session
-            header = f"[{session.timestamp:%d %B %Y}]" if session.timestamp else "[unknown date]"
+            header = f"[{format_day(session.timestamp)}]" if session.timestamp else "[unknown date]"
             text = header + "\n" + "\n".join(turn.render() for turn in item.turns)
             unit = MemoryUnit(
                 id=f"{item.conversation_id}/{item.window_id}/chunk",

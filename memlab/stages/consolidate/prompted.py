@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memlab.dates import format_day
 from memlab.lm.base import LM
 from memlab.lm.jsonparse import object_schema, parse_json
 from memlab.lm.types import ChatRequest
@@ -65,7 +66,7 @@ class PromptedCausalConsolidator(PromptedStage, Consolidator):
     def event_lines(self, events: list[EventRef]) -> str:
         lines = []
         for i, ref in enumerate(events):
-            when = f"({ref.timestamp:%d %B %Y}) " if ref.timestamp else ""
+            when = f"({format_day(ref.timestamp)}) " if ref.timestamp else ""
             lines.append(f"[{i}] {when}{ref.text[: self.max_chars]}")
         return "\n".join(lines)
 

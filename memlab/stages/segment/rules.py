@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from memlab.dates import format_day
 from memlab.stages.segment.base import SegmentIn, SegmentOut, Segmenter
 from memlab.types import MemoryUnit, Session, Turn
 
 
 def format_date(session: Session) -> str:
-    return f"{session.timestamp:%d %B %Y}" if session.timestamp else "unknown date"
+    return format_day(session.timestamp) if session.timestamp else "unknown date"
 
 
 class TurnSegmenter(Segmenter):

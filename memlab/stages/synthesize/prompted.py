@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from memlab.dates import format_day
 from memlab.embed.base import Embedder
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
@@ -135,7 +136,7 @@ class PromptedSynthesizer(PromptedStage, Synthesizer):
     def render(self, cluster: Cluster) -> ChatRequest:  # type: ignore[override]
         time = cluster.item.session_time
         fragments = "\n".join(f"- {f.text}" for f in cluster.fragments)
-        text = self.prompt.render(session_time=f"{time:%d %B %Y}" if time else "an unknown date", fragments=fragments)
+        text = self.prompt.render(session_time=format_day(time) if time else "an unknown date", fragments=fragments)
         return self.request(text, json_schema=SCHEMA)
 
     def parse(self, text: str, cluster: Cluster) -> Merge:  # type: ignore[override]

@@ -31,17 +31,12 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Literal
 
+from memlab.dates import MONTH_NAMES, format_day
 from memlab.stage import Stage
 
 Granularity = Literal["day", "week", "weekend", "month", "season", "year", "range"]
 GRANULARITIES: tuple[str, ...] = ("day", "week", "weekend", "month", "season", "year", "range")
 
-# English names, independent of the process locale (``%B`` is not).
-MONTH_NAMES: tuple[str, ...] = (
-    "January", "February", "March", "April", "May", "June",
-    "July", "August", "September", "October", "November", "December",
-)
-WEEKDAY_NAMES: tuple[str, ...] = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 #: First month of each meteorological season.
 SEASON_START_MONTH: dict[str, int] = {"spring": 3, "summer": 6, "autumn": 9, "winter": 12}
 
@@ -101,11 +96,6 @@ class TemporalNormalizer(Stage[TemporalIn, TemporalOut]):
 
 
 # -- rendering -------------------------------------------------------------------------
-def format_day(day: date) -> str:
-    """``7 May 2023``."""
-    return f"{day.day} {MONTH_NAMES[day.month - 1]} {day.year}"
-
-
 def month_end(year: int, month: int) -> date:
     return date(year, month, calendar.monthrange(year, month)[1])
 

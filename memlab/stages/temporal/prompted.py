@@ -7,17 +7,16 @@ from datetime import date
 
 from memlab.lm.base import LM
 from memlab.lm.jsonparse import parse_json
+from memlab.dates import WEEKDAY_NAMES, format_day
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.temporal.base import (
-    WEEKDAY_NAMES,
     TemporalIn,
     TemporalNormalizer,
     TemporalOut,
     TimeMention,
     describe,
-    format_day,
     infer_granularity,
 )
 

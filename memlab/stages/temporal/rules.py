@@ -51,10 +51,9 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Callable
 
+from memlab.dates import MONTH_NAMES, WEEKDAY_NAMES
 from memlab.stages.temporal.base import (
-    MONTH_NAMES,
     SEASON_START_MONTH,
-    WEEKDAY_NAMES,
     TemporalIn,
     TemporalNormalizer,
     TemporalOut,
