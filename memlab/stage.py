@@ -14,7 +14,10 @@ outputs: ``forward(batch: list[In]) -> list[Out]``, one output per input, in ord
   files) happens lazily or in ``warm_up()``.
 * **Prompted stages** (``PromptedStage``) have no parameters: they are a template, an injected
   LM and a parser. ``render(item) -> ChatRequest`` and ``parse(text, item) -> Out`` are
-  separate methods, testable without a model. A completion that cannot be parsed is retried
+  separate methods, testable without a model, and pure: a function of their arguments only.
+  Work done in code around the call (resolving dates in the input, normalising the output)
+  belongs in ``forward``, before and after ``PromptedStage.forward``, with its collaborator
+  (a ``TemporalNormalizer``) injected like the LM. A completion that cannot be parsed is retried
   once with a corrective message; if that fails too, the output is what the parser salvaged
   from the replies (``ParseError.salvage``: the retry's, else the first reply's) or else
   ``fallback(item, error)``, the family's empty/neutral output; the failure is counted in
