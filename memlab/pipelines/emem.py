@@ -120,14 +120,21 @@ class EventMemoryPipeline(Pipeline):
     def retrieve(self, memory: EventMemory, query: Query) -> list[Retrieved]:
         return self.select(memory, query, Trace())[1]
 
+    def answer_many(self, memory: EventMemory, queries: list[Query]) -> list[Answer]:
+        """Selection per query, then one answerer call for the batch."""
+        traces = [Trace() for _ in queries]
+        selected = [self.select(memory, query, trace) for query, trace in zip(queries, traces)]
+        contexts = [render_context(chosen) for chosen, _ in selected]
+        outputs = self.answerer([AnswerIn(q.text, context, q.timestamp) for q, context in zip(queries, contexts)])
+        answers = []
+        for (chosen, ranking), context, trace, out in zip(selected, contexts, traces, outputs):
+            trace.add("retrieve", units=[u.id for u in chosen])
+            trace.add("answer", text=out.text, reasoning=out.reasoning, error=out.error)
+            answers.append(Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=trace))
+        return answers
+
     def answer(self, memory: EventMemory, query: Query) -> Answer:
-        trace = Trace()
-        chosen, ranking = self.select(memory, query, trace)
-        trace.add("retrieve", units=[u.id for u in chosen])
-        context = render_context(chosen)
-        out = self.answerer.run_one(AnswerIn(query.text, context, query.timestamp))
-        trace.add("answer", text=out.text, reasoning=out.reasoning, error=out.error)
-        return Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=trace)
+        return self.answer_many(memory, [query])[0]
 
 
 def _complete(head: list[Retrieved], dense: list[Retrieved]) -> list[Retrieved]:

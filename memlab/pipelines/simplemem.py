@@ -174,8 +174,14 @@ class SimpleMem(Pipeline):
             }
             return {name: futures[name].result() for name in VIEWS}
 
-    def planned_retrieval(self, memory: UnitMemory, query: Query) -> PlannedRetrieval:
-        plan = self.planner.run_one(PlanIn(query.text, query.timestamp))
+    def planned_retrievals(self, memory: UnitMemory, queries: list[Query]) -> list[PlannedRetrieval]:
+        """One planner call for the batch, then each query's three searches."""
+        plans = self.planner([PlanIn(query.text, query.timestamp) for query in queries])
+        return [self.planned_retrieval(memory, query, plan) for query, plan in zip(queries, plans)]
+
+    def planned_retrieval(self, memory: UnitMemory, query: Query, plan: PlanOut | None = None) -> PlannedRetrieval:
+        """The plan (the planner's, unless given) and its three searches for one query."""
+        plan = plan or self.planner.run_one(PlanIn(query.text, query.timestamp))
         if len(memory) == 0:
             return PlannedRetrieval(plan, {name: [] for name in VIEWS}, [], [])
         views = self.search_views(memory, plan, query)
@@ -187,12 +193,29 @@ class SimpleMem(Pipeline):
             ranking += [Retrieved(unit, 0.0) for unit in extra[: RECALL_DEPTH - len(ranking)]]
         return PlannedRetrieval(plan, views, union, ranking)
 
+    def retrieve_many(self, memory: UnitMemory, queries: list[Query]) -> list[list[Retrieved]]:
+        return [planned.ranking for planned in self.planned_retrievals(memory, queries)]
+
     def retrieve(self, memory: UnitMemory, query: Query) -> list[Retrieved]:
-        return self.planned_retrieval(memory, query).ranking
+        return self.retrieve_many(memory, [query])[0]
+
+    def answer_many(self, memory: UnitMemory, queries: list[Query]) -> list[Answer]:
+        planned = self.planned_retrievals(memory, queries)
+        prepared = [self.answer_input(query, p) for query, p in zip(queries, planned)]
+        outputs = self.answerer([item for item, _ in prepared])
+        answers = []
+        for (item, trace), p, out in zip(prepared, planned, outputs):
+            trace.add("answer", text=out.text, error=out.error)
+            answers.append(Answer(text=out.text, retrieved=p.ranking, context=item.memory_text(), error=out.error,
+                                  trace=trace))
+        return answers
 
     def answer(self, memory: UnitMemory, query: Query) -> Answer:
+        return self.answer_many(memory, [query])[0]
+
+    def answer_input(self, query: Query, planned: PlannedRetrieval) -> tuple[AnswerIn, Trace]:
+        """The answerer's input from a planned retrieval, and the trace of the plan and the searches."""
         trace = Trace()
-        planned = self.planned_retrieval(memory, query)
         plan = planned.plan
         trace.add(
             "plan", complexity=plan.complexity, depth=plan.depth, semantic_query=plan.semantic_query,
@@ -206,6 +229,4 @@ class SimpleMem(Pipeline):
             query.text, join_context([], [render_entry(u) for u in units if u.kind != "abstract"]), query.timestamp,
             abstracts=tuple(render_entry(u) for u in units if u.kind == "abstract"),
         )
-        out = self.answerer.run_one(item)
-        trace.add("answer", text=out.text, error=out.error)
-        return Answer(text=out.text, retrieved=planned.ranking, context=item.memory_text(), error=out.error, trace=trace)
+        return item, trace
