@@ -108,3 +108,16 @@ def test_evaluate_stage_names_the_conversations_the_checkpoint_learnt_from(tmp_p
     (checkpoint / "training.json").write_text(json.dumps({"config": {}, "split": split}))
     assert main(["evaluate-stage", str(checkpoint)]) == 0
     assert json.loads(capsys.readouterr().out)["overlaps_training"] == []
+
+
+def test_batch_size_is_checked_and_a_batched_retrieval_run_matches_the_unbatched_one(tmp_path, capsys):
+    config = str(REPO / "configs/pipelines/rag_turns.yaml")
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", config, "--batch-size", "0", "--out", str(tmp_path / "bad")])
+    assert exit_.value.code == 2 and "positive integer" in capsys.readouterr().err
+    for name, size in (("one", "1"), ("four", "4")):
+        assert main(["run", config, "--retrieval-only", "--no-progress", "--batch-size", size,
+                     "--out", str(tmp_path / name)]) == 0
+    rows = {name: [json.loads(line)["retrieved_units"] for line in (tmp_path / name / "predictions.jsonl").open()]
+            for name in ("one", "four")}
+    assert rows["one"] == rows["four"] and len(rows["one"]) > 4
