@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int)
     parser.add_argument("--max-questions", type=int)
     parser.add_argument("--retrieval-only", action="store_true")
-    parser.add_argument("--batch-size", type=int, default=1, help="questions per pipeline call (memlab run --batch-size)")
+    parser.add_argument("--batch-size", type=int, default=1,
+                        help="questions per pipeline call (memlab run --batch-size)")
     parser.add_argument("--rerun", action="store_true")
     parser.add_argument("--set", action="append", default=[], help="override applied to every config")
     args = parser.parse_args(argv)

@@ -205,7 +205,8 @@ def _answer_batch(pipeline, memory, questions, options, count_tokens, usage: _Us
         raise
     except Exception as e:  # recorded on the row; the run goes on
         if len(questions) > 1:  # the others must not pay for one question's failure
-            return [row for q in questions for row in _answer_batch(pipeline, memory, [q], options, count_tokens, usage, judge)]
+            return [row for q in questions
+                    for row in _answer_batch(pipeline, memory, [q], options, count_tokens, usage, judge)]
         log.exception("question %s failed", questions[0].id)
         results = [([], None, f"{type(e).__name__}: {e}")]
     if len(results) != len(questions):

@@ -117,9 +117,10 @@ def extends_signature(base: type) -> Callable[[Callable], Callable]:
 
     def decorate(init: Callable) -> Callable:
         own = inspect.signature(init).parameters
+        variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
         inherited = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
                      for name, p in list(inspect.signature(base.__init__).parameters.items())[1:]
-                     if name not in own and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+                     if name not in own and p.kind not in variadic]
         params = list(own.values())
         mine = [p for p in params[1:] if p.kind is inspect.Parameter.KEYWORD_ONLY]
         init.__signature__ = inspect.Signature([params[0], *inherited, *mine])  # type: ignore[attr-defined]

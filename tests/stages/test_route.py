@@ -28,7 +28,8 @@ def test_rule_router_labels(question, intent, qtype):
 
 
 def test_rule_router_time_window_and_keywords():
-    out = RuleRouter(normalizer=RuleTemporalNormalizer()).run_one(RouteIn("What did Caroline do last Friday in Boston?", datetime(2023, 6, 1)))
+    router = RuleRouter(normalizer=RuleTemporalNormalizer())
+    out = router.run_one(RouteIn("What did Caroline do last Friday in Boston?", datetime(2023, 6, 1)))
     assert out.time_window == (date(2023, 5, 26), date(2023, 5, 26))
     assert "Caroline" in out.keywords and "Boston" in out.keywords and "did" not in out.keywords
     assert RuleRouter().run_one(RouteIn("What did Caroline do last Friday?")).time_window is None
@@ -45,7 +46,8 @@ def test_rule_router_label_set_is_configurable():
 
 def test_prompted_router_renders_parses_and_constrains():
     lm = ReplayLM([json.dumps({"intent": "WHY", "question_type": "multi-hop"})])
-    out = PromptedRouter(lm, normalizer=RuleTemporalNormalizer()).run_one(RouteIn("Why did they both move in May 2023?", datetime(2023, 6, 1)))
+    router = PromptedRouter(lm, normalizer=RuleTemporalNormalizer())
+    out = router.run_one(RouteIn("Why did they both move in May 2023?", datetime(2023, 6, 1)))
     assert (out.intent, out.question_type) == ("WHY", "multi-hop")
     assert out.time_window == (date(2023, 5, 1), date(2023, 5, 31))
     request = lm.requests[0]
@@ -59,3 +61,8 @@ def test_prompted_router_retries_then_falls_back():
     out = router.run_one(RouteIn("Where did she go?"))
     assert out.intent == "WHEN" and out.error and len(router.failures) == 1
     assert len(lm.requests) == 2
+
+
+def test_without_a_normalizer_a_router_resolves_no_time_window():
+    out = RuleRouter().run_one(RouteIn("What did Caroline do last Friday in Boston?", datetime(2023, 6, 1)))
+    assert out.time_window is None and "Boston" in out.keywords

@@ -137,7 +137,8 @@ class PromptedCompressor(PromptedStage, Compressor):
         is set), in one normalizer call for the whole batch."""
         if self.normalizer is None:
             return list(batch)
-        requests = [TemporalIn(turn.text, turn.timestamp or item.session.timestamp) for item in batch for turn in item.turns]
+        requests = [TemporalIn(turn.text, turn.timestamp or item.session.timestamp)
+                    for item in batch for turn in item.turns]
         texts = iter(self.normalizer.rewrite(requests))
         return [replace(item, turns=tuple(replace(turn, text=next(texts)) for turn in item.turns)) for item in batch]
 
