@@ -4,7 +4,7 @@
         --conversations conv-26 --categories multi-hop,temporal,open-domain,single-hop \
         configs/pipelines/rag_turns.yaml configs/pipelines/simplemem.yaml
 
-Each config runs as ``memlab run`` does (``memlab.cli.run_config``) into ``OUT/<config name>/``;
+Each config runs as ``memlab run`` does (``memlab.eval.runner.run_config``) into ``OUT/<config name>/``;
 a config whose ``metrics.json`` already exists there is not run again (``--rerun`` forces it),
 and LLM calls go through the response cache, so an interrupted comparison resumes where it stopped.
 The tables (markdown: the overall figures, then A-Mem F1 per question category) are printed
@@ -18,8 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from memlab.cli import configure_logging, run_config
-from memlab.eval.runner import RunOptions
+from memlab.cli import configure_logging
+from memlab.eval.runner import RunOptions, run_config
 
 COLUMNS = (
     ("f1_locomo", "F1 (LoCoMo)", "overall"),
@@ -102,10 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         name = Path(config).stem
         run_dir = out / name
         if args.rerun or not (run_dir / "metrics.json").is_file():
-            code, _ = run_config(config, args.set, data=args.data, conversations=args.conversations,
-                                 sessions=args.sessions, options=options, out=run_dir)
-            if code != 0:
-                print(f"{name}: memlab run exited with {code}; continuing with the others", file=sys.stderr)
+            try:
+                _, metrics = run_config(config, args.set, data=args.data, conversations=args.conversations,
+                                        sessions=args.sessions, options=options, out=run_dir)
+            except ValueError as e:  # a bad config or bad data: the others still run
+                print(f"{name}: {e}; continuing with the others", file=sys.stderr)
+            else:
+                if metrics.get("stopped"):
+                    print(f"{name}: stopped early ({metrics['stopped']}); continuing with the others", file=sys.stderr)
         if (run_dir / "metrics.json").is_file():
             results[name] = json.loads((run_dir / "metrics.json").read_text())
     text = table(results) + "\n\n" + category_table(results)

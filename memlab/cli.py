@@ -12,15 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
-import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from memlab.eval.runner import RunOptions
 
 log = logging.getLogger("memlab")
 
@@ -74,7 +67,8 @@ def _csv(value: str | None) -> tuple[str, ...] | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from memlab.eval.runner import RunOptions
+    from memlab.eval.report import format_table
+    from memlab.eval.runner import RunOptions, run_config
 
     options = RunOptions(
         retrieval_only=args.retrieval_only,
@@ -83,80 +77,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         batch_size=args.batch_size,
     )
-    code, _ = run_config(args.config, args.overrides, data=args.data, conversations=_csv(args.conversations),
-                         sessions=args.sessions, options=options, out=args.out)
-    return code
-
-
-def run_config(
-    config: str | os.PathLike,
-    overrides: Sequence[str] = (),
-    *,
-    data: str | os.PathLike | None = None,
-    conversations: Sequence[str] | None = None,
-    sessions: int | None = None,
-    options: RunOptions | None = None,
-    out: str | os.PathLike | None = None,
-) -> tuple[int, dict[str, Any] | None]:
-    """``memlab run`` with typed arguments, so a script (``eval/compare.py``) runs a config without
-    building a command line: writes ``out`` (default ``runs/<config>-<time>``), prints the table,
-    and returns the exit code (0; 1: stopped early; 2: bad config or data) and the metrics (None
-    when nothing ran)."""
-    from memlab.config import build_pipeline, dump_config, instantiate
-    from memlab.eval.report import format_table
-    from memlab.eval.runner import RunOptions, run_benchmark
-
-    options = options or RunOptions()
-    overrides = list(overrides)
     try:  # ConfigError and DataError are ValueErrors, as is a bad ``sessions``: bad input, reported
-        pipeline, runner_settings, tree = build_pipeline(config, overrides)
-        selected = _load_conversations(data, conversations, sessions)
-        judge_node = (runner_settings.get("eval") or {}).get("judge")
-        judge = instantiate(judge_node) if judge_node and not options.retrieval_only else None
+        out, metrics = run_config(args.config, args.overrides, data=args.data, conversations=_csv(args.conversations),
+                                  sessions=args.sessions, options=options, out=args.out)
     except ValueError as e:
         log.error("%s", e)
-        return 2, None
-    out = Path(out or f"runs/{Path(config).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(dump_config(tree))
-    metrics = run_benchmark(
-        pipeline,
-        selected,
-        out,
-        options,
-        judge=judge,
-        run_info={
-            "pipeline": Path(config).stem,
-            "config": str(config),
-            "overrides": overrides,
-            "data": str(data) if data else "embedded sample",
-            "conversations": [c.id for c in selected],
-            "sessions": sessions,
-        },
-    )
-    for lm in pipeline.lms() + ([judge.lm] if judge is not None and hasattr(judge, "lm") else []):
-        close = getattr(lm, "close", None)
-        if callable(close):
-            close()  # llama.cpp frees its model noisily if left to interpreter shutdown
+        return 2
     print(format_table(metrics))
     print(f"\nwrote {out / 'predictions.jsonl'} and {out / 'metrics.json'}")
     if metrics.get("failures"):
         print(f"unusable LLM outputs (after retry), by stage: {json.dumps(metrics['failures'])}")
     if metrics.get("stopped"):
         print(f"run stopped early: {metrics['stopped']}", file=sys.stderr)
-        return 1, metrics
-    return 0, metrics
-
-
-def _load_conversations(data: str | os.PathLike | None, ids: Sequence[str] | None, sessions: int | None):
-    from memlab.data import load_dataset, load_sample, select_conversations
-    from memlab.data.prefix import first_sessions
-
-    conversations = load_dataset(data) if data else load_sample()
-    conversations = select_conversations(conversations, ids, source=data or "embedded sample")
-    if sessions is not None:
-        conversations = [first_sessions(c, sessions) for c in conversations]
-    return conversations
+        return 1
+    return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -172,16 +106,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate_stage(args: argparse.Namespace) -> int:
-    from memlab.data import DataError
+    from memlab.data import DataError, load_conversations
     from memlab.embed import SentenceTransformerEmbedder
-    from memlab.training.stage_eval import evaluate_reranker, evaluate_router, reranker_candidates
     from memlab.stage import Stage, StageError
     from memlab.stages.rerank import Reranker
     from memlab.stages.route import IntentRouter
+    from memlab.training.stage_eval import evaluate_reranker, evaluate_router, reranker_candidates
 
     try:
         stage = Stage.load(args.checkpoint)
-        conversations = _load_conversations(args.data, _csv(args.conversations), args.sessions)
+        conversations = load_conversations(args.data, _csv(args.conversations), args.sessions)
     except (StageError, DataError, ValueError) as e:
         log.error("%s", e)
         return 2

@@ -8,6 +8,8 @@
 * ``load_sample()``: the small LoCoMo-format conversation shipped with memlab
   (``SAMPLE_PATH``).
 * ``select_conversations(conversations, ids)``: the given ids only; an unknown id is an error.
+* ``load_conversations(data, ids, sessions)``: a data set (or the sample), those ids, the first
+  sessions of each: what a run or a recipe works on.
 
 Every ``read_*`` twin also returns a ``LoadReport`` (counts and quirks handled); the
 ``load_*`` functions log its one-line summary. Bad input raises one ``DataError`` that
@@ -22,7 +24,7 @@ from memlab.data.locomo import load_locomo, read_locomo
 from memlab.data.longmemeval import load_longmemeval, read_longmemeval
 from memlab.data.report import LoadReport
 from memlab.data.sample import load_sample, read_sample, sample_path
-from memlab.data.select import select_conversations
+from memlab.data.select import load_conversations, select_conversations
 
 #: The embedded sample (LoCoMo format).
 SAMPLE_PATH = sample_path()
@@ -31,6 +33,7 @@ __all__ = [
     "DataError",
     "LoadReport",
     "SAMPLE_PATH",
+    "load_conversations",
     "load_dataset",
     "load_locomo",
     "load_longmemeval",

@@ -1,11 +1,15 @@
-"""Keeping some conversations of a data set by id: the one place that decides what an unknown id is."""
+"""Choosing the conversations a run or a recipe works on: by id (the one place that decides what
+an unknown id is) and, optionally, cut to their first sessions."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from os import PathLike
 
+from memlab.data.dataset import load_dataset
 from memlab.data.errors import DataError
+from memlab.data.prefix import first_sessions
+from memlab.data.sample import load_sample
 from memlab.types import Conversation
 
 
@@ -25,3 +29,14 @@ def select_conversations(
     if unknown:
         raise DataError(source, f"conversations {sorted(unknown)} are not in it (available: {known})")
     return [c for c in conversations if c.id in wanted]
+
+
+def load_conversations(
+    data: str | PathLike[str] | None = None, ids: Iterable[str] | None = None, sessions: int | None = None
+) -> list[Conversation]:
+    """The conversations of the data set at ``data`` (None: the embedded sample), only ``ids``
+    when given (``select_conversations``), each cut to its first ``sessions`` sessions
+    (``memlab.data.prefix.first_sessions``) when given."""
+    conversations = load_dataset(data) if data else load_sample()
+    conversations = select_conversations(conversations, ids, source=data or "embedded sample")
+    return conversations if sessions is None else [first_sessions(c, sessions) for c in conversations]

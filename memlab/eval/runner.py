@@ -1,6 +1,7 @@
 """The benchmark loop: build memory per conversation, answer its questions, score, write.
 
-``run_benchmark`` writes into ``out_dir``:
+``run_config`` builds a pipeline config's pipeline, judge and conversations and runs
+``run_benchmark`` (what ``memlab run`` and ``eval/compare.py`` call), which writes into ``out_dir``:
 
 * ``predictions.jsonl`` — one line per question (gold data next to what the pipeline did);
   written as ``predictions.jsonl.partial`` while running and renamed when the run ends, so a
@@ -21,9 +22,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -53,6 +56,49 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+
+
+def run_config(
+    config: str | os.PathLike,
+    overrides: Sequence[str] = (),
+    *,
+    data: str | os.PathLike | None = None,
+    conversations: Sequence[str] | None = None,
+    sessions: int | None = None,
+    options: RunOptions = RunOptions(),
+    out: str | os.PathLike | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """Run the pipeline config ``config`` (with dotted ``overrides``) on ``data`` (None: the
+    embedded sample; ``conversations``, ``sessions`` as in ``memlab.data.load_conversations``)
+    into ``out`` (default ``runs/<config>-<time>``, with the resolved ``config.yaml``); returns
+    the folder and the metrics. A bad config or bad data raises its ``ValueError``
+    (``ConfigError``, ``DataError``) before anything runs."""
+    from memlab.config import build_pipeline, dump_config, instantiate
+    from memlab.data import load_conversations
+
+    overrides = list(overrides)
+    pipeline, runner_settings, tree = build_pipeline(config, overrides)
+    selected = load_conversations(data, conversations, sessions)
+    judge_node = (runner_settings.get("eval") or {}).get("judge")
+    judge = instantiate(judge_node) if judge_node and not options.retrieval_only else None
+    folder = Path(out or f"runs/{Path(config).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(dump_config(tree))
+    try:
+        metrics = run_benchmark(pipeline, selected, folder, options, judge=judge, run_info={
+            "pipeline": Path(config).stem,
+            "config": str(config),
+            "overrides": overrides,
+            "data": str(data) if data else "embedded sample",
+            "conversations": [c.id for c in selected],
+            "sessions": sessions,
+        })
+    finally:
+        for lm in pipeline.lms() + ([judge.lm] if judge is not None and hasattr(judge, "lm") else []):
+            close = getattr(lm, "close", None)
+            if callable(close):
+                close()  # llama.cpp frees its model noisily if left to interpreter shutdown
+    return folder, metrics
 
 
 def select_questions(conversation: Conversation, options: RunOptions) -> list[Question]:

@@ -34,8 +34,7 @@ class AnswerIn:
 
     def memory_text(self) -> str:
         """All the memory as one text, for answerers whose prompt has a single memory slot."""
-        marked = [ABSTRACT_MARK + " ".join(a.split()) for a in self.abstracts]
-        return "\n".join(marked + ([self.context] if self.context else []))
+        return "\n".join(part for part in (join_context(list(self.abstracts), []), self.context) if part)
 
 
 def join_context(abstracts: list[str], entries: list[str]) -> str:
