@@ -1,10 +1,15 @@
 """The ``memlab`` command.
 
   memlab run CONFIG [--data PATH] [--conversations ID,...] [--sessions N] [--max-questions N]
-                    [--categories NAMES] [--retrieval-only] [--batch-size N] [--out DIR] [key=value ...]
+                    [--categories NAMES] [--retrieval-only] [--batch-size N] [--out DIR]
+                    [--allow-training-overlap] [key=value ...]
   memlab train RECIPE --config PATH [key=value ...]
   memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...] [--sessions N]
   memlab models
+
+Exit status: 0 for a clean run; 1 for a run in which a question or a build failed or that
+stopped early (what succeeded is written, and one line on stderr says what failed and where
+the details are); 2 for bad input, reported as one line naming the problem.
 """
 
 from __future__ import annotations
@@ -13,26 +18,34 @@ import argparse
 import json
 import logging
 import sys
-from pathlib import Path
 
 log = logging.getLogger("memlab")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line naming the problem (argparse's default prints the whole usage first)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memlab", description="Run and evaluate LLM-agent memory pipelines.")
+    parser = _Parser(prog="memlab", description="Run and evaluate LLM-agent memory pipelines.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="build memory and answer a benchmark's questions with a pipeline config")
     run.add_argument("config", help="pipeline YAML (configs/pipelines/*.yaml, configs/ablations/*.yaml)")
     run.add_argument("overrides", nargs="*", help="dotted overrides, e.g. answerer.lm.temperature=0")
     run.add_argument("--data", help="LoCoMo JSON or LongMemEval file/folder (default: the embedded sample)")
-    run.add_argument("--conversations", help="comma-separated conversation ids to keep")
-    run.add_argument("--sessions", type=int,
+    run.add_argument("--conversations", type=_names, help="comma-separated conversation ids to keep")
+    run.add_argument("--sessions", type=_positive,
                      help="keep each conversation's first N sessions and the questions whose evidence lies in them")
-    run.add_argument("--max-questions", type=int, help="at most N questions per conversation")
-    run.add_argument("--categories", help="comma-separated category names to keep (e.g. multi-hop,temporal)")
+    run.add_argument("--max-questions", type=_positive, help="at most N questions per conversation")
+    run.add_argument("--categories", type=_names, help="comma-separated category names to keep (e.g. multi-hop,temporal)")
     run.add_argument("--batch-size", type=_positive, default=1,
                      help="questions handed to the pipeline at once (default 1: each one timed alone)")
+    run.add_argument("--allow-training-overlap", action="store_true",
+                     help="run a trained stage on conversations its checkpoint learnt from (refused otherwise)")
     run.add_argument("--retrieval-only", action="store_true",
                      help="stop after retrieval: evidence recall only, no answering call")
     run.add_argument("--out", help="output folder (default: runs/<config>-<time>)")
@@ -46,9 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("evaluate-stage", help="evaluate a saved stage (reranker or router) on data")
     evaluate.add_argument("checkpoint", help="folder written by Stage.save (e.g. checkpoints/reranker-minilm-turns)")
     evaluate.add_argument("--data", help="LoCoMo JSON (default: the embedded sample)")
-    evaluate.add_argument("--conversations", help="comma-separated conversation ids to keep")
-    evaluate.add_argument("--sessions", type=int, help="as for run")
-    evaluate.add_argument("--depth", type=int, default=50,
+    evaluate.add_argument("--conversations", type=_names, help="comma-separated conversation ids to keep")
+    evaluate.add_argument("--sessions", type=_positive, help="as for run")
+    evaluate.add_argument("--depth", type=_positive, default=50,
                           help="reranker: first-stage candidates re-ranked per question (default 50)")
 
     commands.add_parser("models", help="list the known local models and whether they are installed")
@@ -56,14 +69,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _positive(value: str) -> int:
-    number = int(value)
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
     if number < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
     return number
 
 
-def _csv(value: str | None) -> tuple[str, ...] | None:
-    return tuple(v.strip() for v in value.split(",") if v.strip()) if value else None
+def _names(value: str) -> tuple[str, ...]:
+    """A comma-separated list of at least one name (an empty one would silently select nothing or all)."""
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"needs at least one comma-separated name, got {value!r}")
+    return names
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -73,12 +93,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = RunOptions(
         retrieval_only=args.retrieval_only,
         max_questions=args.max_questions,
-        categories=_csv(args.categories),
+        categories=args.categories,
         progress=not args.no_progress,
         batch_size=args.batch_size,
+        allow_training_overlap=args.allow_training_overlap,
     )
     try:  # ConfigError and DataError are ValueErrors, as is a bad ``sessions``: bad input, reported
-        out, metrics = run_config(args.config, args.overrides, data=args.data, conversations=_csv(args.conversations),
+        out, metrics = run_config(args.config, args.overrides, data=args.data, conversations=args.conversations,
                                   sessions=args.sessions, options=options, out=args.out)
     except ValueError as e:
         log.error("%s", e)
@@ -87,10 +108,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"\nwrote {out / 'predictions.jsonl'} and {out / 'metrics.json'}")
     if metrics.get("failures"):
         print(f"unusable LLM outputs (after retry), by stage: {json.dumps(metrics['failures'])}")
-    if metrics.get("stopped"):
-        print(f"run stopped early: {metrics['stopped']}", file=sys.stderr)
+    # Everything that succeeded is written; a run with failures still must not look like a clean one.
+    failed = _failure_summary(metrics)
+    if failed:
+        print(f"{failed} (see {out / 'predictions.jsonl'}, {out / 'metrics.json'})", file=sys.stderr)
         return 1
     return 0
+
+
+def _failure_summary(metrics: dict) -> str | None:
+    """What failed, on one line (``3 questions and 1 build (conv-26) failed``); None for a clean run."""
+    questions = metrics.get("failed_questions", 0)
+    builds = sorted(metrics.get("build_errors") or {})
+    parts = [f"{questions} question{'s' * (questions != 1)}"] if questions else []
+    if builds:
+        parts.append(f"{len(builds)} build{'s' * (len(builds) != 1)} ({', '.join(builds)})")
+    line = f"{' and '.join(parts)} failed" if parts else ""
+    if metrics.get("stopped"):
+        line = f"{line + '; ' if line else ''}run stopped early: {metrics['stopped']}"
+    return line or None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -115,7 +151,7 @@ def cmd_evaluate_stage(args: argparse.Namespace) -> int:
 
     try:
         stage = Stage.load(args.checkpoint)
-        conversations = load_conversations(args.data, _csv(args.conversations), args.sessions)
+        conversations = load_conversations(args.data, args.conversations, args.sessions)
     except (StageError, DataError, ValueError) as e:
         log.error("%s", e)
         return 2
@@ -130,12 +166,9 @@ def cmd_evaluate_stage(args: argparse.Namespace) -> int:
         return 2
     result = {"checkpoint": str(args.checkpoint), "stage": type(stage).__name__,
               "data": args.data or "embedded sample", "conversations": [c.id for c in conversations], **result}
-    # A recipe's checkpoint records its split: scoring it on conversations it learnt from inflates the numbers.
-    training = Path(args.checkpoint) / "training.json"
-    split = json.loads(training.read_text()).get("split") if training.is_file() else None
-    if split:
-        seen = {*split.get("train", []), *split.get("validation", [])}
-        result["overlaps_training"] = [c.id for c in conversations if c.id in seen]
+    # Scoring a stage on conversations it learnt from inflates the numbers: say so beside them.
+    if stage.trained_on:
+        result["overlaps_training"] = [c.id for c in conversations if c.id in stage.trained_on]
         if result["overlaps_training"]:
             log.warning("%s was trained or validated on %s: its scores there are not held-out scores",
                         args.checkpoint, result["overlaps_training"])
@@ -168,12 +201,20 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         args.overrides = list(args.overrides) + extra
     from memlab.config import ConfigError
+    from memlab.data import DataError
 
+    # Bad input is one line and exit 2. Only the errors that mean bad input are caught: a
+    # config or data error, and an OSError (a path given that cannot be read or written, a
+    # full disk: the environment, and its message names the path). Any other exception
+    # (TypeError, KeyError, a plain ValueError ...) is a bug and keeps its traceback.
     try:
         commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage, "models": cmd_models}
         return commands[args.command](args)
-    except ConfigError as e:
+    except (ConfigError, DataError) as e:
         log.error("%s", e)
+        return 2
+    except OSError as e:
+        log.error("%s: %s", type(e).__name__, e)
         return 2
 
 

@@ -18,30 +18,49 @@ Nodes are built depth-first. A node that appears twice through a YAML anchor (``
   shares through the anchor (the usual intent on a command line: one model, other settings).
 * The root node is the pipeline. Its ``eval`` key (judge settings, ...) is for the runner and
   not passed to the constructor.
-* ``validate`` checks every node against its constructor signature (unknown and missing
-  arguments, non-``memlab.*`` paths) before anything is built, so a typo fails in
-  milliseconds, not after a model has loaded.
+* ``validate`` checks every node against its constructor signature before anything is built:
+  unknown and missing arguments, non-``memlab.*`` paths, and each value against its
+  parameter's annotation (``int``, ``float``, ``bool``, ``str``, ``Literal``, unions, lists,
+  mappings, a component of the annotated class) and declared range (``memlab.bounds``), so
+  ``top_k=2.5`` or ``segmenter=5`` fails in milliseconds, not after a model has loaded.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import inspect
 import os
-from pathlib import Path
-from typing import Any
+import re
+import types
+import typing
+from pathlib import Path, PurePath
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 
+from memlab.bounds import Range
 from memlab.stage import StageError, import_memlab_class
 
 COMPONENT = "_component_"
 BASE = "_base_"
 RUNNER_KEYS = ("eval",)
+EVAL_KEYS = ("judge",)  # what the runner reads under ``eval``
 
 
 class ConfigError(ValueError):
     """A config that cannot be loaded, overridden, validated or built (message has the path)."""
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML as the config files and overrides are read: ``1e-4`` is a float, as in YAML 1.2
+    (PyYAML's YAML 1.1 wants ``1.0e-4`` and reads ``1e-4`` as a string, which the type check
+    of a float argument would then refuse)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"), list("-+0123456789.")
+)
 
 
 def load_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
@@ -57,16 +76,24 @@ def _load_with_base(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if path in seen:
         raise ConfigError(f"{path}: _base_ cycle through {[str(p) for p in seen]}")
     try:
-        tree = yaml.safe_load(path.read_text())
+        tree = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a YAML config (not UTF-8 text)") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config: {e.strerror or e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: invalid YAML: {e}") from None
+        raise ConfigError(f"{path}: invalid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"{path}: a config must be a mapping at the top level")
     base = tree.pop(BASE, None)
     if base is None:
         return tree
+    if not isinstance(base, str):
+        raise ConfigError(f"{path}: {BASE} must be a file name, got {base!r}")
     merged = _load_with_base(path.parent / base, seen + (path,))
     return _merge(merged, tree)
 
@@ -101,9 +128,9 @@ def apply_override(tree: dict[str, Any], override: str) -> None:
     if not sep or not key.strip():
         raise ConfigError(f"override {override!r} must look like dotted.key=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = yaml.load(raw, Loader=_Loader) if raw.strip() else None
     except yaml.YAMLError as e:
-        raise ConfigError(f"override {override!r}: value is not valid YAML ({e})") from None
+        raise ConfigError(f"override {override!r}: value is not valid YAML ({' '.join(str(e).split())})") from None
     parts = key.strip().split(".")
     node = tree
     for i, part in enumerate(parts[:-1]):
@@ -130,11 +157,11 @@ def split_runner_keys(tree: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
 
 
 def validate(tree: Any, where: str = "") -> None:
-    """Raise ``ConfigError`` listing every problem found in the tree (nothing is built)."""
+    """Raise ``ConfigError`` listing every problem found in the tree (nothing is built), on one line."""
     problems: list[str] = []
-    _validate(tree, where or "<root>", problems, set())
+    _validate(tree, where, problems, set())
     if problems:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+        raise ConfigError("invalid config: " + "; ".join(problems))
 
 
 def _validate(node: Any, where: str, problems: list[str], seen: set[int]) -> None:
@@ -147,30 +174,193 @@ def _validate(node: Any, where: str, problems: list[str], seen: set[int]) -> Non
     seen.add(id(node))
     for key, value in node.items():
         if key != COMPONENT:
-            _validate(value, f"{where}.{key}", problems, seen)
+            _validate(value, _join(where, key), problems, seen)
     if COMPONENT not in node:
         return
+    here = where or "<root>"
     try:
         target = import_memlab_class(node[COMPONENT])
     except StageError as e:
-        problems.append(f"{where}: {e}")
+        problems.append(f"{here}: {e}")
         return
-    try:
-        signature = inspect.signature(target)
-    except (TypeError, ValueError):
+    params, accepts_any = _parameters(target)
+    if params is None:
         return
-    params = signature.parameters
-    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     given = {k for k in node if k != COMPONENT}
     if not accepts_any:
         for key in sorted(given - set(params)):
-            problems.append(f"{where}.{key}: {node[COMPONENT]} has no argument {key!r} "
+            problems.append(f"{_join(where, key)}: {node[COMPONENT]} has no argument {key!r} "
                             f"(it takes {sorted(params)})")
-    for name, p in params.items():
-        if p.default is inspect.Parameter.empty and p.kind in (
-            inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
-        ) and name not in given:
-            problems.append(f"{where}: {node[COMPONENT]} needs argument {name!r}")
+    owner = getattr(target, "__name__", node[COMPONENT])
+    for name, (required, hint) in params.items():
+        if name not in given:
+            if required:
+                problems.append(f"{here}: {node[COMPONENT]} needs argument {name!r}")
+            continue
+        problem = _mismatch(node[name], hint)
+        if problem is not None:
+            problems.append(f"{_join(where, name)}={_show(node[name])} {problem} ({owner}.{name})")
+
+
+def _join(where: str, key: Any) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return f"<{value[COMPONENT]}>" if COMPONENT in value else "{...}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _parameters(target: Any) -> tuple[dict[str, tuple[bool, Any]] | None, bool]:
+    """``({name: (required, annotation or None)}, takes any keyword)`` for what a node may pass
+    to ``target``; ``(None, True)`` where no signature can be read."""
+    if isinstance(target, type):  # the __init__ that declares the arguments, with its module's names
+        target = next((vars(k)["__init__"] for k in target.__mro__ if "__init__" in vars(k)), object.__init__)
+        skip_self = True
+    else:
+        skip_self = False
+    function = inspect.unwrap(target)  # Stage wraps __init__ to record its arguments
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return None, True
+    namespace = getattr(function, "__globals__", {})
+    params: dict[str, tuple[bool, Any]] = {}
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    for name, p in list(signature.parameters.items())[int(skip_self):]:
+        if p.kind not in variadic:
+            params[name] = (p.default is inspect.Parameter.empty and p.kind is not inspect.Parameter.POSITIONAL_ONLY,
+                            _resolve(p.annotation, namespace))
+    return params, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+
+
+def _resolve(annotation: Any, namespace: dict[str, Any]) -> Any:
+    """The annotation as an object (modules use ``from __future__ import annotations``); None
+    where it says nothing or names what only a type checker sees."""
+    if annotation is inspect.Parameter.empty:
+        return None
+    if isinstance(annotation, str):
+        try:
+            return eval(annotation, namespace)  # noqa: S307 - annotations of memlab's own code
+        except Exception:
+            return None
+    return annotation
+
+
+_SEQUENCES = (list, tuple, collections.abc.Sequence)
+_MAPPINGS = (dict, collections.abc.Mapping)
+
+
+def _mismatch(value: Any, hint: Any) -> str | None:
+    """Why ``value`` (as YAML gives it) does not fit the annotation ``hint`` (``"must be an
+    integer"``, ``"must be >= 1"``); None when it fits or ``hint`` says nothing checkable."""
+    if hint is None or hint is Any or isinstance(hint, (str, typing.TypeVar)):
+        return None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Annotated:
+        problem = _mismatch(value, args[0])
+        ranges = [m for m in hint.__metadata__ if isinstance(m, Range)]
+        return problem or next((r.problem(value) for r in ranges if r.problem(value)), None)
+    if origin in (Union, types.UnionType):
+        problems = [_mismatch(value, arg) for arg in args]
+        if None in problems:
+            return None
+        # right type, out of range: say that, not "must be an integer or null"
+        ranged = [p for arg, p in zip(args, problems) if _mismatch(value, _bare(arg)) is None]
+        return ranged[0] if ranged else f"must be {_describe(hint)}"
+    if origin is Literal:
+        return None if any(value == a and type(value) is type(a) for a in args) else f"must be {_describe(hint)}"
+    if origin in _SEQUENCES:
+        if not isinstance(value, (list, tuple)):
+            return f"must be {_describe(hint)}"
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            items = list(args)
+            if len(items) != len(value):
+                return f"must be {_describe(hint)}"
+        else:
+            items = [args[0] if args else None] * len(value)
+        bad = any(_mismatch(v, h) is not None for v, h in zip(value, items))
+        return f"must be {_describe(hint)}" if bad else None
+    if origin in _MAPPINGS:
+        if not isinstance(value, dict) or COMPONENT in value:
+            return f"must be {_describe(hint)}"
+        key_hint, value_hint = args if len(args) == 2 else (None, None)
+        bad = any(_mismatch(k, key_hint) is not None or _mismatch(v, value_hint) is not None for k, v in value.items())
+        return f"must be {_describe(hint)}" if bad else None
+    if origin is not None:
+        hint = origin  # ``Stage[In, Out]`` and the like: the class
+    if not isinstance(hint, type):
+        return None  # Callable, ... : nothing a YAML value can be checked against
+    if hint is type(None):
+        ok = value is None
+    elif hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:  # YAML reads ``temperature: 0`` as an int
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif hint in (list, tuple):
+        ok = isinstance(value, (list, tuple))
+    elif issubclass(hint, (os.PathLike, PurePath)):
+        ok = isinstance(value, (str, os.PathLike))
+    elif hint.__module__ == "builtins":
+        ok = isinstance(value, hint)
+    else:  # a class: a component node builds it
+        return _component_mismatch(value, hint)
+    return None if ok else f"must be {_describe(hint)}"
+
+
+def _component_mismatch(value: Any, cls: type) -> str | None:
+    if isinstance(value, cls):
+        return None
+    if not (isinstance(value, dict) and COMPONENT in value):
+        return f"must be {_describe(cls)}"
+    try:
+        target = import_memlab_class(value[COMPONENT])
+    except StageError:
+        return None  # reported on the node itself
+    if isinstance(target, type) and not issubclass(target, cls):
+        return f"must be {_describe(cls)} ({target.__name__} is not one)"
+    return None  # a function (``load_stage``) declares no class to check
+
+
+def _bare(hint: Any) -> Any:
+    return typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+
+
+def _describe(hint: Any) -> str:
+    hint = _bare(hint)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in _SEQUENCES:
+        item = args[0] if args and (origin is not tuple or args[-1] is Ellipsis or len(set(args)) == 1) else None
+        return f"a list of {_plural(item)}" if item is not None else "a list"
+    if origin in _MAPPINGS:
+        return "a mapping"
+    names = {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string",
+             list: "a list", tuple: "a list", dict: "a mapping"}
+    if hint in names:
+        return names[hint]
+    if isinstance(hint, type) and issubclass(hint, (os.PathLike, PurePath)):
+        return "a path"
+    cls = origin or hint
+    name = getattr(cls, "__name__", str(cls))
+    vowel_sound = "AEFHILMNORSX" if name.isupper() else "AEIOUaeiou"  # "an LM", "an Answerer"
+    article = "an" if name[:1] in vowel_sound else "a"
+    return f"{article} {name} component" if isinstance(cls, type) and cls.__module__ != "builtins" else f"{article} {name}"
+
+
+def _plural(hint: Any) -> str:
+    description = _describe(hint)
+    words = {"an integer": "integers", "a number": "numbers", "true or false": "booleans", "null": "nulls"}
+    if description in words:
+        return words[description]
+    return description.split(" ", 1)[1] + "s" if description.startswith(("a ", "an ")) else description
 
 
 def instantiate(tree: Any) -> Any:
@@ -193,7 +383,7 @@ def _build(node: Any, built: dict[int, Any]) -> Any:
             obj = target(**kwargs)
         except ConfigError:
             raise
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, StageError) as e:  # StageError: ``load_stage`` of a bad checkpoint
             raise ConfigError(f"building {node[COMPONENT]}: {e}") from e
     else:
         obj = kwargs
@@ -208,7 +398,25 @@ def build_pipeline(path: str | os.PathLike, overrides: list[str] | tuple[str, ..
     if COMPONENT not in pipeline_node:
         raise ConfigError(f"{path}: the top level must be a pipeline node with {COMPONENT}")
     validate(pipeline_node)
+    validate_runner_keys(runner)
     return _build(pipeline_node, {}), runner, copy.deepcopy(tree)
+
+
+def validate_runner_keys(runner: dict[str, Any]) -> None:
+    """The ``eval`` node: null or a mapping of ``EVAL_KEYS``; ``judge`` null or a component node
+    (checked like the pipeline's), so a typo there fails now, not when the judge is first used."""
+    settings = runner.get("eval")
+    if settings is None:
+        return
+    if not isinstance(settings, dict) or COMPONENT in settings:
+        raise ConfigError(f"invalid config: eval={_show(settings)} must be a mapping with the keys {list(EVAL_KEYS)}")
+    unknown = sorted(set(settings) - set(EVAL_KEYS))
+    if unknown:
+        raise ConfigError(f"invalid config: eval has no key {unknown[0]!r} (it takes {list(EVAL_KEYS)})")
+    judge = settings.get("judge")
+    if judge is not None and not (isinstance(judge, dict) and COMPONENT in judge):
+        raise ConfigError(f"invalid config: eval.judge={_show(judge)} must be null or a judge component")
+    validate(judge, "eval.judge")
 
 
 def dump_config(tree: dict[str, Any]) -> str:

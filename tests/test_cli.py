@@ -31,9 +31,7 @@ def test_bad_invocations_fail_with_a_message(tmp_path, caplog):
     assert "nope.json" in caplog.text
     assert main(["run", str(REPO / "configs/pipelines/rag_turns.yaml"), "--conversations", "conv-x",
                  "--out", str(tmp_path)]) == 2
-    assert main(["run", str(REPO / "configs/pipelines/rag_turns.yaml"), "--sessions", "0",
-                 "--out", str(tmp_path)]) == 2
-    assert "at least 1" in caplog.text
+    # more in test_cli_misuse.py
 
 
 def test_sessions_cuts_the_history_and_the_questions(tmp_path):
@@ -121,3 +119,43 @@ def test_batch_size_is_checked_and_a_batched_retrieval_run_matches_the_unbatched
     rows = {name: [json.loads(line)["retrieved_units"] for line in (tmp_path / name / "predictions.jsonl").open()]
             for name in ("one", "four")}
     assert rows["one"] == rows["four"] and len(rows["one"]) > 4
+
+
+def test_a_run_whose_questions_failed_exits_1_with_one_summary_line(tmp_path, capsys, monkeypatch):
+    from memlab.pipelines.rag import RAG
+
+    def broken(self, memory, queries):
+        raise RuntimeError("retrieval broke")
+
+    monkeypatch.setattr(RAG, "retrieve_many", broken)
+    code = main(["run", str(REPO / "configs/pipelines/rag_turns.yaml"), "--retrieval-only", "--no-progress",
+                 "--max-questions", "3", "--out", str(tmp_path / "run")])
+    assert code == 1
+    rows = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all("retrieval broke" in row["error"] for row in rows)  # written all the same
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"3 questions failed (see {tmp_path / 'run' / 'predictions.jsonl'}, {tmp_path / 'run' / 'metrics.json'})"]
+
+
+def test_a_run_whose_build_failed_exits_1_and_names_the_conversation(tmp_path, capsys, monkeypatch):
+    from memlab.pipelines.rag import RAG
+
+    def broken(self, conversation):
+        raise RuntimeError("segmenter broke")
+
+    monkeypatch.setattr(RAG, "build", broken)
+    code = main(["run", str(REPO / "configs/pipelines/rag_turns.yaml"), "--retrieval-only", "--no-progress",
+                 "--out", str(tmp_path / "run")])
+    assert code == 1
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["build_errors"]
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("1 build (sample-1) failed (see ")
+
+
+def test_the_failure_summary_names_everything_that_failed():
+    from memlab.cli import _failure_summary
+
+    assert _failure_summary({"failed_questions": 0, "build_errors": {}, "stopped": None, "failures": {"x": 2}}) is None
+    assert _failure_summary({"failed_questions": 1, "build_errors": {"conv-26": "E", "conv-30": "E"}}) == \
+        "1 question and 2 builds (conv-26, conv-30) failed"
+    assert _failure_summary({"failed_questions": 0, "build_errors": {}, "stopped": "answering q1: server down"}) == \
+        "run stopped early: answering q1: server down"

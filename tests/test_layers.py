@@ -12,7 +12,7 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parents[1] / "memlab"
 #: Lowest first. A top-level module or package of memlab belongs to exactly one layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("", "types", "clock", "dates", "versions", "fileio", "prompts"),
+    ("", "bounds", "types", "text", "clock", "dates", "versions", "fileio", "prompts"),
     ("data",),
     ("lm", "embed"),
     ("stage", "memory"),
@@ -64,9 +64,10 @@ def test_no_package_imports_upward():
     assert upward == []
 
 
-def test_data_imports_nothing_of_memlab_but_types():
+def test_data_imports_nothing_of_memlab_but_types_and_text_cleaning():
     graph = _imports()
-    assert {t for m, ts in graph.items() if _top(m) == "data" for t in ts if _top(t) != "data"} <= {"memlab.types"}
+    assert {t for m, ts in graph.items() if _top(m) == "data" for t in ts if _top(t) != "data"} \
+        <= {"memlab.types", "memlab.text"}
 
 
 def test_no_import_cycle():

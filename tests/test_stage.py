@@ -7,7 +7,7 @@ import yaml
 
 from memlab.lm.errors import ParseError
 from memlab.prompts import PromptError, load_prompt
-from memlab.stage import Stage, StageError
+from memlab.stage import Stage, StageError, seal_checkpoint
 from memlab.stages.answer import AnswerIn, PromptedAnswerer
 from memlab.stages.plan import PlanIn, RoutedPlanner
 from memlab.stages.rerank import CrossEncoderReranker, OrderFusionReranker, RerankIn
@@ -73,7 +73,9 @@ def test_init_kwargs_are_recorded_and_survive_save_load(tmp_path):
     stage.save(tmp_path / "seg")
     assert json.loads((tmp_path / "seg" / "config.json").read_text())["class"] == (
         "memlab.stages.segment.rules.TokenChunkSegmenter")
-    assert "torch" in json.loads((tmp_path / "seg" / "versions.json").read_text())
+    manifest = json.loads((tmp_path / "seg" / "manifest.json").read_text())
+    assert manifest["format"] == "memlab.Stage" and "torch" in manifest["versions"]
+    assert set(manifest["files"]) == {"config.json"}  # no tensors: no weights file
     loaded = Stage.load(tmp_path / "seg")
     assert isinstance(loaded, TokenChunkSegmenter) and loaded.chunk_tokens == 64
     answerer.save(tmp_path / "ans")
@@ -86,9 +88,13 @@ def test_load_refuses_bad_folders(tmp_path):
     with pytest.raises(StageError, match="no config.json"):
         Stage.load(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(StageError, match="no manifest.json, so its files cannot be checked .*seal_checkpoint"):
+        Stage.load(tmp_path)
+    seal_checkpoint(tmp_path)  # trust the files as they are: now their contents are checked
     with pytest.raises(StageError, match="malformed stage config"):
         Stage.load(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"class": "os.path.join", "kwargs": {}}))
+    seal_checkpoint(tmp_path)
     with pytest.raises(StageError, match="only memlab"):
         Stage.load(tmp_path)
 
@@ -168,19 +174,25 @@ def test_checkpoint_state_saves_a_subset_and_loading_checks_every_key(tmp_path, 
     stage.save(tmp_path / "s")
     assert set(load_file(str(tmp_path / "s" / "model.safetensors"))) == {"scale"}
     assert Stage.load(tmp_path / "s")([1.0]) == [6.0]
+    # Weights of another stage, written by hand and sealed, so that the checksums pass:
     save_file({"scale": torch.tensor([1.0]), "stray": torch.tensor([0.0])}, str(tmp_path / "s" / "model.safetensors"))
+    with pytest.raises(StageError, match="model.safetensors is corrupted or truncated"):
+        Stage.load(tmp_path / "s")
+    seal_checkpoint(tmp_path / "s")
     with pytest.raises(StageError, match="unexpected \\['stray'\\]"):
         Stage.load(tmp_path / "s")
     save_file({"base": torch.tensor([1.0])}, str(tmp_path / "s" / "model.safetensors"))
+    seal_checkpoint(tmp_path / "s")
     with pytest.raises(StageError, match="missing \\['scale'\\]"):
         Stage.load(tmp_path / "s")
     save_file({"scale": torch.tensor([1.0, 2.0])}, str(tmp_path / "s" / "model.safetensors"))
-    with pytest.raises(StageError, match="do not match"):
+    seal_checkpoint(tmp_path / "s")
+    with pytest.raises(StageError, match=r"do not match _Scaler \(shapes \['scale \(2,\) != \(1,\)'\]\)"):
         Stage.load(tmp_path / "s")
 
 
 def test_load_stage_puts_a_checkpoint_into_a_config_slot(tmp_path, monkeypatch, scaler_in_memlab):
-    from memlab.config import instantiate, validate
+    from memlab.config import ConfigError, instantiate, validate
 
     stage = _Scaler(factor=1.5)
     with torch.no_grad():
@@ -196,7 +208,7 @@ def test_load_stage_puts_a_checkpoint_into_a_config_slot(tmp_path, monkeypatch, 
     lm = ReplayLM([])
     built = instantiate({"_component_": "memlab.stage.load_stage", "path": "ans", "lm": lm})
     assert built.lm is lm and built.max_tokens == 7
-    with pytest.raises(StageError, match="no config.json"):
+    with pytest.raises((StageError, ConfigError), match="nowhere: not a saved stage \\(no config.json\\)"):
         instantiate({"_component_": "memlab.stage.load_stage", "path": "nowhere"})
     # A component the saved class does not take (kept from a swapped-out prompted stage) is dropped.
     dropped = instantiate({"_component_": "memlab.stage.load_stage", "path": "checkpoints/scaler", "lm": lm})
@@ -237,6 +249,7 @@ def test_a_composite_saves_its_child_stage_in_a_sub_folder_and_loads_whole(tmp_p
     child = tmp_path / "fused" / "reranker" / "config.json"
     child.write_text(json.dumps({**configs["reranker/config.json"],
                                  "kwargs": {**configs["reranker/config.json"]["kwargs"], "device": "cuda:7"}}))
+    seal_checkpoint(tmp_path / "fused")
     assert Stage.load(tmp_path / "fused").reranker.device == "cpu"
 
 
@@ -284,5 +297,6 @@ def test_each_node_of_a_composite_saves_only_its_own_tensors(tmp_path, shifted_i
     assert Stage.load(tmp_path / "s")([1.0]) == outer([1.0]) == [7.5]
     assert Stage.load(tmp_path / "s" / "inner")([1.0]) == [7.0]  # a child folder is a saved stage itself
     save_file({"shift": torch.tensor([0.5]), "inner.shift": torch.tensor([1.0])}, str(tmp_path / "s" / "model.safetensors"))
+    seal_checkpoint(tmp_path / "s")
     with pytest.raises(StageError, match="unexpected \\['inner.shift'\\]"):
         Stage.load(tmp_path / "s")

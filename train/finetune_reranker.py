@@ -37,9 +37,8 @@ from tqdm import tqdm
 
 from memlab.clock import active_seconds
 from memlab.config import instantiate
-from memlab.fileio import write_json_atomic
 from memlab.stage import Stage
-from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
+from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, record_training, adamw, linear_schedule, make_accelerator,
                              recipe_conversations, seed_everything, total_steps, with_defaults)
 from memlab.training.stage_eval import evaluate_reranker, reranker_candidates
 from memlab.training.supervision import rerank_examples
@@ -188,5 +187,5 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     final = evaluate_reranker(best, run.evaluation)
     summary.update(split=run.split, groups=len(run.groups), evaluation=final, checkpoint=str(run.out),
                    device=str(run.accelerator.device))
-    write_json_atomic(run.out / "training.json", {"config": run.config, **summary})
+    record_training(run.out, run.config, summary)
     return summary

@@ -31,9 +31,8 @@ from tqdm import tqdm
 
 from memlab.clock import active_seconds
 from memlab.config import ConfigError, instantiate
-from memlab.fileio import write_json_atomic
 from memlab.stage import Stage
-from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
+from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, record_training, adamw, linear_schedule, make_accelerator,
                              recipe_conversations, seed_everything, total_steps, with_defaults)
 from memlab.training.stage_eval import evaluate_router
 from memlab.training.supervision import routing_examples
@@ -168,5 +167,5 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     summary.update(split=run.split, examples=len(run.examples), checkpoint=str(run.out),
                    device=str(run.accelerator.device), evaluation=evaluate_router(best, run.evaluation),
                    evaluation_heads=head_accuracy(best, run.evaluation))
-    write_json_atomic(run.out / "training.json", {"config": run.config, **summary})
+    record_training(run.out, run.config, summary)
     return summary

@@ -39,10 +39,9 @@ from tqdm import tqdm
 from memlab.clock import active_seconds
 from memlab.config import ConfigError, build_pipeline, instantiate
 from memlab.eval.metrics import recall_at_k
-from memlab.fileio import write_json_atomic
 from memlab.stage import Stage
 from memlab.stages.traverse import TraverseIn
-from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, recipe_conversations, seed_everything,
+from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, record_training, recipe_conversations, seed_everything,
                              with_defaults)
 from memlab.training.supervision import evaluable_questions, magma_event_units, traversal_targets
 
@@ -93,7 +92,7 @@ def setup(config: dict[str, Any]) -> Run:
                  "evaluation": [c.id for c in evaluation]}
     run.pipeline, _, _ = build_pipeline(config["pipeline"], list(config["pipeline_overrides"] or []))
     for conversation in train:
-        memory = run.pipeline.build(conversation)
+        memory = run.pipeline.build(conversation.history())
         questions = evaluable_questions(conversation)
         targets = {t["question_id"]: t["targets"] for t in traversal_targets(questions, magma_event_units(memory))}
         for question in questions:
@@ -104,7 +103,7 @@ def setup(config: dict[str, Any]) -> Run:
                                 run.pipeline.edge_types)
             run.walks.append(Walk(question, memory, inputs, frozenset(targets[question.id])))
     for part, conversations, key in (("validation", validation, "validation_ids"), ("evaluation", evaluation, "eval_ids")):
-        pairs = [(memory, q) for c in conversations for memory in [run.pipeline.build(c)] for q in evaluable_questions(c)]
+        pairs = [(memory, q) for c in conversations for memory in [run.pipeline.build(c.history())] for q in evaluable_questions(c)]
         if not pairs:
             raise ValueError(f"the {part} conversations {run.split[part]} have no question of categories 1-4 with "
                              f"evidence to score recall@10 on: choose other data.{key}")
@@ -200,5 +199,5 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
                     "recall@10_trained": recall(run.pipeline, trained, run.evaluation),
                     "questions": len(run.evaluation)},
     )
-    write_json_atomic(run.out / "training.json", {"config": run.config, **summary})
+    record_training(run.out, run.config, summary)
     return summary

@@ -11,6 +11,8 @@
 * ``load_conversations(data, ids, sessions)``: a data set (or the sample), those ids, the first
   sessions of each: what a run or a recipe works on.
 
+Every loader ends with ``memlab.data.anonymise``: sessions and turns numbered by position
+(``session_3``, ``D3:7``), so that no id a pipeline sees carries a label of the source.
 Every ``read_*`` twin also returns a ``LoadReport`` (counts and quirks handled); the
 ``load_*`` functions log its one-line summary. Bad input raises one ``DataError`` that
 names the file and the problem.

@@ -23,6 +23,8 @@ Quirks handled (counted in ``LoadReport.quirks`` under these names)
 ``text_stripped``               turn or question text with surrounding whitespace (stripped)
 ``unknown_speaker``             a turn whose speaker is neither speaker_a nor speaker_b (kept)
 ``integer_answer``              a number as answer (converted to its string)
+``sessions_out_of_order``       a session dated before the one numbered before it (kept in
+                                LoCoMo's order: the numbering is the conversation's order)
 ``adversarial_with_answer``     a category-5 item that also has ``answer`` (the adversarial
                                 answer is kept, as for every category-5 item)
 ``missing_answer``              a question with no answer at all (skipped)
@@ -34,17 +36,23 @@ Quirks handled (counted in ``LoadReport.quirks`` under these names)
 ``no_evidence``                 a question left with no evidence (kept; recall skips it)
 
 Anything structural (missing file, not JSON, a session without a date, a turn without text,
-an unknown category code, duplicate ids) is one ``DataError`` naming the file and the place.
+an unknown category code, duplicate ids, a gold answer that is a list, a boolean, an object or
+not a finite number) is one ``DataError`` naming the file and the place.
+
+Sessions and turns are then numbered by position (``memlab.data.anonymise``), which for
+LoCoMo's files is the identity: its dia ids already are ``D<session>:<turn>``.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memlab.data.anonymise import anonymise
 from memlab.data.dates import parse_date
 from memlab.data.errors import DataError
 from memlab.data.jsonfile import read_json
@@ -93,7 +101,7 @@ def parse_locomo(data: Any, source: str) -> tuple[list[Conversation], LoadReport
     report = LoadReport(source=source, format=FORMAT)
     conversations: list[Conversation] = []
     for number, sample in enumerate(data, start=1):
-        conversation = _parse_sample(sample, number, source, report)
+        conversation = anonymise(_parse_sample(sample, number, source, report))
         if any(c.id == conversation.id for c in conversations):
             raise DataError(source, f"conversation {number}: sample_id {conversation.id!r} appears twice")
         conversations.append(conversation)
@@ -147,7 +155,7 @@ def _parse_sessions(
     dated = {int(m.group(1)) for key in body if (m := _DATE_KEY.fullmatch(key))}
     for n in sorted(dated - set(numbers)):
         report.note("date_without_session", f"{sample_id}: session_{n}_date_time")
-    sessions = []
+    sessions: list[Session] = []
     for n in numbers:
         key = f"session_{n}"
         raw_turns = body[key]
@@ -168,6 +176,8 @@ def _parse_sessions(
             _parse_turn(raw, timestamp, speakers, f"{where}: {key} turn {i + 1}", sample_id, source, report)
             for i, raw in enumerate(raw_turns)
         )
+        if sessions and timestamp < sessions[-1].timestamp:
+            report.note("sessions_out_of_order", f"{sample_id}: {key} ({raw_date}) is dated before {sessions[-1].id}")
         sessions.append(Session(id=key, timestamp=timestamp, turns=turns))
         report.sessions += 1
         report.turns += len(turns)
@@ -219,7 +229,7 @@ def _parse_question(
     if isinstance(code, bool) or code not in LOCOMO_CATEGORIES:
         raise DataError(source, f"{where}: category {code!r} is not one of {sorted(LOCOMO_CATEGORIES)}")
 
-    answer = _pick_answer(item, code, qid, report)
+    answer = _pick_answer(item, code, qid, report, f"{where}", source)
     if answer is None:
         report.note("missing_answer", qid)
         return None
@@ -234,19 +244,23 @@ def _parse_question(
     )
 
 
-def _pick_answer(item: dict[str, Any], code: int, qid: str, report: LoadReport) -> str | None:
+def _pick_answer(item: dict[str, Any], code: int, qid: str, report: LoadReport, where: str, source: str) -> str | None:
     """The gold answer as a string; category 5 keeps its adversarial answer."""
+    key = "answer"
     if code == ADVERSARIAL and item.get("adversarial_answer") is not None:
         if item.get("answer") is not None:
             report.note("adversarial_with_answer", f"{qid} answer {item['answer']!r} set aside")
-        raw = item["adversarial_answer"]
-    else:
-        raw = item.get("answer")
+        key = "adversarial_answer"
+    raw = item.get(key)
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return None
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+    if isinstance(raw, str):
+        return raw.strip()
+    # A number is a fine answer ("2022"); anything else would be scored as its Python repr.
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool) and math.isfinite(raw):
         report.note("integer_answer", f"{qid} {raw!r}")
-    return str(raw).strip()
+        return str(raw)
+    raise DataError(source, f"{where}: {key!r} must be a string or a number, found {_kind(raw)} {raw!r:.60}")
 
 
 def _repair_evidence(raw: Any, turn_ids: set[str], qid: str, report: LoadReport) -> tuple[str, ...]:

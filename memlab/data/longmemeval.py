@@ -13,12 +13,14 @@ haystack_dates, haystack_sessions, answer_session_ids}``, each haystack session 
 * one ``Question(id=question_id, timestamp=question_date, category=question_type)``.
 
 Processed folder (memory-arena's ``processed/``: ``questions.jsonl`` + ``sessions.jsonl``):
-sessions form one pool, each tagged ``metadata.category``; questions carry ``category``,
-``ground_truth.{answer, supporting_session_ids, valid_as_of}``. A question's haystack is
-the pool sessions of its category dated no later than its ``valid_as_of`` (sessions with
-no category belong to every pool); a supporting session the rule leaves out is added back
-(``supporting_session_added``), so gold evidence is always reachable. Turns keep the
-source's turn ids; ``Question.timestamp = valid_as_of``.
+sessions form one pool (each tagged ``metadata.category``, which is ignored); questions carry
+``category``, ``ground_truth.{answer, supporting_session_ids, valid_as_of}``, ``valid_as_of``
+being LongMemEval's question date. A question's haystack is every session of the pool dated
+no later than its ``valid_as_of``, chosen without any gold field: neither the category (the
+pool's sessions are grouped by the category of the question that needed them) nor the
+supporting sessions decide what the pipeline sees. A supporting session dated after the
+question is not added; its evidence is dropped (``evidence_after_question``).
+``Question.timestamp = valid_as_of``.
 
 Decisions shared by both layouts
 --------------------------------
@@ -30,12 +32,18 @@ Decisions shared by both layouts
   ``has_answer``; a session with no flagged turn contributes all its turns
   (``evidence_whole_session``), since the session itself is the gold unit there.
 * **Order.** Sessions are sorted by timestamp (stable), as memory systems ingest them in time.
+* **Ids.** Sessions and turns are renumbered by position (``memlab.data.anonymise``): the
+  source ids name the evidence sessions (``answer_…``) and must not reach a prompt. The
+  conversation and question keep the source id on the gold side (``_abs`` included); a
+  pipeline sees an opaque digest of it (``Conversation.history``, ``Question.as_query``).
 
 Quirks counted in ``LoadReport.quirks``: ``integer_answer``, ``empty_session`` (skipped unless
 it is evidence), ``duplicate_session_renamed`` (the same haystack id twice in one question,
 a known LongMemEval-S sampling artefact; the second becomes ``"<id>#2"``),
-``supporting_session_added``, ``evidence_dropped_unknown`` (an answer session id not in the
-data), ``evidence_whole_session``, ``no_evidence``.
+``evidence_after_question`` (a supporting session dated after the question, so not in its
+haystack), ``evidence_dropped_unknown`` (an answer session id not in the data),
+``evidence_whole_session``, ``no_evidence``. A field of the wrong type (a list where an object
+belongs, a number for ``answer_session_ids``) or a turn id used twice is a ``DataError``.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memlab.data.anonymise import anonymise
 from memlab.data.dates import parse_date
 from memlab.data.errors import DataError
 from memlab.data.jsonfile import read_json, read_jsonl
@@ -133,10 +142,7 @@ def _parse_official_item(item: Any, number: int, source: str, report: LoadReport
     sessions: list[Session] = []
     flagged: set[str] = set()
     renamed: dict[str, int] = {}
-    raw_answer_ids = item.get("answer_session_ids") or []
-    if isinstance(raw_answer_ids, str):
-        raw_answer_ids = [raw_answer_ids]
-    answer_ids = list(dict.fromkeys(str(s) for s in raw_answer_ids))
+    answer_ids = _id_list(item.get("answer_session_ids"), f"{where}: answer_session_ids", source)
     for session_id, date, body in zip(ids, dates, bodies):
         session_id = _text(session_id, f"{where}: haystack session id", source)
         timestamp = _date(date, f"{where}: session {session_id} date", source)
@@ -207,9 +213,10 @@ def read_processed(path: str | Path) -> tuple[list[Conversation], LoadReport]:
     return conversations, report
 
 
-def _read_session_pool(path: Path, report: LoadReport) -> dict[str, tuple[Session, str | None, set[str]]]:
-    """Session id -> (session, its category or None, ids of its has_answer turns)."""
-    pool: dict[str, tuple[Session, str | None, set[str]]] = {}
+def _read_session_pool(path: Path, report: LoadReport) -> dict[str, tuple[Session, set[str]]]:
+    """Session id -> (session, ids of its has_answer turns)."""
+    pool: dict[str, tuple[Session, set[str]]] = {}
+    turn_ids: dict[str, str] = {}
     source = str(path)
     for number, raw in enumerate(read_jsonl(path), start=1):
         where = f"line {number}"
@@ -227,22 +234,26 @@ def _read_session_pool(path: Path, report: LoadReport) -> dict[str, tuple[Sessio
         for n, turn in enumerate(raw_turns, start=1):
             if not isinstance(turn, dict):
                 raise DataError(source, f"{where}: turn {n} must be an object, found {_kind(turn)}")
-            turn_id = str(turn.get("id") or f"{session_id}:{n}")
+            turn_id = _text(turn.get("id"), f"{where}: turn {n} id", source) if "id" in turn else f"{session_id}:{n}"
+            if turn_id in turn_ids:
+                raise DataError(source, f"{where}: turn id {turn_id!r} is also used by {turn_ids[turn_id]}")
+            turn_ids[turn_id] = f"session {session_id}"
             content = turn.get("content")
             if not isinstance(content, str):
                 raise DataError(source, f"{where}: turn {n} content must be a string, found {_kind(content)}")
             turn_time = parse_longmemeval_date(turn.get("timestamp")) or timestamp
             turns.append(Turn(id=turn_id, speaker=_text(turn.get("role"), f"{where}: turn {n} role", source),
                               text=content.strip(), timestamp=turn_time))
-            if (turn.get("metadata") or {}).get("has_answer") is True or turn.get("has_answer") is True:
+            if _object(turn.get("metadata"), f"{where}: turn {n} metadata", source).get("has_answer") is True \
+                    or turn.get("has_answer") is True:
                 flagged.add(turn_id)
-        category = (raw.get("metadata") or {}).get("category")
-        pool[session_id] = (Session(id=session_id, timestamp=timestamp, turns=tuple(turns)), category, flagged)
+        _object(raw.get("metadata"), f"{where}: metadata", source)
+        pool[session_id] = (Session(id=session_id, timestamp=timestamp, turns=tuple(turns)), flagged)
     return pool
 
 
 def _processed_question(
-    item: Any, number: int, pool: dict[str, tuple[Session, str | None, set[str]]], source: str, report: LoadReport
+    item: Any, number: int, pool: dict[str, tuple[Session, set[str]]], source: str, report: LoadReport
 ) -> Conversation:
     where = f"line {number}"
     if not isinstance(item, dict):
@@ -254,23 +265,18 @@ def _processed_question(
         raise DataError(source, f"{where}: ground_truth must be an object, found {_kind(truth)}")
     asked_at = _date(truth.get("valid_as_of"), f"{where}: ground_truth.valid_as_of", source)
     category = item.get("category") or item.get("type")
-    supporting = truth.get("supporting_session_ids") or []
-    if not isinstance(supporting, list):
-        raise DataError(source, f"{where}: ground_truth.supporting_session_ids must be a list")
-    supporting = [str(s) for s in supporting]
+    supporting = _id_list(truth.get("supporting_session_ids"), f"{where}: ground_truth.supporting_session_ids",
+                          source)
 
-    chosen = [
-        entry[0] for entry in pool.values()
-        if entry[1] in (None, category) and entry[0].timestamp is not None and entry[0].timestamp <= asked_at
-    ]
+    # Everything said before the question was asked, whatever it is about: no gold field chooses.
+    chosen = [session for session, _ in pool.values() if session.timestamp <= asked_at]
     chosen_ids = {session.id for session in chosen}
     for session_id in supporting:
         if session_id in pool and session_id not in chosen_ids:
-            report.note("supporting_session_added", f"{qid}: {session_id}")
-            chosen.append(pool[session_id][0])
-            chosen_ids.add(session_id)
-    flagged = set().union(*(pool[s][2] for s in chosen_ids))
-    abstention = bool((item.get("constraints") or {}).get("abstention_expected"))
+            report.note("evidence_after_question", f"{qid}: {session_id}")
+    supporting = [s for s in supporting if s in chosen_ids or s not in pool]
+    flagged = set().union(*(pool[s][1] for s in chosen_ids))
+    abstention = _object(item.get("constraints"), f"{where}: constraints", source).get("abstention_expected") is True
     question = Question(
         id=qid,
         conversation_id=qid,
@@ -310,7 +316,7 @@ def _finish(
             report.note("empty_session", f"{qid}: {session.id}")
             continue
         kept.append(session)
-    kept.sort(key=lambda s: s.timestamp or datetime.max)
+    kept.sort(key=lambda s: s.timestamp)
     report.sessions += len(kept)
     report.turns += sum(len(s.turns) for s in kept)
     report.questions[question.category] += 1
@@ -323,7 +329,7 @@ def _finish(
         evidence=tuple(evidence),
         timestamp=question.timestamp,
     )
-    return Conversation(id=qid, speakers=SPEAKERS, sessions=tuple(kept), questions=(question,))
+    return anonymise(Conversation(id=qid, speakers=SPEAKERS, sessions=tuple(kept), questions=(question,)))
 
 
 def _category(qid: str, kind: Any, abstention: bool, where: str, source: str) -> str:
@@ -356,6 +362,26 @@ def _text(value: Any, what: str, source: str) -> str:
     if not value.strip():
         raise DataError(source, f"{what} is empty")
     return value
+
+
+def _object(value: Any, what: str, source: str) -> dict[str, Any]:
+    """An optional JSON object (None reads as empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DataError(source, f"{what} must be an object, found {_kind(value)}")
+    return value
+
+
+def _id_list(value: Any, what: str, source: str) -> list[str]:
+    """An optional list of session ids (a single id is tolerated), without repeats."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise DataError(source, f"{what} must be a list of session ids, found {_kind(value)}")
+    return list(dict.fromkeys(_text(v, what, source) for v in value))
 
 
 def _kind(value: Any) -> str:

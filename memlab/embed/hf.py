@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from memlab.bounds import PositiveInt
 from memlab.embed.base import Embedder, EmbedderError, check_model_folder, load_shared, model_fingerprint, offline_hub
 
 
@@ -16,7 +17,7 @@ class HFMeanPoolingEmbedder(Embedder):
     the identity). See ``memlab.embed.base`` for the contract.
     """
 
-    def __init__(self, path: str, device: str = "cpu", batch_size: int = 32, max_length: int = 512) -> None:
+    def __init__(self, path: str, device: str = "cpu", batch_size: PositiveInt = 32, max_length: PositiveInt = 512) -> None:
         super().__init__()
         if batch_size < 1 or max_length < 1:
             raise ValueError(f"batch_size and max_length must be >= 1, got {batch_size}, {max_length}")

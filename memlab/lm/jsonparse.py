@@ -3,7 +3,8 @@
 ``parse_json(text, schema=None)`` is the one parser every prompted stage uses. In order:
 
 1. ``<think>...</think>`` blocks are dropped (and everything before a lone ``</think>``,
-   which chat templates that open the block themselves leave behind).
+   which chat templates that open the block themselves leave behind); a reply that ends
+   inside a block, with nothing before it, has no answer (``ParseError``).
 2. Candidates are the contents of each fenced code block, then the whole text; in each,
    every ``{`` / ``[`` (only the one the schema's top-level type allows) is a start.
 3. A candidate is read by strict ``json.loads`` first; failing that, by a tolerant reader
@@ -21,26 +22,42 @@
    the schema violation of the best candidate.
 
 Unquoted keys, missing commas and similar guesses are not repaired: they are ambiguous,
-and a stage's corrective retry is the better fix.
+and a stage's corrective retry is the better fix. Nor is what JSON allows but no reply means:
+a key given twice with different values (which did the model mean? ``AmbiguousReplyError``, at
+once, whatever else the text holds), ``NaN`` and ``Infinity``, numbers longer than
+``_MAX_NUMBER_CHARS`` characters or too large for a float, nesting deeper than ``_MAX_DEPTH``.
+Strings in the value are cleaned (``clean_text``: a ``\\ud83d`` escape is a lone surrogate).
+
+Every way a completion can fail, however odd, is a ``ParseError``, never another exception,
+and the work is linear in the completion's length (at most ``_MAX_STARTS`` readings of it).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from functools import lru_cache
 from typing import Any
 
-from memlab.lm.errors import ParseError
+from memlab.lm.errors import AmbiguousReplyError, ParseError
+from memlab.text import clean_text
 
 _MAX_STARTS = 32  # start positions tried per candidate; bounds the work on long prose
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+#: Deeper JSON is no answer to any prompt; bounding it keeps recursion (ours, ``json``'s and
+#: ``jsonschema``'s) far from Python's limit.
+_MAX_DEPTH = 32
+#: Longer numbers are noise (and ``int()`` refuses over 4,300 digits with a ``ValueError``).
+_MAX_NUMBER_CHARS = 64
+_OPEN_THINK, _CLOSE_THINK = "<think>", "</think>"
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
 _LITERALS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 # After a closing quote, the next non-space character is one of these (or the text ends).
 _AFTER_STRING = frozenset(",:}]")
+# Runs of characters a string copies as they are, read in one step (a long string in C time).
+_PLAIN = {'"': re.compile(r'[^"\\]+'), "'": re.compile(r"[^'\\]+")}
 
 
 class _Missing:
@@ -61,6 +78,7 @@ class _Reader:
     def __init__(self, text: str) -> None:
         self.text = text
         self.n = len(text)
+        self.depth = 0
 
     def skip(self, i: int) -> int:
         text, n = self.text, self.n
@@ -83,10 +101,14 @@ class _Reader:
         if i >= self.n:
             return _MISSING, i, False
         c = self.text[i]
-        if c == "{":
-            return self.object(i + 1)
-        if c == "[":
-            return self.array(i + 1)
+        if c in "{[":
+            if self.depth >= _MAX_DEPTH:
+                raise _Syntax(f"nested deeper than {_MAX_DEPTH} levels", i)
+            self.depth += 1
+            try:
+                return self.object(i + 1) if c == "{" else self.array(i + 1)
+            finally:
+                self.depth -= 1
         if c in "\"'":
             return self.string(i)
         if c == "-" or c.isdigit():
@@ -110,7 +132,9 @@ class _Reader:
                 return _MISSING, self.n, False
             raise _Syntax("malformed number", i)
         token = match.group()
-        value: Any = float(token) if any(ch in token for ch in ".eE") else int(token)
+        value = _number(token)
+        if value is None:
+            raise _Syntax(f"number {_preview(token, 20)} is too long or too large", i)
         # A number that runs into the end of the text may have been cut ("12" of "125").
         return value, end, end < self.n
 
@@ -123,8 +147,14 @@ class _Reader:
         text, n = self.text, self.n
         out: list[str] = []
         first_skipped: tuple[int, int] | None = None  # (text position, length of out) of a kept quote
+        plain = _PLAIN[quote]
         j = i + 1
         while j < n:
+            run = plain.match(text, j)
+            if run is not None:
+                out.append(run.group())
+                j = run.end()
+                continue
             c = text[j]
             if c == quote:
                 if key or self.closes_string(j):
@@ -183,7 +213,7 @@ class _Reader:
                 raise _Syntax(f"expected ':' after key {key!r}", i)
             value, i, complete = self.value(i + 1)
             if value is not _MISSING:
-                result[key] = value
+                result[key] = _member(result, key, value)
             if not complete:
                 return result, i, False
             i = self.skip(i)
@@ -212,17 +242,58 @@ class _Reader:
 
 
 def strip_thinking(text: str) -> str:
-    """Drop reasoning blocks; raise if the text ends inside one (no answer was written)."""
-    text = _THINK_BLOCK.sub("", text)
+    """Drop reasoning blocks; raise if the text ends inside one (no answer was written).
+
+    ``<think>...</think>`` blocks are cut out; a ``</think>`` without its opening tag (a chat
+    template that opens the block itself) drops everything before it; text before a block that
+    never closes is kept, and a reply that is only an unclosed block is a ``ParseError``. One
+    pass over the text (each tag is searched for once), so thousands of tags cost no more
+    than their length."""
     lower = text.lower()
-    if "</think>" in lower:
-        text = text[lower.rindex("</think>") + len("</think>") :]
-    elif "<think>" in lower:
-        before = text[: lower.index("<think>")]
-        if not before.strip():
-            raise ParseError("the completion ended inside a <think> block (no answer after the reasoning)")
-        text = before
-    return text
+    kept: list[str] = []
+    pos = 0
+    next_open, next_close = lower.find(_OPEN_THINK), lower.find(_CLOSE_THINK)
+    while True:
+        # A tag found before ``pos`` was inside a dropped block: look again from ``pos``.
+        if 0 <= next_open < pos:
+            next_open = lower.find(_OPEN_THINK, pos)
+        if 0 <= next_close < pos:
+            next_close = lower.find(_CLOSE_THINK, pos)
+        if next_close >= 0 and (next_open < 0 or next_close < next_open):
+            kept = []  # a lone closing tag: what came before it was reasoning
+            pos = next_close + len(_CLOSE_THINK)
+        elif next_open >= 0 and next_close >= 0:
+            kept.append(text[pos:next_open])
+            pos = next_close + len(_CLOSE_THINK)
+        elif next_open >= 0:  # a block that never closes
+            kept.append(text[pos:next_open])
+            before = "".join(kept)
+            if not before.strip():
+                raise ParseError("the completion ended inside a <think> block (no answer after the reasoning)")
+            return before
+        else:
+            kept.append(text[pos:])
+            return "".join(kept)
+
+
+# End-of-turn tokens of common chat templates (ChatML, Llama 2 and 3, Phi-3, Gemma, GPT-2): a
+# reply showing one went on past its own turn (a server that did not stop there), so it ends there.
+_END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|end_of_text|eot_id|eom_id|end)\|>|</s>|<end_of_turn>", re.IGNORECASE)
+# Other special tokens (a start-of-turn token with the role it names, "<s>", "<|assistant|>" ...).
+_SPECIAL_TOKEN = re.compile(
+    r"<\|im_start\|>(?:assistant|user|system)?|<\|start_header_id\|>\w*<\|end_header_id\|>"
+    r"|<start_of_turn>(?:model|user)?|<\|[a-z_]{1,32}\|>|<s>",
+    re.IGNORECASE,
+)
+
+
+def visible_text(text: str) -> str:
+    """What a reply says to its reader: the text without lone surrogates, BOMs and NULs
+    (``clean_text``), reasoning blocks (``strip_thinking``, whose ``ParseError`` it raises for a
+    reply that is only an unclosed block), anything after an end-of-turn token and other chat
+    special tokens. Free-text readers (answerers, the judges' prose) read this."""
+    text = strip_thinking(clean_text(text))
+    return _SPECIAL_TOKEN.sub("", _END_OF_TURN.split(text, maxsplit=1)[0])
 
 
 def _candidates(text: str) -> list[str]:
@@ -231,8 +302,13 @@ def _candidates(text: str) -> list[str]:
 
 
 def _starts(candidate: str, openers: str) -> list[int]:
-    starts = [i for i, c in enumerate(candidate) if c in openers]
-    return starts[:_MAX_STARTS]
+    starts: list[int] = []
+    for opener in openers:
+        at = candidate.find(opener)
+        while at >= 0 and len(starts) < 2 * _MAX_STARTS:
+            starts.append(at)
+            at = candidate.find(opener, at + 1)
+    return sorted(starts)[:_MAX_STARTS]
 
 
 def _openers(schema: dict[str, Any] | None) -> str:
@@ -244,16 +320,81 @@ def _openers(schema: dict[str, Any] | None) -> str:
     return "{["
 
 
+def _number(token: str) -> int | float | None:
+    """A JSON number token's value; None when it is too long or not finite as a float."""
+    if len(token) > _MAX_NUMBER_CHARS:
+        return None
+    if not any(ch in token for ch in ".eE"):
+        return int(token)
+    value = float(token)
+    return value if math.isfinite(value) else None
+
+
+def _member(obj: dict[str, Any], key: str, value: Any) -> Any:
+    """``value`` for ``key`` of ``obj``; ``_Conflict`` when the key already holds another value."""
+    if key in obj and obj[key] != value:
+        raise _Conflict(key)
+    return value
+
+
+class _Conflict(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the key {key!r} is given twice with different values")
+        self.key = key
+
+
+def _strict_number(token: str) -> int | float:
+    value = _number(token)
+    if value is None:
+        raise ValueError("number too long or too large")
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        obj[key] = _member(obj, key, value)
+    return obj
+
+
+# Strict reading with the same refusals as the tolerant reader (a refused value falls through
+# to it, which says what was wrong).
+_DECODER = json.JSONDecoder(parse_int=_strict_number, parse_float=_strict_number,
+                            parse_constant=_refuse_constant, object_pairs_hook=_strict_object)
+
+
 def _strict(candidate: str, start: int) -> Any:
     try:
-        value, _ = json.JSONDecoder().raw_decode(candidate, start)
+        value, _ = _DECODER.raw_decode(candidate, start)
         return value
-    except ValueError:
+    except (ValueError, RecursionError):
         return _MISSING
 
 
 def _tolerant(candidate: str, start: int) -> Any:
     value, _, _ = _Reader(candidate).value(start)
+    return value
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _settle(value: Any, depth: int = 0) -> Any:
+    """``value`` with every string (keys too) cleaned at the boundary (``clean_text``: a ``\\ud83d``
+    escape decodes to a lone surrogate); ``_TooDeep`` past ``_MAX_DEPTH``."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, (dict, list)):
+        if depth >= _MAX_DEPTH:
+            raise _TooDeep
+        if isinstance(value, list):
+            return [_settle(v, depth + 1) for v in value]
+        return {clean_text(k): _settle(v, depth + 1) for k, v in value.items()}
     return value
 
 
@@ -265,28 +406,43 @@ def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
     if not text.strip():
         raise ParseError("the completion is empty")
     validate = _validator(json.dumps(schema, sort_keys=True)) if schema is not None else None
+    try:
+        return _find(text, schema, validate)
+    except _Conflict as exc:  # the reply contradicts itself: none of its readings is trusted
+        raise AmbiguousReplyError(f"ambiguous JSON: {exc}") from None
+    except RecursionError:  # a backstop: depth is bounded above, but no reply may crash a stage
+        raise ParseError("the JSON is nested too deeply") from None
+
+
+def _find(text: str, schema: dict[str, Any] | None, validate) -> Any:
     openers = _openers(schema)
     first_error: str | None = None
     schema_error: str | None = None
 
-    def accept(value: Any) -> bool:
-        nonlocal schema_error
+    def accept(value: Any) -> Any:
+        nonlocal first_error, schema_error
         if value is _MISSING:
-            return False
+            return _MISSING
+        try:
+            value = _settle(value)
+        except _TooDeep:
+            first_error = first_error or f"nested deeper than {_MAX_DEPTH} levels"
+            return _MISSING
         if validate is None:
-            return True
+            return value
         problem = validate(value)
         if problem is None:
-            return True
+            return value
         schema_error = schema_error or problem
-        return False
+        return _MISSING
 
     for candidate in _candidates(text):
         stripped = candidate.strip()
         # A bare scalar answer ("42", "\"yes\"") when the schema asks for one.
         if schema is not None and openers == "{[" and stripped and stripped[0] not in "{[":
-            if accept(_strict(stripped, 0)):
-                return _strict(stripped, 0)
+            value = accept(_strict(stripped, 0))
+            if value is not _MISSING:
+                return value
         for start in _starts(candidate, openers):
             value = _strict(candidate, start)
             if value is _MISSING:
@@ -295,7 +451,8 @@ def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
                 except _Syntax as exc:
                     first_error = first_error or str(exc)
                     continue
-            if accept(value):
+            value = accept(value)
+            if value is not _MISSING:
                 return value
     if schema_error is not None:
         raise ParseError(f"the JSON does not match the schema: {schema_error}")
@@ -322,7 +479,10 @@ def _validator(schema_json: str):
         cls.check_schema(schema)
     except jsonschema.SchemaError as exc:
         raise ValueError(f"invalid JSON schema: {exc.message}") from None
-    validator = cls(schema)
+    # "integer" means a Python int, as the stages that index lists with it need; jsonschema
+    # would also pass 1.0.
+    integers = cls.TYPE_CHECKER.redefine("integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
+    validator = jsonschema.validators.extend(cls, type_checker=integers)(schema)
 
     def validate(value: Any) -> str | None:
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))

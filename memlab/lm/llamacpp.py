@@ -27,9 +27,10 @@ import os
 import threading
 from typing import Any
 
+from memlab.bounds import PositiveInt
 from memlab.clock import active_seconds
 from memlab.lm.base import LM
-from memlab.lm.errors import LMError, LMUnavailableError, PromptTooLongError
+from memlab.lm.errors import LMUnavailableError, PromptTooLongError, RequestError
 from memlab.lm.grammar import GreedyGrammarProcessor
 from memlab.lm.models import DEFAULT_MODEL, KNOWN_MODELS, model_fingerprint, resolve_model
 from memlab.lm.types import ChatRequest, Completion
@@ -54,9 +55,9 @@ class LlamaCppLM(LM):
     def __init__(
         self,
         model: str = DEFAULT_MODEL,
-        n_ctx: int = 4096,
-        n_threads: int | None = None,
-        n_batch: int = 512,
+        n_ctx: PositiveInt = 4096,
+        n_threads: PositiveInt | None = None,
+        n_batch: PositiveInt = 512,
         seed: int = 0,
         cache: str | None = "default",
         verbose: bool = False,
@@ -145,7 +146,7 @@ class LlamaCppLM(LM):
                         f"{self.name}: the prompt does not fit the context window ({exc}); "
                         "shorten the input or raise n_ctx"
                     ) from None
-                raise LMError(f"{self.name}: llama.cpp rejected the request: {exc}") from None
+                raise RequestError(f"{self.name}: llama.cpp rejected the request: {exc}") from None
             finally:
                 if processor is not None:
                     processor.close()

@@ -4,8 +4,12 @@
 * Connection errors, timeouts, HTTP 429 and 5xx are retried with exponential backoff
   (``backoff_s * 2**attempt``, plus up to 25 % jitter; a ``Retry-After`` header is honoured
   up to 60 s). After the last retry ``LMUnavailableError`` names the URL and the last error.
-  Any other 4xx fails at once with the server's message (401/403/404 as
-  ``LMUnavailableError``: wrong key, URL or model name; others as ``LMError``).
+  A body that is not a chat completion (not JSON, no ``choices``, a ``null`` message, a
+  ``content`` that is a number or a list) is retried the same way: it is never made into a
+  ``Completion``, so never cached. ``content: null`` (a refusal, or reasoning cut off) is an
+  empty reply. Any other 4xx fails at once with the server's message (401/403/404 as
+  ``LMUnavailableError``: wrong key, URL or model name; others as ``RequestError``: this
+  request was refused, and the prompted stage counts it as its call's failure).
 * ``json_mode`` says how a request's JSON schema is sent, because servers differ:
   ``"json_schema"`` (OpenAI, vLLM, SGLang, llama.cpp's C++ ``llama-server``):
   ``{"type": "json_schema", "json_schema": {"name": ..., "schema": ...}}``;
@@ -25,9 +29,10 @@ from typing import Any
 
 import requests
 
+from memlab.bounds import NonNegativeFloat, NonNegativeInt, PositiveInt
 from memlab.clock import active_seconds
 from memlab.lm.base import LM
-from memlab.lm.errors import LMError, LMUnavailableError
+from memlab.lm.errors import LMUnavailableError, RequestError
 from memlab.lm.types import ChatRequest, Completion
 
 JSON_MODES = ("json_schema", "json_object", "none")
@@ -51,12 +56,12 @@ class OpenAICompatLM(LM):
         model: str,
         base_url: str = "http://127.0.0.1:8000/v1",
         api_key: str | None = None,
-        timeout_s: float = 120.0,
-        max_retries: int = 4,
-        backoff_s: float = 1.0,
-        max_concurrency: int = 4,
+        timeout_s: NonNegativeFloat = 120.0,
+        max_retries: NonNegativeInt = 4,
+        backoff_s: NonNegativeFloat = 1.0,
+        max_concurrency: PositiveInt = 4,
         json_mode: str = "json_schema",
-        context_window: int = 8192,
+        context_window: PositiveInt = 8192,
         cache: str | None = "default",
     ) -> None:
         super().__init__(cache=cache)
@@ -165,35 +170,44 @@ class OpenAICompatLM(LM):
             message = f"{self.url} refused the request with HTTP {status}: {_server_message(response)}"
             if status in (401, 403, 404):
                 raise LMUnavailableError(message)
-            raise LMError(message)
+            raise RequestError(message)
         try:
             data = response.json()
-            data["choices"][0]["message"]
+            message = data["choices"][0]["message"]
         except (ValueError, KeyError, IndexError, TypeError):
             raise _Retryable(f"malformed response body: {response.text[:200]!r}") from None
+        if not isinstance(message, dict) or not isinstance(message.get("content"), (str, type(None))):
+            raise _Retryable(f"malformed response body: the message is not one with text content: "
+                             f"{response.text[:200]!r}")
         return data
 
     def _completion(self, data: dict[str, Any], request: ChatRequest, latency: float) -> Completion:
         choice = data["choices"][0]
         text = choice["message"].get("content") or ""
-        usage = data.get("usage") or {}
-        prompt_tokens = usage.get("prompt_tokens")
-        completion_tokens = usage.get("completion_tokens")
-        if prompt_tokens is None:  # a server without usage: estimate rather than report 0
-            prompt_tokens = sum(self.count_tokens(m.get("content", "")) for m in request.messages)
-        if completion_tokens is None:
-            completion_tokens = self.count_tokens(text)
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        # A server without usage (or with nonsense there): estimate rather than report 0.
+        prompt_tokens = _count(usage.get("prompt_tokens"),
+                               lambda: sum(self.count_tokens(m.get("content", "")) for m in request.messages))
+        completion_tokens = _count(usage.get("completion_tokens"), lambda: self.count_tokens(text))
+        finish_reason = choice.get("finish_reason")
         return Completion(
             text=text,
-            prompt_tokens=int(prompt_tokens),
-            completion_tokens=int(completion_tokens),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
             latency_s=latency,
             model=str(data.get("model") or self.model),
-            finish_reason=choice.get("finish_reason"),
+            finish_reason=finish_reason if isinstance(finish_reason, str) else None,
         )
 
     def __repr__(self) -> str:
         return f"OpenAICompatLM(model={self.model!r}, base_url={self.base_url!r}, json_mode={self.json_mode!r})"
+
+
+def _count(value: Any, estimate) -> int:
+    """A token count the server reported, or ``estimate()`` when it gave none usable."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 2**31:
+        return int(value)
+    return estimate()
 
 
 def _resolve_api_key(api_key: str | None) -> str | None:

@@ -11,6 +11,9 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from memlab.lm.errors import LMError
+from memlab.text import clean_text
+
 
 @dataclass(frozen=True)
 class ChatRequest:
@@ -43,7 +46,11 @@ class ChatRequest:
 @dataclass(frozen=True)
 class Completion:
     """One reply. ``latency_s`` is measured with ``memlab.clock.active_seconds``, so a pause
-    of the process (SIGSTOP, Ctrl-Z) during the call is not counted as model time."""
+    of the process (SIGSTOP, Ctrl-Z) during the call is not counted as model time.
+
+    ``text`` is always a ``str`` cleaned at this boundary (``memlab.text.clean_text``: no lone
+    surrogate, BOM or NUL, which would crash a tokenizer or an encoder far downstream); any
+    other value is an ``LMError``, so what a backend botched is never cached or parsed."""
 
     text: str
     prompt_tokens: int
@@ -52,3 +59,8 @@ class Completion:
     model: str = ""
     cached: bool = False
     finish_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise LMError(f"a completion's text must be a string, got {type(self.text).__name__}: {self.text!r:.80}")
+        object.__setattr__(self, "text", clean_text(self.text))

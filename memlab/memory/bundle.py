@@ -83,11 +83,13 @@ def save_bundle(
 def load_bundle(folder: str | os.PathLike, *, format: str, format_version: int, embedder: Embedder) -> Bundle:
     """Read a folder written by ``save_bundle``; every check passes before anything is built."""
     folder = Path(folder)
-    manifest = read_manifest(folder, format=format, format_version=format_version)
+    manifest = read_manifest(folder, format=format, format_version=format_version, required=(GRAPH_FILE, STATE_FILE))
     check_embedder(folder, manifest, embedder)
     parts_names = manifest.get("parts")
-    if not isinstance(parts_names, list):
-        raise MemoryStoreError(f"{folder / MANIFEST_FILE}: no list of parts")
+    if not (isinstance(parts_names, list)
+            and all(isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
+                    for name in parts_names)):
+        raise MemoryStoreError(f"{folder / MANIFEST_FILE}: malformed manifest ('parts' is not a list of sub-folder names)")
     parts = {name: UnitMemory.load(folder / name, embedder) for name in parts_names}
     try:
         graph = MemoryGraph.from_dict(json.loads((folder / GRAPH_FILE).read_text()))

@@ -13,9 +13,9 @@ Saved folder
 ------------
 ``save(dir)`` writes ``units.jsonl`` (one unit per line, timestamps as ISO strings,
 attributes kept), the dense index (``dense.faiss`` + ``dense_ids.json``, so loading does
-not re-encode), ``bm25.json``, ``graph.json`` when there is a graph, and ``manifest.json``:
-format and version, memlab and package versions, the embedder identity, counts, and the
-sha256 of every other file.
+not re-encode), ``bm25.json``, ``graph.json`` when there is a graph, and ``manifest.json``
+(``memlab.fileio``'s, which stage checkpoints share): format and version, memlab and package
+versions, the embedder identity, counts, and the sha256 of every other file.
 
 The save is atomic (``memlab.fileio.atomic_folder``): everything is written into a temporary
 sibling folder, which is fsynced and then takes the place of ``dir``; an existing ``dir`` is
@@ -25,35 +25,34 @@ not a saved memory.
 
 ``UnitMemory.load(dir, embedder)`` raises ``MemoryStoreError`` naming the folder and the
 problem when the folder is missing, has no manifest (not a memory, or a save that never
-completed), has another format version, was built with another embedder identity (both
-are shown), or has a file whose checksum does not match (corrupted or truncated).
+completed) or a malformed one, has another format version, was built with another embedder
+identity (both are shown), or has a file that is missing, unlisted, or whose checksum does
+not match (corrupted or truncated).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
 from collections.abc import Iterable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from memlab import __version__
+from memlab import fileio
 from memlab.embed.base import Embedder
-from memlab.fileio import atomic_folder, interrupted_backups
+from memlab.fileio import MANIFEST_FILE, ManifestError, atomic_folder, interrupted_backups
 from memlab.memory.graph import GraphError, MemoryGraph
-from memlab.memory.index import BM25Index, IndexFileError, MetadataFilter, VectorIndex, rrf_fuse
+from memlab.memory.index import (BM25_FILE, DENSE_FILE, DENSE_IDS_FILE, BM25Index, IndexFileError, MetadataFilter,
+                                 VectorIndex, rrf_fuse)
 from memlab.memory.jsoncodec import unit_from_dict, unit_to_dict
 from memlab.types import MemoryUnit, Retrieved
 from memlab.versions import package_versions
 
 FORMAT = "memlab.UnitMemory"
 FORMAT_VERSION = 1
-MANIFEST_FILE = "manifest.json"
 UNITS_FILE = "units.jsonl"
 GRAPH_FILE = "graph.json"
 #: Packages whose versions are recorded in the manifest.
@@ -200,7 +199,7 @@ class UnitMemory:
     def load(cls, folder: str | os.PathLike, embedder: Embedder) -> "UnitMemory":
         """Load a saved memory, checking format, embedder identity and checksums first."""
         folder = Path(folder)
-        manifest = read_manifest(folder)
+        manifest = read_manifest(folder, required=(UNITS_FILE, DENSE_FILE, DENSE_IDS_FILE, BM25_FILE))
         check_embedder(folder, manifest, embedder)
         try:
             units = [unit_from_dict(row) for row in _read_jsonl(folder / UNITS_FILE)]
@@ -209,7 +208,7 @@ class UnitMemory:
             graph = None
             if GRAPH_FILE in manifest["files"]:
                 graph = MemoryGraph.from_dict(json.loads((folder / GRAPH_FILE).read_text()))
-        except (IndexFileError, GraphError, ValueError, KeyError, TypeError) as e:
+        except (OSError, IndexFileError, GraphError, ValueError, KeyError, TypeError) as e:
             raise MemoryStoreError(f"{folder}: cannot read its contents: {type(e).__name__}: {e}") from None
         ids = [u.id for u in units]
         if len(ids) != manifest["counts"]["units"] or set(ids) != set(dense.ids()) or len(bm25) != len(ids):
@@ -231,39 +230,26 @@ class UnitMemory:
 
 
 # -- folder helpers ----------------------------------------------------------------------
-def read_manifest(folder: Path, format: str = FORMAT, format_version: int = FORMAT_VERSION) -> dict[str, Any]:
-    """The manifest of a saved memory folder, after checking format, version and checksums
-    (``format``/``format_version``: what the caller reads; composite memories pass theirs)."""
+def read_manifest(folder: Path, format: str = FORMAT, format_version: int = FORMAT_VERSION,
+                  required: Iterable[str] = ()) -> dict[str, Any]:
+    """The manifest of a saved memory folder, after checking format, version, that it lists the
+    ``required`` files and every checksum (``format``/``format_version``: what the caller reads;
+    composite memories pass theirs)."""
     if not folder.is_dir():
         leftovers = interrupted_backups(folder)
         hint = f" (a previous version was left at {leftovers[-1].name} by an interrupted save)" if leftovers else ""
         raise MemoryStoreError(f"{folder}: no such memory folder{hint}")
-    path = folder / MANIFEST_FILE
-    if not path.is_file():
+    if not (folder / MANIFEST_FILE).is_file():
         raise MemoryStoreError(
             f"{folder}: no {MANIFEST_FILE}; not a saved memory, or a save that did not complete"
         )
     try:
-        manifest = json.loads(path.read_text())
-        files = manifest["files"]
-        version = manifest["format_version"]
-        fmt = manifest["format"]
-        manifest["counts"]["units"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise MemoryStoreError(f"{path}: unreadable manifest ({type(e).__name__}: {e})") from None
-    if fmt != format:
-        raise MemoryStoreError(f"{folder}: holds {fmt!r}, not {format!r}")
-    if version != format_version:
-        raise MemoryStoreError(
-            f"{folder}: format version {version}, this memlab reads version {format_version} "
-            f"(saved by memlab {manifest.get('memlab_version')}); rebuild the memory"
-        )
-    for name, digest in files.items():
-        file = folder / name
-        if not file.is_file():
-            raise MemoryStoreError(f"{folder}: file {name} listed in the manifest is missing")
-        if _sha256(file) != digest:
-            raise MemoryStoreError(f"{folder}: file {name} is corrupted or truncated (sha256 does not match the manifest)")
+        manifest = fileio.read_manifest(folder, format, format_version, required, remedy="; rebuild the memory")
+    except ManifestError as e:
+        raise MemoryStoreError(str(e)) from None
+    counts = manifest.get("counts")
+    if not (isinstance(counts, dict) and isinstance(counts.get("units"), int)):
+        raise MemoryStoreError(f"{folder / MANIFEST_FILE}: malformed manifest ('counts' has no number of units)")
     return manifest
 
 
@@ -272,19 +258,8 @@ def write_manifest(
 ) -> None:
     """Last step of a save whose files are all in ``tmp``: write the manifest (``extra`` keys
     added) with the sha256 of every file, sub-folders included."""
-    files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
-    manifest = {
-        "format": format,
-        "format_version": format_version,
-        "memlab_version": __version__,
-        "versions": package_versions(RECORDED_PACKAGES),
-        "created": datetime.now(timezone.utc).isoformat(),
-        "embedder": embedder.identity,
-        "counts": counts,
-        "files": {name: _sha256(tmp / name) for name in files},
-        **extra,
-    }
-    (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    fileio.write_manifest(tmp, format, format_version, package_versions(RECORDED_PACKAGES),
+                          embedder=embedder.identity, counts=counts, **extra)
 
 
 def check_embedder(folder: Path, manifest: dict[str, Any], embedder: Embedder) -> None:
@@ -322,14 +297,6 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                 except ValueError as e:
                     raise ValueError(f"{path.name} line {number}: {e}") from None
     return rows
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _jsonable(value: Any) -> Any:

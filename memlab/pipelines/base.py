@@ -6,9 +6,10 @@ Contract
   ``state_dict()`` and ``named_modules()`` see them). ``named_stages()`` enumerates every
   stage (dotted names for nested ones) and ``replace(name, stage)`` swaps one in place: this
   is how a trained stage replaces a prompted one, from a config override or from code.
-* ``build(conversation) -> memory`` builds the pipeline's memory for one conversation. The
-  memory object is returned and passed back explicitly; a pipeline keeps no per-conversation
-  state of its own.
+* ``build(history) -> memory`` builds the pipeline's memory from one conversation's
+  ``History`` (``Conversation.history()``: the sessions, no questions; anything else is a
+  ``TypeError``, so no build can read the gold questions). The memory object is returned and
+  passed back explicitly; a pipeline keeps no per-conversation state of its own.
 * ``retrieve(memory, query) -> list[Retrieved]`` ranks memory units for a query, best first,
   without answering (``memlab run --retrieval-only``; evidence recall@k is computed on it).
   It returns at least ``RECALL_DEPTH`` units when memory has that many, even if the answerer
@@ -32,6 +33,7 @@ Contract
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable, Iterator
 
@@ -39,17 +41,38 @@ from torch import nn
 
 from memlab.lm.base import LM
 from memlab.stage import Failure, PromptedStage, Stage
-from memlab.types import Answer, Conversation, MemoryUnit, Query, Retrieved
+from memlab.types import Answer, History, MemoryUnit, Query, Retrieved
 
 #: Minimum ranking depth ``retrieve`` returns (the deepest recall@k the runner reports).
 RECALL_DEPTH = 20
 _MISSING = object()
 
 
+def _history_only(build: Callable[..., Any]) -> Callable[..., Any]:
+    """``build`` refusing anything but a ``History``: a ``Conversation`` carries the gold questions."""
+    if getattr(build, "history_only", False):
+        return build
+
+    @functools.wraps(build)
+    def checked(self: "Pipeline", history: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(history, History):
+            raise TypeError(f"{type(self).__name__}.build takes a History (Conversation.history()), "
+                            f"not {type(history).__name__}: a pipeline must not see the gold questions")
+        return build(self, history, *args, **kwargs)
+
+    checked.history_only = True  # type: ignore[attr-defined]
+    return checked
+
+
 class Pipeline(nn.Module):
     """Base class of memory pipelines; the contract is in this module's docstring."""
 
-    def build(self, conversation: Conversation) -> Any:  # pragma: no cover - abstract
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "build" in cls.__dict__:
+            cls.build = _history_only(cls.__dict__["build"])
+
+    def build(self, history: History) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def retrieve(self, memory: Any, query: Query) -> list[Retrieved]:  # pragma: no cover - abstract

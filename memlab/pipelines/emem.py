@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
 from memlab.dates import format_day
 from memlab.embed.base import Embedder
 from memlab.memory.ppr import personalized_pagerank
@@ -40,7 +41,7 @@ from memlab.stages.filter import FilterIn, RelevanceFilter
 from memlab.stages.mention import MentionDetector, MentionIn
 from memlab.stages.segment import Segmenter
 from memlab.stages.segment.rules import format_date
-from memlab.types import Answer, Conversation, MemoryUnit, Query, Retrieved, Trace
+from memlab.types import Answer, History, MemoryUnit, Query, Retrieved, Trace
 
 
 def render_edu(unit: MemoryUnit, full: bool = True) -> str:
@@ -70,11 +71,11 @@ class EventMemoryPipeline(Pipeline):
         answerer: Answerer,
         edu_filter: RelevanceFilter | None = None,
         argument_extractor: ArgumentExtractor | None = None,
-        linking_top_k: int = 30,
-        argument_batch: int = 8,
-        synonym_threshold: float = 0.9,
-        synonym_cap: int = 100,
-        qa_top_k: int | None = None,
+        linking_top_k: PositiveInt = 30,
+        argument_batch: PositiveInt = 8,
+        synonym_threshold: UnitFloat = 0.9,
+        synonym_cap: NonNegativeInt = 100,
+        qa_top_k: PositiveInt | None = None,
     ) -> None:
         super().__init__()
         if linking_top_k < 1:
@@ -90,9 +91,9 @@ class EventMemoryPipeline(Pipeline):
         self.synonym_threshold = synonym_threshold
         self.synonym_cap = synonym_cap
 
-    def build(self, conversation: Conversation) -> EventMemory:
+    def build(self, history: History) -> EventMemory:
         return build_event_memory(
-            conversation,
+            history,
             self.extractor,
             self.embedder,
             self.argument_extractor,
@@ -173,11 +174,11 @@ class EMemG(EventMemoryPipeline):
         *,
         mention_detector: MentionDetector | None = None,
         argument_filter: RelevanceFilter | None = None,
-        argument_top_k: int = 10,
-        seed_arguments: int | None = None,
-        qa_top_k: int | None = 10,
-        damping: float = 0.5,
-        ppr_iterations: int = 50,
+        argument_top_k: PositiveInt = 10,
+        seed_arguments: PositiveInt | None = None,
+        qa_top_k: PositiveInt | None = 10,
+        damping: UnitFloat = 0.5,
+        ppr_iterations: PositiveInt = 50,
         **shared: Any,
     ) -> None:
         super().__init__(qa_top_k=qa_top_k, **shared)

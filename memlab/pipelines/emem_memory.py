@@ -32,7 +32,7 @@ from memlab.memory.ppr import adjacency_matrix
 from memlab.memory.store import MemoryStoreError, UnitMemory
 from memlab.stages.arguments import ArgumentExtractor, ArgumentIn, EventFrame, normalize_argument
 from memlab.stages.segment import SegmentIn, Segmenter
-from memlab.types import Conversation, MemoryUnit
+from memlab.types import History, MemoryUnit
 
 SESSION, EDU, ARGUMENT = "session", "edu", "argument"
 FORMAT = "memlab.EMem.EventMemory"
@@ -117,7 +117,7 @@ def synonym_pairs(vectors: np.ndarray, threshold: float, cap: int, block: int = 
 
 
 def build_event_memory(
-    conversation: Conversation,
+    history: History,
     extractor: Segmenter,
     embedder: Embedder,
     argument_extractor: ArgumentExtractor | None = None,
@@ -126,15 +126,15 @@ def build_event_memory(
     synonym_cap: int = 100,
 ) -> EventMemory:
     """Extract EDUs per session, their arguments in batches, and build the graph (module docstring)."""
-    outputs = extractor([SegmentIn(conversation.id, session) for session in conversation.sessions])
+    outputs = extractor([SegmentIn(history.id, session) for session in history.sessions])
     units: list[MemoryUnit] = []
     errors: dict[str, str] = {}
-    for session, out in zip(conversation.sessions, outputs):
+    for session, out in zip(history.sessions, outputs):
         units.extend(out.units)
         if out.error:
             errors[session.id] = out.error
     graph = MemoryGraph()
-    for session in conversation.sessions:
+    for session in history.sessions:
         graph.add_node(f"session:{session.id}", SESSION, text=session.id, timestamp=session.timestamp)
     for unit in units:
         graph.add_node(unit.id, EDU, text=unit.text, timestamp=unit.timestamp, provenance=unit.source_ids)

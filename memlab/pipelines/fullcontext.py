@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+from memlab.bounds import NonNegativeInt, PositiveInt
 from memlab.lm.base import LM
 from memlab.pipelines.base import Pipeline, render_units
 from memlab.stages.answer import AnswerIn, Answerer
 from memlab.stages.segment import SegmentIn, Segmenter, TurnSegmenter
-from memlab.types import Answer, Conversation, MemoryUnit, Query, Retrieved, Trace
+from memlab.types import Answer, History, MemoryUnit, Query, Retrieved, Trace
 
 
 class FullContext(Pipeline):
@@ -24,8 +25,8 @@ class FullContext(Pipeline):
         self,
         answerer: Answerer,
         segmenter: Segmenter | None = None,
-        max_context_tokens: int | None = None,
-        reserve_tokens: int = 512,
+        max_context_tokens: PositiveInt | None = None,
+        reserve_tokens: NonNegativeInt = 512,
     ) -> None:
         super().__init__()
         self.answerer = answerer
@@ -33,8 +34,8 @@ class FullContext(Pipeline):
         self.max_context_tokens = max_context_tokens
         self.reserve_tokens = reserve_tokens
 
-    def build(self, conversation: Conversation) -> list[MemoryUnit]:
-        outputs = self.segmenter([SegmentIn(conversation.id, s) for s in conversation.sessions])
+    def build(self, history: History) -> list[MemoryUnit]:
+        outputs = self.segmenter([SegmentIn(history.id, s) for s in history.sessions])
         return [unit for out in outputs for unit in out.units]
 
     def retrieve(self, memory: list[MemoryUnit], query: Query) -> list[Retrieved]:

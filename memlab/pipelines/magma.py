@@ -29,6 +29,7 @@ from datetime import datetime, time
 import numpy as np
 import torch
 
+from memlab.bounds import NonNegativeFloat, NonNegativeInt, PositiveInt, UnitFloat
 from memlab.dates import format_day
 from memlab.embed.base import Embedder
 from memlab.memory.index import MetadataFilter, rrf_fuse
@@ -42,7 +43,7 @@ from memlab.stages.route import IntentRouter, RouteIn, RouteOut
 from memlab.stages.segment import SegmentIn, Segmenter
 from memlab.stages.temporal import TemporalNormalizer
 from memlab.stages.traverse import Traverser, TraverseIn, TraverseOut
-from memlab.types import Answer, Conversation, Query, Retrieved, Trace
+from memlab.types import Answer, History, Query, Retrieved, Trace
 
 
 class MAGMA(Pipeline):
@@ -59,14 +60,14 @@ class MAGMA(Pipeline):
         consolidator: Consolidator | None = None,
         normalizer: TemporalNormalizer | None = None,
         edge_types: list[str] | tuple[str, ...] = EDGE_SPACES,
-        semantic_threshold: float = 0.6,
-        semantic_neighbours: int = 5,
-        neighbourhood_hops: int = 2,
-        vector_top_k: int = 20,
-        keyword_weight: float = 2.0,
-        rrf_k: int = 60,
-        anchor_k: int = 5,
-        context_tokens: int = 1500,
+        semantic_threshold: UnitFloat = 0.6,
+        semantic_neighbours: NonNegativeInt = 5,
+        neighbourhood_hops: NonNegativeInt = 2,
+        vector_top_k: PositiveInt = 20,
+        keyword_weight: NonNegativeFloat = 2.0,
+        rrf_k: NonNegativeInt = 60,
+        anchor_k: PositiveInt = 5,
+        context_tokens: PositiveInt = 1500,
         consolidate_before_answering: bool = True,
     ) -> None:
         super().__init__()
@@ -95,7 +96,7 @@ class MAGMA(Pipeline):
         self.consolidate_before_answering = consolidate_before_answering
 
     # -- memory ----------------------------------------------------------------------------
-    def build(self, conversation: Conversation) -> MagmaMemory:
+    def build(self, history: History) -> MagmaMemory:
         """Ingest every turn (fast path). With ``consolidate_before_answering`` (the default,
         as in the paper's evaluation) also wait for the slow path's backlog to drain;
         otherwise return at once with the worker still consolidating, so questions are
@@ -103,12 +104,12 @@ class MAGMA(Pipeline):
         ``release`` finishes the backlog afterwards."""
         memory = MagmaMemory(
             self.embedder, self.edge_types, self.semantic_threshold, self.semantic_neighbours,
-            participants=tuple(conversation.speakers), normalizer=self.normalizer,
+            participants=tuple(history.speakers), normalizer=self.normalizer,
             event_extractor=self.event_extractor, consolidator=self.consolidator,
             neighbourhood_hops=self.neighbourhood_hops,
         )
         try:
-            for out in self.segmenter([SegmentIn(conversation.id, s) for s in conversation.sessions]):
+            for out in self.segmenter([SegmentIn(history.id, s) for s in history.sessions]):
                 for segment in out.units:
                     memory.ingest(segment)
         except BaseException:

@@ -6,13 +6,14 @@ top-5); ``rag_turns.yaml`` indexes one unit per turn and fuses dense and BM25 ra
 
 from __future__ import annotations
 
+from memlab.bounds import NonNegativeInt, PositiveInt
 from memlab.embed.base import Embedder
 from memlab.memory.store import UnitMemory
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline, render_units
 from memlab.stages.answer import AnswerIn, Answerer
 from memlab.stages.rerank import Reranker, RerankIn
 from memlab.stages.segment import SegmentIn, Segmenter
-from memlab.types import Answer, Conversation, Query, Retrieved, Trace
+from memlab.types import Answer, History, Query, Retrieved, Trace
 
 RETRIEVAL_MODES = ("dense", "bm25", "hybrid")
 
@@ -31,11 +32,11 @@ class RAG(Pipeline):
         embedder: Embedder,
         answerer: Answerer,
         retrieval: str = "dense",
-        top_k: int = 5,
-        candidates: int = 50,
-        rrf_k: int = 60,
+        top_k: PositiveInt = 5,
+        candidates: PositiveInt = 50,
+        rrf_k: NonNegativeInt = 60,
         reranker: Reranker | None = None,
-        rerank_depth: int = 30,
+        rerank_depth: PositiveInt = 30,
     ) -> None:
         super().__init__()
         if retrieval not in RETRIEVAL_MODES:
@@ -52,8 +53,8 @@ class RAG(Pipeline):
         self.rrf_k = rrf_k
         self.rerank_depth = rerank_depth
 
-    def build(self, conversation: Conversation) -> UnitMemory:
-        outputs = self.segmenter([SegmentIn(conversation.id, session) for session in conversation.sessions])
+    def build(self, history: History) -> UnitMemory:
+        outputs = self.segmenter([SegmentIn(history.id, session) for session in history.sessions])
         units = [unit for out in outputs for unit in out.units]
         return UnitMemory.build(units, self.embedder)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from memlab.bounds import PositiveInt
 from memlab.dates import format_day
 from memlab.embed.base import Embedder
 from memlab.memory.index import MetadataFilter
@@ -37,7 +38,7 @@ from memlab.stages.answer import AnswerIn, Answerer, join_context
 from memlab.stages.compress import ChunkCompressor, CompressIn, Compressor, sliding_windows
 from memlab.stages.plan import FixedPlanner, PlanIn, PlanOut, Planner
 from memlab.stages.synthesize import SynthesizeIn, Synthesizer, union_ids
-from memlab.types import Answer, Conversation, MemoryUnit, Query, Retrieved, Session, Trace
+from memlab.types import Answer, History, MemoryUnit, Query, Retrieved, Session, Trace
 
 VIEWS = ("semantic", "lexical", "symbolic")
 
@@ -106,9 +107,9 @@ class SimpleMem(Pipeline):
         compressor: Compressor | None = None,
         synthesizer: Synthesizer | None = None,
         planner: Planner | None = None,
-        window: int = 8,
-        stride: int = 6,
-        fixed_depth: int = 10,
+        window: PositiveInt = 8,
+        stride: PositiveInt = 6,
+        fixed_depth: PositiveInt = 10,
     ) -> None:
         super().__init__()
         sliding_windows(window, window, stride)  # validates window and stride now, not mid-run
@@ -121,25 +122,25 @@ class SimpleMem(Pipeline):
         self.stride = stride
 
     # -- writing ----------------------------------------------------------------------------
-    def windows(self, conversation: Conversation, session: Session) -> list[CompressIn]:
+    def windows(self, history: History, session: Session) -> list[CompressIn]:
         bounds = sliding_windows(len(session.turns), self.window, self.stride)
         return [
-            CompressIn(conversation.id, session, session.turns[start:end], f"{session.id}/w{k}", conversation.speakers)
+            CompressIn(history.id, session, session.turns[start:end], f"{session.id}/w{k}", history.speakers)
             for k, (start, end) in enumerate(bounds)
         ]
 
-    def session_entries(self, conversation: Conversation, session: Session) -> list[MemoryUnit]:
+    def session_entries(self, history: History, session: Session) -> list[MemoryUnit]:
         """The entries one session commits (compression, then synthesis when enabled)."""
-        units = merge_identical([u for out in self.compressor(self.windows(conversation, session)) for u in out.units])
+        units = merge_identical([u for out in self.compressor(self.windows(history, session)) for u in out.units])
         if self.synthesizer is None or not units:
             return units
-        out = self.synthesizer.run_one(SynthesizeIn(conversation.id, session.id, session.timestamp, tuple(units)))
+        out = self.synthesizer.run_one(SynthesizeIn(history.id, session.id, session.timestamp, tuple(units)))
         return list(out.units) + list(out.abstracts)
 
-    def build(self, conversation: Conversation) -> UnitMemory:
+    def build(self, history: History) -> UnitMemory:
         memory = UnitMemory(self.embedder)
-        for session in conversation.sessions:
-            entries = self.session_entries(conversation, session)
+        for session in history.sessions:
+            entries = self.session_entries(history, session)
             if entries:
                 memory.add(entries)  # committed session by session, as they are synthesised
         return memory

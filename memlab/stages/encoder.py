@@ -26,6 +26,8 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
+from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
+
 POOLINGS = ("cls", "mean")
 #: BERT-style attention projections that get a LoRA adapter by default (``lora_targets`` names
 #: others, e.g. ``key``, ``dense`` for every feed-forward and output projection too).
@@ -38,11 +40,11 @@ class TextEncoder(nn.Module):
     def __init__(
         self,
         path: str | None = None,
-        lora_rank: int = 0,
-        lora_alpha: int = 16,
+        lora_rank: NonNegativeInt = 0,
+        lora_alpha: PositiveInt = 16,
         lora_targets: list[str] | None = None,
-        lora_dropout: float = 0.1,
-        max_length: int = 256,
+        lora_dropout: UnitFloat = 0.1,
+        max_length: PositiveInt = 256,
         pooling: str = "mean",
     ) -> None:
         super().__init__()

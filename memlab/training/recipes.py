@@ -36,6 +36,7 @@ import torch
 
 from memlab.clock import active_seconds
 from memlab.config import ConfigError, load_config
+from memlab.fileio import write_json_atomic
 
 
 class Recipe(Protocol):
@@ -87,7 +88,41 @@ def with_defaults(config: dict[str, Any], defaults: dict[str, Any], recipe: str)
         if extra:
             raise ConfigError(f"{recipe}: unknown {key} keys {sorted(extra)} (known: {sorted(default)})")
         merged[key] = {**copy.deepcopy(default), **section}
+        for name, value in section.items():
+            _check_like_default(f"{key}.{name}", value, default[name], recipe)
+    for key, value in config.items():
+        if key in defaults and not isinstance(defaults[key], dict):
+            _check_like_default(key, value, defaults[key], recipe)
     return merged
+
+
+def _check_like_default(key: str, value: Any, default: Any, recipe: str) -> None:
+    """A scalar setting must have its default's type (an int where a float is expected is fine):
+    ``optim.lr=abc`` is refused here, not deep inside the optimizer."""
+    if default is None or value is None or isinstance(default, (dict, list, tuple)):
+        return
+    if isinstance(default, bool):
+        fits, kind = isinstance(value, bool), "true or false"
+    elif isinstance(default, int):
+        fits, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif isinstance(default, float):
+        fits, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    elif isinstance(default, str):
+        fits, kind = isinstance(value, str), "a string"
+    else:
+        return
+    if not fits:
+        raise ConfigError(f"{recipe}: {key}={value!r} must be {kind} (like its default {default!r})")
+
+
+def record_training(checkpoint: str | os.PathLike, config: dict[str, Any], summary: dict[str, Any]) -> None:
+    """Write the run's record (config, ``split``, scores) into its saved ``checkpoint`` as
+    ``training.json`` and re-seal the checkpoint's manifest over it: the split is what
+    ``Stage.trained_on`` reads, so it must be as tamper-evident as the weights."""
+    from memlab.stage import TRAINING_FILE, seal_checkpoint
+
+    write_json_atomic(Path(checkpoint) / TRAINING_FILE, {"config": config, **summary})
+    seal_checkpoint(checkpoint)
 
 
 def seed_everything(seed: int) -> None:

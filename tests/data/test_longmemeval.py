@@ -31,10 +31,11 @@ def test_official_question_becomes_a_conversation(tiny):
     assert list(conversations) == ["tiny_commute", "tiny_hamster_abs", "tiny_books"]
     conv = conversations["tiny_commute"]
     assert conv.speakers == ("user", "assistant")
-    # Sorted by date; the repeated filler id is renamed so turn ids stay unique.
-    assert [s.id for s in conv.sessions] == ["answer_commute", "filler_a", "filler_a#2"]
+    # Sorted by date, renumbered by position: the source ids (answer_commute ...) are gone.
+    assert [s.id for s in conv.sessions] == ["session_1", "session_2", "session_3"]
     assert conv.sessions[0].timestamp == datetime(2023, 5, 10, 8, 30)
-    assert [t.id for t in conv.sessions[0].turns] == ["answer_commute:1", "answer_commute:2", "answer_commute:3"]
+    assert [t.id for t in conv.sessions[0].turns] == ["D1:1", "D1:2", "D1:3"]
+    assert "commute" in conv.sessions[0].turns[0].text  # what answer_commute said
     assert conv.sessions[0].turns[0].speaker == "user"
     assert conv.sessions[0].turns[1].timestamp == datetime(2023, 5, 10, 8, 30)
     (question,) = conv.questions
@@ -42,7 +43,7 @@ def test_official_question_becomes_a_conversation(tiny):
     assert question.category == "single-session-user"
     assert question.answer == "45 minutes each way"
     assert question.timestamp == datetime(2023, 6, 1, 10, 0)
-    assert question.evidence == ("answer_commute:1",)  # only the has_answer turn
+    assert question.evidence == ("D1:1",)  # only the has_answer turn
     assert report.quirks["duplicate_session_renamed"] == 1
 
 
@@ -51,9 +52,9 @@ def test_official_abstention_and_evidence_fallback(tiny):
     conv = conversations["tiny_hamster_abs"]
     (question,) = conv.questions
     assert question.category == "abstention"
-    assert [s.id for s in conv.sessions] == ["filler_b", "answer_pets"]
+    assert [s.id for s in conv.sessions] == ["session_1", "session_2"]  # filler_b, answer_pets
     # No turn of the answer session is flagged: the whole session is the evidence.
-    assert question.evidence == ("answer_pets:1", "answer_pets:2")
+    assert question.evidence == ("D2:1", "D2:2")
     assert report.quirks["evidence_whole_session"] == 1
 
 
@@ -62,8 +63,8 @@ def test_official_integer_answer_unknown_answer_session_and_empty_session(tiny):
     conv = conversations["tiny_books"]
     (question,) = conv.questions
     assert question.answer == "3"
-    assert question.evidence == ("answer_books_1:1", "answer_books_2:1")
-    assert [s.id for s in conv.sessions] == ["answer_books_1", "answer_books_2"]
+    assert question.evidence == ("D1:1", "D2:1")  # answer_books_1, answer_books_2
+    assert [s.id for s in conv.sessions] == ["session_1", "session_2"]
     assert report.quirks["integer_answer"] == 1
     assert report.quirks["evidence_dropped_unknown"] == 1
     assert report.quirks["empty_session"] == 1
@@ -138,45 +139,57 @@ def test_processed_questions_and_categories(processed):
     assert conversations["e47becba"].speakers == ("user", "assistant")
 
 
-def test_processed_haystack_is_category_pool_up_to_the_question_date(processed):
+def expected_haystack(item, raw_sessions):
+    """The raw sessions a question's haystack should hold, in order: every non-empty session
+    dated no later than the question, whatever its category (no gold field chooses)."""
+    asked_at = parse_date(item["ground_truth"]["valid_as_of"])
+    chosen = [s for s in raw_sessions.values() if parse_date(s["timestamp"]) <= asked_at and s["turns"]]
+    return sorted(chosen, key=lambda s: parse_date(s["timestamp"]))
+
+
+def test_processed_haystack_is_every_session_up_to_the_question_date(processed):
     conversations, report = processed
     raw_questions, raw_sessions = raw_processed()
     for item in raw_questions:
-        truth = item["ground_truth"]
-        asked_at = parse_date(truth["valid_as_of"])
-        expected = {
-            sid for sid, s in raw_sessions.items()
-            if s["metadata"]["category"] == item["category"] and parse_date(s["timestamp"]) <= asked_at and s["turns"]
-        }
         conv = conversations[item["id"]]
-        got = [s.id for s in conv.sessions]
-        assert set(got) == expected, item["id"]
-        assert set(truth["supporting_session_ids"]) <= set(got), item["id"]
-        times = [s.timestamp for s in conv.sessions]
-        assert times == sorted(times)
-    assert report.quirks["supporting_session_added"] == 0
-    # Two pool sessions have no turns (5d522308_1, 91b3b8e0_1) and are left out.
-    assert report.quirks["empty_session"] == 8
-    assert len(conversations["0a995998"].sessions) == 6  # the earliest question sees few sessions
+        expected = expected_haystack(item, raw_sessions)
+        assert [[t.text for t in s.turns] for s in conv.sessions] == \
+            [[t["content"].strip() for t in s["turns"]] for s in expected], item["id"]
+        assert [s.id for s in conv.sessions] == [f"session_{k}" for k in range(1, len(expected) + 1)]
+    assert report.quirks["evidence_after_question"] == 0
+    assert len(conversations["gpt4_59149c77"].sessions) == 11  # the earliest question sees few sessions
+    assert len(conversations["852ce960"].sessions) == 80  # the latest sees all 80 non-empty ones
 
 
 def test_processed_evidence_is_the_flagged_turns_of_supporting_sessions(processed):
     conversations, report = processed
     raw_questions, raw_sessions = raw_processed()
     for item in raw_questions:
+        position = {s["id"]: k for k, s in enumerate(expected_haystack(item, raw_sessions), start=1)}
         expected = []
         for sid in item["ground_truth"]["supporting_session_ids"]:
             turns = raw_sessions[sid]["turns"]
-            flagged = [t["id"] for t in turns if t["metadata"]["has_answer"]]
-            expected += flagged or [t["id"] for t in turns]
+            flagged = [t for t, turn in enumerate(turns, start=1) if turn["metadata"]["has_answer"]]
+            expected += [f"D{position[sid]}:{t}" for t in flagged or range(1, len(turns) + 1)]
         conv = conversations[item["id"]]
         assert conv.questions[0].evidence == tuple(expected), item["id"]
-        turn_ids = {t.id for _, t in conv.turns()}
-        assert set(expected) <= turn_ids
-    assert conversations["51a45a95"].questions[0].evidence == ("answer_d61669c7_turn_004",)
+    (turn,) = [t for _, t in conversations["51a45a95"].turns() if t.id == conversations["51a45a95"].questions[0].evidence[0]]
+    assert "coupon" in turn.text.lower()
     # 118b2229's supporting session has no has_answer turn: all its 8 turns are the evidence.
     assert len(conversations["118b2229"].questions[0].evidence) == 8
     assert report.quirks["evidence_whole_session"] == 4
+
+
+def test_no_source_id_reaches_what_a_pipeline_sees(processed):
+    """LongMemEval's ids name the evidence (answer_…) and abstention (…_abs): none survives."""
+    conversations, _ = processed
+    tiny = {c.id: c for c in load_longmemeval(TINY)}
+    for conv in [*conversations.values(), *tiny.values()]:
+        history = conv.history()
+        seen = [history.id] + [q.as_query().id for q in conv.questions]
+        seen += [s.id for s in history.sessions] + [t.id for _, t in history.turns()]
+        assert not any("answer" in i or "_abs" in i or conv.id in i for i in seen), conv.id
+        assert not hasattr(history, "questions")
 
 
 def test_processed_accepts_the_questions_file_and_load_dataset(processed):
@@ -187,17 +200,18 @@ def test_processed_accepts_the_questions_file_and_load_dataset(processed):
     assert via_file[0] == conversations[via_file[0].id]
 
 
-def test_processed_supporting_session_outside_the_pool_is_added(tmp_path):
+def test_processed_supporting_session_after_the_question_is_not_added(tmp_path):
     raw_processed()
     folder = tmp_path / "processed"
     folder.mkdir()
     shutil.copy(PROCESSED / "sessions.jsonl", folder)
     item = json.loads((PROCESSED / "questions.jsonl").read_text().splitlines()[0])
-    item["ground_truth"]["supporting_session_ids"].append("answer_afa9873b_2")  # a multi-session one
+    item["ground_truth"]["valid_as_of"] = "2023/01/01 (Sun) 00:00"  # before its own evidence
     (folder / "questions.jsonl").write_text(json.dumps(item) + "\n")
     (conv,), report = read_longmemeval(folder)
-    assert "answer_afa9873b_2" in {s.id for s in conv.sessions}
-    assert report.quirks["supporting_session_added"] == 1
+    assert all(s.timestamp <= datetime(2023, 1, 1) for s in conv.sessions)
+    assert conv.questions[0].evidence == ()
+    assert report.quirks["evidence_after_question"] == 1
 
 
 def test_processed_folder_errors(tmp_path):

@@ -66,7 +66,7 @@ def test_a_failing_question_is_recorded_and_the_run_goes_on(tmp_path):
     assert len(rows) == 6
     errors = [r for r in rows if r["error"]]
     assert errors and all("boom" in r["error"] for r in errors)
-    assert metrics["errors"] == len(errors) < 6
+    assert metrics["failed_questions"] == len(errors) < 6
 
 
 def test_an_unavailable_model_stops_the_run_cleanly(tmp_path):

@@ -26,10 +26,31 @@ def test_named_stages_and_replace():
 def test_fullcontext_keeps_the_newest_turns_within_budget():
     lm = ReplayLM(["fact"])
     pipeline = FullContext(answerer=PromptedAnswerer(lm=lm), max_context_tokens=3 * 8)
-    memory = pipeline.build(_conversation())
+    memory = pipeline.build(_conversation().history())
     answer = pipeline.answer(memory, Query("q", "what?"))
     kept = [r.unit.source_ids[0] for r in answer.retrieved]
     assert kept[0] == "D2:3"  # newest first in the ranking
     assert 0 < len(kept) < 6
     assert answer.context.splitlines()[-1].endswith("Ann: fact 2.3")  # chronological context
     assert pipeline.lms() == [lm]
+
+
+def test_build_refuses_a_conversation_with_its_gold_questions():
+    """``build`` takes a History: a Conversation (which carries the gold questions) is refused,
+    in every pipeline, whether or not it overrides build itself."""
+    from memlab.pipelines.rag import RAG
+    from memlab.types import Question
+
+    conversation = _conversation()
+    conversation = Conversation(conversation.id, conversation.speakers, conversation.sessions,
+                                (Question("q1", "c", "what?", "gold", "single-hop", ("D1:1",)),))
+    for pipeline_class in (FullContext, RAG):
+        assert getattr(pipeline_class.build, "history_only", False), pipeline_class
+    with pytest.raises(TypeError, match="FullContext.build takes a History .* not Conversation"):
+        FullContext(answerer=PromptedAnswerer(lm=ReplayLM([]))).build(conversation)
+    history = conversation.history()
+    assert not hasattr(history, "questions")
+    assert history.sessions == conversation.sessions and history.id != conversation.id
+    assert history.id == conversation.history().id  # stable
+    query = conversation.questions[0].as_query()
+    assert query.id != "q1" and query.text == "what?"

@@ -100,7 +100,7 @@ def emem_g(lm, **overrides):
 def test_emem_g_builds_the_event_graph_with_provenance():
     lm = ReplayLM(scripted)
     pipeline = emem_g(lm)
-    memory = pipeline.build(conversation())
+    memory = pipeline.build(conversation().history())
     assert len(memory.edus) == 24  # 6 facts x 4 sessions; the invented EDU is dropped every time
     for unit in memory.edus.units.values():
         session = unit.attributes["session"]
@@ -129,7 +129,7 @@ def test_emem_g_builds_the_event_graph_with_provenance():
 def test_emem_g_answers_from_ppr_ranked_edus_and_ranks_to_recall_depth():
     lm = ReplayLM(scripted)
     pipeline = emem_g(lm)
-    memory = pipeline.build(conversation())
+    memory = pipeline.build(conversation().history())
     answer = pipeline.answer(memory, Query("q1", "What is the name of the puppy Ann adopted?"))
     assert answer.text == "Rex" and answer.error is None
     context_lines = answer.context.splitlines()
@@ -148,7 +148,7 @@ def test_emem_g_answers_from_ppr_ranked_edus_and_ranks_to_recall_depth():
 def test_retrieve_never_calls_the_answerer():
     lm = ReplayLM(scripted)
     pipeline = emem_g(lm)
-    memory = pipeline.build(conversation())
+    memory = pipeline.build(conversation().history())
     before = len(lm.requests)
     ranking = pipeline.retrieve(memory, Query("q", "Where does Rex like to go?"))
     asked = [r.messages[-1]["content"] for r in lm.requests[before:]]
@@ -160,7 +160,7 @@ def test_retrieve_never_calls_the_answerer():
 def test_ablations_by_slot():
     lm = ReplayLM(scripted)
     no_filter_no_mentions = emem_g(lm, edu_filter=None, mention_detector=None, argument_filter=None)
-    memory = no_filter_no_mentions.build(conversation())
+    memory = no_filter_no_mentions.build(conversation().history())
     before = len(lm.requests)
     answer = no_filter_no_mentions.answer(memory, Query("q", "What is the name of the puppy?"))
     asked = [r.messages[-1]["content"] for r in lm.requests[before:]]
@@ -183,7 +183,7 @@ def test_emem_keeps_what_the_filter_keeps():
         edu_filter=PromptedRelevanceFilter(lm=lm),
         linking_top_k=10,
     )
-    memory = pipeline.build(conversation())
+    memory = pipeline.build(conversation().history())
     assert len(memory.arguments) == 0 and memory.graph.num_nodes("argument") == 0
     answer = pipeline.answer(memory, Query("q", "What is the puppy called that Ann adopted?"))
     lines = answer.context.splitlines()
@@ -195,7 +195,7 @@ def test_emem_keeps_what_the_filter_keeps():
 def test_bad_completions_are_counted_and_the_run_goes_on():
     lm = ReplayLM(lambda request: "not json at all")
     pipeline = emem_g(lm)
-    memory = pipeline.build(conversation())
+    memory = pipeline.build(conversation().history())
     assert len(memory.edus) == 0 and memory.errors
     answer = pipeline.answer(memory, Query("q", "anything?"))
     assert answer.text == "" and answer.retrieved == []
@@ -222,7 +222,7 @@ def _real_run(config: str, tmp_path, extra: tuple[str, ...] = ()) -> None:
     sample = load_sample()[0]
     sessions = tuple(replace(s, turns=s.turns[:8]) for s in sample.sessions[:2])
     small = Conversation(sample.id, sample.speakers, sessions, sample.questions[:2])
-    memory = pipeline.build(small)
+    memory = pipeline.build(small.history())
     turn_ids = {t.id for _, t in small.turns()}
     for unit in memory.edus.units.values():
         assert unit.source_ids and set(unit.source_ids) <= turn_ids
@@ -272,7 +272,7 @@ def test_synonym_edges_respect_threshold_and_cap():
 
 def test_synonym_edges_end_up_in_the_graph():
     lm = ReplayLM(scripted)
-    memory = emem_g(lm, synonym_threshold=0.5, synonym_cap=2).build(conversation())
+    memory = emem_g(lm, synonym_threshold=0.5, synonym_cap=2).build(conversation().history())
     synonyms = memory.graph.edges("synonym")
     assert synonyms and all(d["similarity"] >= 0.5 for _, _, d in synonyms)
     counts: dict[str, int] = {}
@@ -291,7 +291,11 @@ def test_emem_g_declares_the_shared_arguments_once_and_configs_still_see_them():
 
     shared = list(inspect.signature(EventMemoryPipeline).parameters)
     assert set(shared) <= set(inspect.signature(EMemG).parameters)
-    node = {"_component_": "memlab.pipelines.emem.EMemG", "extractor": None, "embedder": None, "answerer": None,
+    node = {"_component_": "memlab.pipelines.emem.EMemG",
+            "extractor": {"_component_": "memlab.stages.segment.TurnSegmenter"},
+            "embedder": {"_component_": "memlab.embed.SentenceTransformerEmbedder"},
+            "answerer": {"_component_": "memlab.stages.answer.PromptedAnswerer",
+                         "lm": {"_component_": "memlab.lm.llamacpp.LlamaCppLM"}},
             "synonym_cap": 5, "damping": 0.3}
     validate(node)
     with pytest.raises(ConfigError, match="has no argument 'synonym_capp'"):

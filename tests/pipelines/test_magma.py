@@ -45,6 +45,9 @@ def conversation() -> Conversation:
     return Conversation("c1", ("Ann", "Bob"), tuple(sessions))
 
 
+C = conversation().history().id  # event ids are "<history id>/<turn id>"
+
+
 def scripted(request: ChatRequest) -> str:
     prompt = request.messages[-1]["content"]
     if "Graph Memory Parser" in prompt:
@@ -73,27 +76,27 @@ def make(lm, **kwargs) -> MAGMA:
 
 def test_build_makes_the_four_edge_spaces_with_provenance():
     lm = ReplayLM(scripted)
-    memory = make(lm).build(conversation())
+    memory = make(lm).build(conversation().history())
     graph = memory.graph
     events = graph.nodes("event")
     assert len(events) == 12 and all(len(graph.provenance(e)) == 1 for e in events)
-    assert graph.provenance("c1/D1:3") == ("D1:3",)
+    assert graph.provenance(f"{C}/D1:3") == ("D1:3",)
     temporal = graph.edges("temporal")
     assert len(temporal) == 11 and all(d["directed"] for _, _, d in temporal)
-    assert ("c1/D1:6", "c1/D2:1") in {(u, v) for u, v, _ in temporal}
+    assert (f"{C}/D1:6", f"{C}/D2:1") in {(u, v) for u, v, _ in temporal}
     causal = {(u, v) for u, v, _ in graph.edges("causal")}
-    assert ("c1/D1:1", "c1/D1:3") in causal and ("c1/D2:1", "c1/D2:3") in causal
+    assert (f"{C}/D1:1", f"{C}/D1:3") in causal and (f"{C}/D2:1", f"{C}/D2:3") in causal
     entities = graph.nodes("entity")
     assert "entity:maria" in entities and "entity:boston" in entities and "entity:zorro" not in entities
     maria = {v for v, _, _ in graph.neighbors("entity:maria", "entity", direction="both")}
-    assert maria == {"c1/D1:4", "c1/D1:6", "c1/D2:4", "c1/D2:6"}  # one node across sessions
-    assert graph.node("c1/D1:3")["topic"] == "life"
+    assert maria == {f"{C}/D1:4", f"{C}/D1:6", f"{C}/D2:4", f"{C}/D2:6"}  # one node across sessions
+    assert graph.node(f"{C}/D1:3")["topic"] == "life"
     assert memory.stats()["backlog"] == 0 and memory.failed_steps == 0
 
 
 def test_ablation_edge_types_are_not_built_and_skip_llm_calls():
     lm = ReplayLM(scripted)
-    memory = make(lm, edge_types=("temporal",)).build(conversation())
+    memory = make(lm, edge_types=("temporal",)).build(conversation().history())
     assert memory.graph.edges("causal") == [] and memory.graph.nodes("entity") == []
     assert memory.graph.edges("semantic") == []
     assert all("Event [0]" not in r.messages[-1]["content"] for r in lm.requests)
@@ -110,7 +113,7 @@ def test_a_failing_consolidation_step_is_counted_not_fatal():
             raise RuntimeError("server went away")
         return scripted(request)
 
-    memory = make(ReplayLM(flaky)).build(conversation())
+    memory = make(ReplayLM(flaky)).build(conversation().history())
     assert memory.failed_steps == 2 and "server went away" in memory.errors[0]
     assert memory.backlog == 0 and len(memory.graph.nodes("event")) == 12
 
@@ -118,7 +121,7 @@ def test_a_failing_consolidation_step_is_counted_not_fatal():
 def test_why_question_walks_the_causal_edge_and_answers_in_causal_order():
     lm = ReplayLM(scripted)
     pipeline = make(lm, anchor_k=1)
-    memory = pipeline.build(conversation())
+    memory = pipeline.build(conversation().history())
     answer = pipeline.answer(memory, Query("q1", "Why did Ann miss her job interview?"))
     steps = {s["step"]: s for s in answer.trace.steps}
     assert steps["route"]["intent"] == "WHY"
@@ -127,7 +130,7 @@ def test_why_question_walks_the_causal_edge_and_answers_in_causal_order():
     assert anchor.endswith(":3") and anchor.replace(":3", ":1") in visited
     order = steps["linearize"]["order"]
     assert order.index(anchor.replace(":3", ":1")) < order.index(anchor)
-    assert re.search(r"<t: \d+ May 2023> \[.*\] Ann: I missed my job interview .* <ref: c1/D\d:3>", answer.context)
+    assert re.search(rf"<t: \d+ May 2023> \[.*\] Ann: I missed my job interview .* <ref: {C}/D\d:3>", answer.context)
     assert answer.text == "Her car broke down."
     prompt = lm.requests[-1].messages[-1]["content"]
     assert "Extract the specific entity" in prompt  # single-hop instruction from the router
@@ -137,7 +140,7 @@ def test_why_question_walks_the_causal_edge_and_answers_in_causal_order():
 def test_retrieve_never_answers_and_ranks_to_recall_depth():
     lm = ReplayLM(scripted)
     pipeline = make(lm)
-    memory = pipeline.build(conversation())
+    memory = pipeline.build(conversation().history())
     before = len(lm.requests)
     ranking = pipeline.retrieve(memory, Query("q", "When did Bob start pottery classes?"))
     assert len(lm.requests) == before
@@ -147,7 +150,7 @@ def test_retrieve_never_answers_and_ranks_to_recall_depth():
 def test_token_budget_folds_low_salience_events():
     lm = ReplayLM(scripted)
     pipeline = make(lm, context_tokens=40)
-    memory = pipeline.build(conversation())
+    memory = pipeline.build(conversation().history())
     answer = pipeline.answer(memory, Query("q", "When did Bob start pottery classes with Maria?"))
     assert "intermediate events..." in answer.context
     assert len(answer.context.split()) < 80
@@ -183,7 +186,7 @@ def test_magma_with_a_real_small_model(tmp_path):
     sample = load_sample()[0]
     sessions = tuple(replace(s, turns=s.turns[:2]) for s in sample.sessions[:2])
     small = Conversation(sample.id, sample.speakers, sessions, sample.questions[:2])
-    memory = pipeline.build(small)
+    memory = pipeline.build(small.history())
     turn_ids = {t.id for _, t in small.turns()}
     assert len(memory.events()) == 4
     assert all(set(memory.graph.provenance(e)) <= turn_ids and memory.graph.provenance(e) for e in memory.events())
@@ -267,7 +270,7 @@ def test_router_slot_takes_a_prompted_router():
     lm = ReplayLM(script)
     pipeline = make(lm)
     pipeline.replace("router", PromptedRouter(lm))
-    memory = pipeline.build(conversation())
+    memory = pipeline.build(conversation().history())
     answer = pipeline.answer(memory, Query("q", "Why did Ann miss her job interview?"))
     route = next(s for s in answer.trace.steps if s["step"] == "route")
     assert (route["intent"], route["question_type"]) == ("WHEN", "temporal")
@@ -283,7 +286,7 @@ def test_questions_answered_while_the_worker_consolidates():
         return scripted(request)
 
     pipeline = make(ReplayLM(gated), consolidate_before_answering=False)
-    memory = pipeline.build(conversation())
+    memory = pipeline.build(conversation().history())
     assert len(memory.events()) == 12 and memory.backlog == 12  # ingested, none consolidated
     answer = pipeline.answer(memory, Query("q1", "Why did Ann miss her job interview?"))
     steps = {s["step"]: s for s in answer.trace.steps}

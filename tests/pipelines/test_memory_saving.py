@@ -29,7 +29,7 @@ def ranking(pipeline, memory, query):
 
 def test_magma_round_trip_gives_identical_retrieval(tmp_path):
     pipeline = test_magma.make(ReplayLM(test_magma.scripted))
-    memory = pipeline.build(test_magma.conversation())
+    memory = pipeline.build(test_magma.conversation().history())
     memory.save(tmp_path / "magma")
     loaded = MagmaMemory.load(tmp_path / "magma", HashingEmbedder())
     assert loaded.graph.to_dict() == memory.graph.to_dict()
@@ -38,8 +38,8 @@ def test_magma_round_trip_gives_identical_retrieval(tmp_path):
     for query in QUESTIONS:
         assert ranking(pipeline, loaded, query) == ranking(pipeline, memory, query)
     # the fast path goes on from the saved temporal tail
-    loaded.ingest(MemoryUnit(id="c1/D3:1", text="Ann sold her car.", source_ids=("D3:1",)))
-    assert ("c1/D2:6", "c1/D3:1") in {(u, v) for u, v, _ in loaded.graph.edges("temporal")}
+    loaded.ingest(MemoryUnit(id=f"{test_magma.C}/D3:1", text="Ann sold her car.", source_ids=("D3:1",)))
+    assert (f"{test_magma.C}/D2:6", f"{test_magma.C}/D3:1") in {(u, v) for u, v, _ in loaded.graph.edges("temporal")}
 
 
 def test_magma_refuses_to_save_with_a_backlog(tmp_path):
@@ -59,7 +59,7 @@ def test_magma_refuses_to_save_with_a_backlog(tmp_path):
 
 def emem_memory():
     pipeline = test_emem.emem_g(ReplayLM(test_emem.scripted))
-    return pipeline, pipeline.build(test_emem.conversation())
+    return pipeline, pipeline.build(test_emem.conversation().history())
 
 
 def test_emem_round_trip_gives_identical_retrieval(tmp_path):

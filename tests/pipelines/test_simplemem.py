@@ -77,7 +77,7 @@ def _calls(lm, prefix) -> int:
 def test_build_compresses_every_window_and_keeps_provenance():
     lm = ReplayLM(_script)
     conversation = _conversation()
-    memory = _pipeline(lm).build(conversation)
+    memory = _pipeline(lm).build(conversation.history())
     assert _calls(lm, "You are a memory encoder") == 6  # 10 turns, window 4, stride 3: 3 windows per session
     turn_ids = {turn.id for _, turn in conversation.turns()}
     assert len(memory) > 0
@@ -90,7 +90,7 @@ def test_build_compresses_every_window_and_keeps_provenance():
 def test_retrieve_plans_and_returns_a_deduplicated_ranking_without_answering():
     lm = ReplayLM(_script)
     pipeline = _pipeline(lm, synthesizer=None)
-    memory = pipeline.build(_conversation())
+    memory = pipeline.build(_conversation().history())
     before = len(lm.requests)
     ranking = pipeline.retrieve(memory, Query("q1", "Who plays the cello?"))
     assert _calls(lm, "You are an assistant") == 0 and _calls(lm, "Analyze the following") == 1
@@ -102,7 +102,7 @@ def test_retrieve_plans_and_returns_a_deduplicated_ranking_without_answering():
 def test_answer_gets_only_the_planned_union():
     lm = ReplayLM(_script)
     pipeline = _pipeline(lm, synthesizer=None)
-    memory = pipeline.build(_conversation())
+    memory = pipeline.build(_conversation().history())
     answer = pipeline.answer(memory, Query("q1", "Who plays the cello?"))
     assert answer.text == "Bob" and answer.error is None
     planned = pipeline.planned_retrieval(memory, Query("q1", "Who plays the cello?"))
@@ -121,7 +121,7 @@ def test_abstracts_reach_the_answer_prompt_in_their_own_block():
     lm = ReplayLM(_script)
     pipeline = _pipeline(lm)
     pipeline.synthesizer.threshold = 0.15  # the hashing embedder: units sharing a speaker name cluster
-    memory = pipeline.build(_conversation())
+    memory = pipeline.build(_conversation().history())
     assert _calls(lm, "You consolidate memory fragments") >= 1
     abstracts = [u for u in memory.units.values() if u.kind == "abstract"]
     assert abstracts and all(u.attributes["summarises"] for u in abstracts)
@@ -242,7 +242,7 @@ def test_end_to_end_with_a_real_small_model(llama_cpp_works, tmp_path):
         answerer=ReconstructiveAnswerer(lm=lm, max_tokens=16),
         window=16, stride=16,  # one window per session: few calls
     )
-    memory = pipeline.build(conversation)
+    memory = pipeline.build(conversation.history())
     turn_ids = {t.id for _, t in conversation.turns()}
     for unit in memory.units.values():
         assert unit.source_ids and set(unit.source_ids) <= turn_ids

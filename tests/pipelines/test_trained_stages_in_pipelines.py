@@ -19,7 +19,7 @@ def test_rag_turns_with_the_trained_reranker_retrieves(monkeypatch):
     assert isinstance(reranked.reranker.reranker, CrossEncoderReranker)
     sample = load_sample()[0]
     questions = [q for q in sample.questions if q.evidence][:4]
-    memory = plain.build(sample)
+    memory = plain.build(sample.history())
     reordered = 0
     for question in questions:
         hybrid = [r.unit.id for r in memory.search_hybrid(question.text, k=50, candidates=50, rrf_k=plain.rrf_k)]
@@ -39,7 +39,7 @@ def test_magma_with_the_trained_router_and_policy_retrieves(monkeypatch):
     ])
     assert type(pipeline.router).__name__ == "QueryRouter" and pipeline.traverser.lambda2.item() > 1.0
     sample = load_sample()[0]
-    memory = pipeline.build(sample)
+    memory = pipeline.build(sample.history())
     question = next(q for q in sample.questions if q.evidence)
     ranking = pipeline.retrieve(memory, question.as_query())
     assert len(ranking) >= 10 and all(r.unit.source_ids for r in ranking)

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from memlab.stage import Stage, StageError
+from memlab.stage import Stage, StageError, seal_checkpoint
 from memlab.stages.rerank import (CosineReranker, CrossEncoderReranker, FusionReranker, PromptedReranker, RerankIn,
                                   Reranker, RerankOut)
 from memlab.stages.rerank.prompted import order_scores
@@ -77,6 +77,7 @@ def test_loading_refuses_a_checkpoint_of_another_stage(tmp_path):
     config = json.loads((tmp_path / "rr" / "config.json").read_text())
     config["kwargs"]["lora_rank"] = 2  # adapter shapes no longer fit
     (tmp_path / "rr" / "config.json").write_text(json.dumps(config))
+    seal_checkpoint(tmp_path / "rr")  # an edit made on purpose: the checksums then pass, the shapes do not
     with pytest.raises(StageError, match="do not match"):
         Stage.load(tmp_path / "rr")
 

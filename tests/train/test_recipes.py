@@ -69,6 +69,18 @@ def test_with_defaults_fills_sections_and_keeps_component_nodes_whole():
         with_defaults({"recipe": "r"}, defaults, "r")
 
 
+@pytest.mark.parametrize(("override", "message"), [
+    ({"optim": {"lr": "abc"}}, r"r: optim.lr='abc' must be a number \(like its default 1.0\)"),
+    ({"optim": {"epochs": 2.5}}, r"r: optim.epochs=2.5 must be an integer"),
+    ({"seed": True}, r"r: seed=True must be an integer"),
+])
+def test_with_defaults_refuses_a_setting_of_the_wrong_type(override, message):
+    defaults = {"seed": 0, "optim": {"lr": 1.0, "epochs": 2}}
+    with pytest.raises(ConfigError, match=message):
+        with_defaults({"recipe": "r", "output_dir": "o", **override}, defaults, "r")
+    assert with_defaults({"recipe": "r", "output_dir": "o", "optim": {"lr": 1}}, defaults, "r")["optim"]["lr"] == 1
+
+
 def test_recipe_data_errors_name_the_problem(three_conversations):
     with pytest.raises(ConfigError, match="data.path is required"):
         recipe_conversations({})

@@ -7,13 +7,13 @@ type gets ``default_type``'s instruction.
 
 from __future__ import annotations
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.dates import format_day
 from memlab.lm.base import LM
-from memlab.lm.errors import ParseError
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer
+from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer, clean_answer
 
 #: Appendix C.2's "Dynamic Instruction Injection Candidates", verbatim, by question type.
 DYNAMIC_INSTRUCTIONS: dict[str, str] = {
@@ -38,8 +38,8 @@ class AdaptiveAnswerer(PromptedStage, Answerer):
         prompt: str = "magma/answer",
         instructions: dict[str, str] | None = None,
         default_type: str = "single-hop",
-        max_tokens: int = 64,
-        temperature: float = 0.0,
+        max_tokens: PositiveInt = 64,
+        temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         self.prompt = load_prompt(prompt)
@@ -62,12 +62,7 @@ class AdaptiveAnswerer(PromptedStage, Answerer):
         return self.request(text)
 
     def parse(self, text: str, item: AnswerIn) -> AnswerOut:
-        answer = text.strip()
-        if answer.lower().startswith("answer:"):
-            answer = answer[len("answer:"):].strip()
-        if not answer:
-            raise ParseError("empty answer")
-        return AnswerOut(text=answer)
+        return AnswerOut(text=clean_answer(text))
 
     def fallback(self, item: AnswerIn, error: str) -> AnswerOut:
         return AnswerOut(text="", error=error)

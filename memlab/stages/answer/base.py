@@ -8,9 +8,12 @@ reads and any other answerer ignores. They carry only what the pipeline itself d
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
+from memlab.lm.errors import ParseError
+from memlab.lm.jsonparse import visible_text
 from memlab.stage import Stage
 
 #: How an abstract is marked where abstracts and entries share one memory text.
@@ -54,6 +57,21 @@ def split_context(text: str) -> tuple[list[str], list[str]]:
         elif line.strip():
             entries.append(line)
     return abstracts, entries
+
+
+# "Answer:" / "FINAL ANSWER:" labels small models echo from the template, at the start.
+_ANSWER_LABEL = re.compile(r"^(?:(?:final\s+)?answer\s*:\s*)+", re.IGNORECASE)
+
+
+def clean_answer(text: str) -> str:
+    """The answer in an answerer's completion, read the same way by every prompted answerer: the
+    reply's visible text (``visible_text``: no reasoning block, chat special token, BOM ...)
+    without a leading "Answer:" label. ``ParseError`` when no answer is left, or when the reply
+    is only an unclosed reasoning block, so the stage retries and then counts the failure."""
+    answer = _ANSWER_LABEL.sub("", visible_text(text).strip()).strip()
+    if not answer:
+        raise ParseError("empty answer")
+    return answer
 
 
 @dataclass(frozen=True)

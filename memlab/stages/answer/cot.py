@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import re
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.dates import format_day
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
-from memlab.lm.jsonparse import strip_thinking
+from memlab.lm.jsonparse import visible_text
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
@@ -26,7 +27,7 @@ from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer
 # further "Answer:" labels right after it ("The final answer is: Answer: ..."). Small models
 # echo the instruction's wording as a label ("Final line: Answer: ..."), so that is allowed too.
 _MARKER = re.compile(
-    r"(?:^|\n)\s*(?:\*\*)?(?:final\s+line\s*:\s*)?(?:the\s+)?(?:final\s+)?answer(?:\s+is)?(?:\*\*)?\s*:\s*(?:\*\*)?"
+    r"(?:^|\n)[ \t]*(?:\*\*)?(?:final\s+line\s*:\s*)?(?:the\s+)?(?:final\s+)?answer(?:\s+is)?(?:\*\*)?\s*:\s*(?:\*\*)?"
     r"(?:(?:final\s+)?answer\s*:\s*)*",
     re.IGNORECASE,
 )
@@ -44,8 +45,8 @@ class CoTAnswerer(PromptedStage, Answerer):
         self,
         lm: LM,
         prompt: str = "emem/answer_cot",
-        max_tokens: int = 512,
-        temperature: float = 0.0,
+        max_tokens: PositiveInt = 512,
+        temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         self.prompt = load_prompt(prompt)
@@ -57,7 +58,7 @@ class CoTAnswerer(PromptedStage, Answerer):
         return self.request(self.prompt.render(context=context, question=item.question))
 
     def parse(self, text: str, item: AnswerIn) -> AnswerOut:
-        text = strip_thinking(text)
+        text = visible_text(text)
         markers = list(_MARKER.finditer(text))
         if not markers:
             raise ParseError("no final 'Answer:' line")

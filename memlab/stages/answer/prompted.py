@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.dates import format_day
 from memlab.lm.base import LM
-from memlab.lm.errors import ParseError
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer
+from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer, clean_answer
 
 
 class PromptedAnswerer(PromptedStage, Answerer):
@@ -22,8 +22,8 @@ class PromptedAnswerer(PromptedStage, Answerer):
         self,
         lm: LM,
         prompt: str = "compassmem/answer",
-        max_tokens: int = 64,
-        temperature: float = 0.0,
+        max_tokens: PositiveInt = 64,
+        temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         self.prompt = load_prompt(prompt)
@@ -35,13 +35,7 @@ class PromptedAnswerer(PromptedStage, Answerer):
         return self.request(self.prompt.render(context=context, question=item.question))
 
     def parse(self, text: str, item: AnswerIn) -> AnswerOut:
-        answer = text.strip()
-        # Small models sometimes echo the template's label; the answer is what follows it.
-        if answer.upper().startswith("ANSWER:"):
-            answer = answer[len("ANSWER:"):].strip()
-        if not answer:
-            raise ParseError("empty answer")
-        return AnswerOut(text=answer)
+        return AnswerOut(text=clean_answer(text))
 
     def fallback(self, item: AnswerIn, error: str) -> AnswerOut:
         return AnswerOut(text="", error=error)

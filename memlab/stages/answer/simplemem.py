@@ -12,13 +12,13 @@ verbatim. ``answer_suffix=False`` renders A.3 alone, the faithful variant.
 
 from __future__ import annotations
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.dates import format_day
 from memlab.lm.base import LM
-from memlab.lm.errors import ParseError
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer, split_context
+from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer, clean_answer, split_context
 
 NONE_RETRIEVED = "(none)"
 
@@ -34,8 +34,8 @@ class ReconstructiveAnswerer(PromptedStage, Answerer):
         prompt: str = "simplemem/answer",
         answer_suffix: bool = True,
         suffix: str = "simplemem/answer_suffix",
-        max_tokens: int = 64,
-        temperature: float = 0.0,
+        max_tokens: PositiveInt = 64,
+        temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         self.prompt = load_prompt(prompt)
@@ -55,13 +55,7 @@ class ReconstructiveAnswerer(PromptedStage, Answerer):
         return self.request(text)
 
     def parse(self, text: str, item: AnswerIn) -> AnswerOut:
-        answer = text.strip()
-        for label in ("FINAL ANSWER:", "ANSWER:"):
-            if answer.upper().startswith(label):
-                answer = answer[len(label):].strip()
-        if not answer:
-            raise ParseError("empty answer")
-        return AnswerOut(text=answer)
+        return AnswerOut(text=clean_answer(text))
 
     def fallback(self, item: AnswerIn, error: str) -> AnswerOut:
         return AnswerOut(text="", error=error)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import list_schema, object_schema, parse_json
@@ -44,10 +45,10 @@ class PromptedArgumentExtractor(PromptedStage, ArgumentExtractor):
         self,
         lm: LM,
         prompt: str = "emem/arguments",
-        max_arguments: int = 6,
-        max_argument_words: int = 8,
-        max_tokens: int = 1024,
-        temperature: float = 0.0,
+        max_arguments: PositiveInt = 6,
+        max_argument_words: PositiveInt = 8,
+        max_tokens: PositiveInt = 1024,
+        temperature: NonNegativeFloat = 0.0,
         grounded_only: bool = True,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)

@@ -31,6 +31,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from memlab.bounds import NonNegativeFloat, NonNegativeInt, PositiveInt
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import parse_json
@@ -104,13 +105,13 @@ class PromptedCompressor(PromptedStage, Compressor):
         prompt: str = "simplemem/compress",
         provenance_prompt: str | None = "simplemem/compress_provenance",
         retry_prompt: str | None = "simplemem/compress_retry",
-        max_units: int = 6,
-        max_entities: int = 5,
-        max_sources: int = 3,
-        max_past_years: int = 30,
-        max_future_years: int = 5,
-        max_tokens: int = 1024,
-        temperature: float = 0.0,
+        max_units: PositiveInt = 6,
+        max_entities: PositiveInt = 5,
+        max_sources: PositiveInt = 3,
+        max_past_years: NonNegativeInt = 30,
+        max_future_years: NonNegativeInt = 5,
+        max_tokens: PositiveInt = 1024,
+        temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         if min(max_units, max_entities, max_sources) < 1:

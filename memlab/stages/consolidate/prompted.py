@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memlab.bounds import NonNegativeFloat, NonNegativeInt, PositiveInt, UnitFloat
 from memlab.dates import format_day
 from memlab.lm.base import LM
 from memlab.lm.jsonparse import object_schema, parse_json
@@ -27,12 +28,12 @@ class PromptedCausalConsolidator(PromptedStage, Consolidator):
         self,
         lm: LM,
         prompt: str = "magma/causal_links",
-        threshold: float = 0.5,
-        max_neighbours: int = 8,
-        max_links: int = 3,
-        max_chars: int = 300,
-        max_tokens: int = 160,
-        temperature: float = 0.0,
+        threshold: UnitFloat = 0.5,
+        max_neighbours: NonNegativeInt = 8,
+        max_links: NonNegativeInt = 3,
+        max_chars: PositiveInt = 300,
+        max_tokens: PositiveInt = 160,
+        temperature: NonNegativeFloat = 0.0,
         order: str = "time",
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)

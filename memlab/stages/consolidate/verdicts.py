@@ -10,6 +10,7 @@ through the same checks (threshold delta, time order, one link per pair) and the
 
 from __future__ import annotations
 
+from memlab.bounds import NonNegativeFloat, NonNegativeInt, PositiveInt, UnitFloat
 from memlab.lm.base import LM
 from memlab.lm.jsonparse import object_schema, parse_json
 from memlab.stages.consolidate.base import ConsolidateIn, ConsolidateOut
@@ -26,12 +27,12 @@ class PromptedCausalVerdicts(PromptedCausalConsolidator):
         self,
         lm: LM,
         prompt: str = "magma/causal_verdicts",
-        threshold: float = 0.5,
-        max_neighbours: int = 8,
-        max_links: int = 3,
-        max_chars: int = 300,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
+        threshold: UnitFloat = 0.5,
+        max_neighbours: NonNegativeInt = 8,
+        max_links: NonNegativeInt = 3,
+        max_chars: PositiveInt = 300,
+        max_tokens: PositiveInt = 256,
+        temperature: NonNegativeFloat = 0.0,
         order: str = "time",
     ) -> None:
         super().__init__(lm, prompt, threshold, max_neighbours, max_links, max_chars, max_tokens, temperature, order)

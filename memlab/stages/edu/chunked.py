@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import object_schema, parse_json
@@ -78,13 +79,13 @@ class StructuredChunkEDUExtractor(PromptedStage, EDUExtractor):
         lm: LM,
         edu_extractor: EDUExtractor,
         prompt: str = "emem/structured_chunks",
-        long_turn_chars: int = 1000,
-        max_edus: int = 10,
-        max_chunks: int = 4,
-        max_blocks: int = 16,
-        max_request_chars: int = 600,
-        max_tokens: int = 1024,
-        temperature: float = 0.0,
+        long_turn_chars: PositiveInt = 1000,
+        max_edus: PositiveInt = 10,
+        max_chunks: PositiveInt = 4,
+        max_blocks: PositiveInt = 16,
+        max_request_chars: PositiveInt = 600,
+        max_tokens: PositiveInt = 1024,
+        temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         self.edu_extractor = edu_extractor

@@ -28,6 +28,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import list_schema, object_schema, parse_json
@@ -112,13 +113,13 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
         self,
         lm: LM,
         prompt: str = "emem/edu_extract",
-        max_edus: int = 10,
-        max_turns_per_call: int | None = 12,
-        max_chars_per_turn: int = 1200,
-        max_chars_per_call: int = 6000,
-        max_tokens: int = 768,
-        loop_repeats: int = 3,
-        temperature: float = 0.0,
+        max_edus: PositiveInt = 10,
+        max_turns_per_call: PositiveInt | None = 12,
+        max_chars_per_turn: PositiveInt = 1200,
+        max_chars_per_call: PositiveInt = 6000,
+        max_tokens: PositiveInt = 768,
+        loop_repeats: PositiveInt = 3,
+        temperature: NonNegativeFloat = 0.0,
         normalizer: TemporalNormalizer | None = None,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import object_schema, parse_json
@@ -42,9 +43,9 @@ class PromptedEventExtractor(PromptedStage, EventExtractor):
         self,
         lm: LM,
         prompt: str = "magma/event_extract",
-        max_items: int = 5,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
+        max_items: PositiveInt = 5,
+        max_tokens: PositiveInt = 256,
+        temperature: NonNegativeFloat = 0.0,
         normalizer: TemporalNormalizer | None = None,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
 from memlab.lm.jsonparse import list_schema, parse_json
 from memlab.lm.types import ChatRequest
@@ -30,9 +31,9 @@ class PromptedRelevanceFilter(PromptedStage, RelevanceFilter):
         self,
         lm: LM,
         prompt: str = "emem/filter_edus",
-        max_chars_per_candidate: int = 400,
-        max_tokens: int = 160,
-        temperature: float = 0.0,
+        max_chars_per_candidate: PositiveInt = 400,
+        max_tokens: PositiveInt = 160,
+        temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         self.prompt = load_prompt(prompt)

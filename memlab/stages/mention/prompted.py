@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
 from memlab.lm.jsonparse import list_schema, parse_json
 from memlab.lm.types import ChatRequest
@@ -25,9 +26,9 @@ class PromptedMentionDetector(PromptedStage, MentionDetector):
         self,
         lm: LM,
         prompt: str = "emem/mentions",
-        max_mentions: int = 6,
-        max_tokens: int = 96,
-        temperature: float = 0.0,
+        max_mentions: PositiveInt = 6,
+        max_tokens: PositiveInt = 96,
+        temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         self.prompt = load_prompt(prompt)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from memlab.bounds import NonNegativeInt, PositiveInt
 from memlab.stages.mention.base import MentionDetector, MentionIn, MentionOut, dedupe
 
 _CAPITALISED_RUN = re.compile(r"\b[A-Z][\w'&-]*(?:\s+(?:of|the|de)?\s*[A-Z][\w'&-]*)*")
@@ -23,7 +24,7 @@ _OPENERS = frozenset(
 class EntityMentionDetector(MentionDetector):
     """Capitalised spans + known entity names found in the question (see the module docstring)."""
 
-    def __init__(self, max_mentions: int = 8, min_known_length: int = 3) -> None:
+    def __init__(self, max_mentions: PositiveInt = 8, min_known_length: NonNegativeInt = 3) -> None:
         super().__init__()
         self.max_mentions = max_mentions
         self.min_known_length = min_known_length

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memlab.bounds import PositiveInt
 from memlab.stages.plan.base import PlanIn, PlanOut, Planner
 
 
@@ -9,7 +10,7 @@ class FixedPlanner(Planner):
     """No LLM: the query itself for the semantic and lexical views, no symbolic constraint,
     the same ``depth`` for every query (fixed-depth retrieval)."""
 
-    def __init__(self, depth: int = 10) -> None:
+    def __init__(self, depth: PositiveInt = 10) -> None:
         super().__init__()
         if depth < 1:
             raise ValueError(f"depth must be positive, got {depth}")

@@ -24,6 +24,7 @@ import json
 from datetime import datetime, time
 from typing import Any
 
+from memlab.bounds import NonNegativeFloat, NonNegativeInt, PositiveInt
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import parse_json
@@ -118,11 +119,11 @@ class PromptedPlanner(PromptedStage, Planner):
         lm: LM,
         prompt: str = "simplemem/plan",
         retry_prompt: str | None = "simplemem/plan_retry",
-        min_depth: int = 3,
-        max_depth: int = 20,
-        max_keys: int = 6,
-        max_tokens: int = 200,
-        temperature: float = 0.0,
+        min_depth: PositiveInt = 3,
+        max_depth: PositiveInt = 20,
+        max_keys: NonNegativeInt = 6,
+        max_tokens: PositiveInt = 200,
+        temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         if not 1 <= min_depth <= max_depth:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from datetime import datetime, time
 
+from memlab.bounds import PositiveInt
 from memlab.stages.plan.base import COMPLEXITY_LEVELS, PlanIn, PlanOut, Planner
 from memlab.stages.route import IntentRouter, RouteIn
 
 
 class RoutedPlanner(Planner):
-    def __init__(self, router: IntentRouter, min_depth: int = 3, max_depth: int = 20,
+    def __init__(self, router: IntentRouter, min_depth: PositiveInt = 3, max_depth: PositiveInt = 20,
                  default_complexity: str = "HIGH") -> None:
         super().__init__()
         if not 1 <= min_depth <= max_depth:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from memlab.bounds import NonNegativeInt
 from memlab.embed.base import Embedder
 from memlab.memory.index import BM25Index, rrf_fuse
 from memlab.stages.rerank.base import RerankIn, RerankOut, Reranker
@@ -41,7 +42,7 @@ class FusionReranker(Reranker):
     ``rrf_k`` is small by default because candidate lists are short.
     """
 
-    def __init__(self, embedder: Embedder, rrf_k: int = 10) -> None:
+    def __init__(self, embedder: Embedder, rrf_k: NonNegativeInt = 10) -> None:
         super().__init__()
         if rrf_k < 0:
             raise ValueError(f"FusionReranker: rrf_k must be >= 0, got {rrf_k}")

@@ -9,12 +9,13 @@ stage gets right; fusion keeps those).
 
 from __future__ import annotations
 
+from memlab.bounds import NonNegativeFloat, NonNegativeInt
 from memlab.memory.index import rrf_fuse
 from memlab.stages.rerank.base import RerankIn, RerankOut, Reranker
 
 
 class OrderFusionReranker(Reranker):
-    def __init__(self, reranker: Reranker, rrf_k: int = 10, weight: float = 1.0) -> None:
+    def __init__(self, reranker: Reranker, rrf_k: NonNegativeInt = 10, weight: NonNegativeFloat = 1.0) -> None:
         super().__init__()
         if rrf_k < 0 or weight < 0:
             raise ValueError(f"OrderFusionReranker: need rrf_k >= 0 and weight >= 0, got {rrf_k}, {weight}")

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from memlab.bounds import NonNegativeInt, PositiveInt
 from memlab.stages.encoder import EncoderStage, TextEncoder
 from memlab.stages.rerank.base import RerankIn, RerankOut, Reranker
 
@@ -24,11 +25,11 @@ class CrossEncoderReranker(EncoderStage, Reranker):
     def __init__(
         self,
         encoder_path: str | None = None,
-        lora_rank: int = 8,
-        lora_alpha: int = 16,
+        lora_rank: NonNegativeInt = 8,
+        lora_alpha: PositiveInt = 16,
         lora_targets: list[str] | None = None,
-        max_length: int = 256,
-        batch_size: int = 32,
+        max_length: PositiveInt = 256,
+        batch_size: PositiveInt = 32,
         device: str = "cpu",
     ) -> None:
         super().__init__()

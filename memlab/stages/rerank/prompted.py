@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
 from memlab.lm.jsonparse import list_schema, parse_json
 from memlab.lm.types import ChatRequest
@@ -41,10 +42,10 @@ class PromptedReranker(PromptedStage, Reranker):
         self,
         lm: LM,
         prompt: str = "memlab/rerank_listwise",
-        max_candidates: int = 20,
-        max_chars_per_candidate: int = 300,
-        max_tokens: int = 160,
-        temperature: float = 0.0,
+        max_candidates: PositiveInt = 20,
+        max_chars_per_candidate: PositiveInt = 300,
+        max_tokens: PositiveInt = 160,
+        temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         if max_candidates < 1 or max_chars_per_candidate < 4:

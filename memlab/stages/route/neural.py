@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from memlab.bounds import NonNegativeInt, PositiveInt
 from memlab.stages.encoder import EncoderStage, TextEncoder
 from memlab.stages.route.base import INTENTS, QUESTION_TYPES, IntentRouter, RouteIn, RouteOut, query_signals
 from memlab.stages.temporal import TemporalNormalizer
@@ -39,11 +40,11 @@ class QueryRouter(EncoderStage, IntentRouter):
         self,
         heads: dict[str, list[str]] | None = None,
         encoder_path: str | None = None,
-        lora_rank: int = 8,
-        lora_alpha: int = 16,
+        lora_rank: NonNegativeInt = 8,
+        lora_alpha: PositiveInt = 16,
         lora_targets: list[str] | None = None,
-        max_length: int = 64,
-        batch_size: int = 64,
+        max_length: PositiveInt = 64,
+        batch_size: PositiveInt = 64,
         device: str = "cpu",
         default_intent: str = "ENTITY",
         normalizer: TemporalNormalizer | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import object_schema, parse_json
@@ -29,8 +30,8 @@ class PromptedRouter(PromptedStage, IntentRouter):
         intents: list[str] | tuple[str, ...] = INTENTS,
         question_types: list[str] | tuple[str, ...] = QUESTION_TYPES,
         default_intent: str = "ENTITY",
-        max_tokens: int = 40,
-        temperature: float = 0.0,
+        max_tokens: PositiveInt = 40,
+        temperature: NonNegativeFloat = 0.0,
         normalizer: TemporalNormalizer | None = None,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)

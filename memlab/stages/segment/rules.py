@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memlab.bounds import PositiveInt
 from memlab.dates import format_day
 from memlab.stages.segment.base import SegmentIn, SegmentOut, Segmenter
 from memlab.types import MemoryUnit, Session, Turn
@@ -50,7 +51,7 @@ class TokenChunkSegmenter(Segmenter):
     heads each chunk. A turn longer than a chunk is a chunk of its own (the embedder truncates).
     """
 
-    def __init__(self, chunk_tokens: int = 512) -> None:
+    def __init__(self, chunk_tokens: PositiveInt = 512) -> None:
         super().__init__()
         if chunk_tokens < 16:
             raise ValueError(f"chunk_tokens must be at least 16, got {chunk_tokens}")

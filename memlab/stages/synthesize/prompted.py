@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from memlab.bounds import NonNegativeFloat, PositiveInt, UnitFloat
 from memlab.dates import format_day
 from memlab.embed.base import Embedder
 from memlab.lm.base import LM
@@ -79,10 +80,10 @@ class PromptedSynthesizer(PromptedStage, Synthesizer):
         lm: LM,
         embedder: Embedder,
         prompt: str = "simplemem/synthesize",
-        threshold: float = 0.7,
-        max_cluster: int = 5,
-        max_tokens: int = 200,
-        temperature: float = 0.0,
+        threshold: UnitFloat = 0.7,
+        max_cluster: PositiveInt = 5,
+        max_tokens: PositiveInt = 200,
+        temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         if not 0.0 < threshold <= 1.0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import date
 
+from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
 from memlab.lm.jsonparse import parse_json
 from memlab.dates import WEEKDAY_NAMES, format_day
@@ -78,9 +79,9 @@ class PromptedTemporalNormalizer(PromptedStage, TemporalNormalizer):
         self,
         lm: LM,
         prompt: str = "memlab/temporal_normalize",
-        max_items: int = 8,
-        max_tokens: int = 384,
-        temperature: float = 0.0,
+        max_items: PositiveInt = 8,
+        max_tokens: PositiveInt = 384,
+        temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         if max_items < 1:

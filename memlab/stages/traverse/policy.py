@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from memlab.bounds import PositiveInt, UnitFloat
 from memlab.stages.traverse.base import TraverseIn, TraverseOut, Traverser
 
 INTENTS: tuple[str, ...] = ("WHY", "WHEN", "ENTITY")
@@ -61,10 +62,10 @@ class TraversalPolicy(Traverser):
         weights: dict[str, dict[str, float]] | None = None,
         lambda1: float = 1.0,
         lambda2: float = 0.5,
-        gamma: float = 0.5,
-        beam_width: int = 10,
-        max_depth: int = 5,
-        max_nodes: int = 200,
+        gamma: UnitFloat = 0.5,
+        beam_width: PositiveInt = 10,
+        max_depth: PositiveInt = 5,
+        max_nodes: PositiveInt = 200,
         drop_threshold: float = 0.15,
         default_intent: str = "ENTITY",
         uniform: bool = False,

@@ -1,0 +1,271 @@
+"""Stage checkpoints carry the manifest memory folders have (``memlab.fileio``): a checkpoint
+corrupted in any way is refused with a one-line ``StageError`` naming the problem, never
+loaded on untrained weights and never a raw traceback (issue 22, section 4); and a loaded
+stage says which conversations it learnt from (``trained_on``, ``trained_conversations``),
+so a run can refuse to score it on them (issue 22, section 1)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from memlab.fileio import read_manifest
+from memlab.stage import Stage, StageError, load_stage, seal_checkpoint, trained_conversations
+from memlab.stages.traverse.policy import TraversalPolicy
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = ("reranker-minilm-turns", "router-minilm", "traversal-policy")
+SPLIT = {"train": ["conv-41", "conv-42"], "validation": ["conv-47"], "evaluation": ["conv-26"]}
+
+
+class _Wrapped(Stage):
+    """A composite with a tensor of its own around a child stage (a tree of two nodes with weights)."""
+
+    def __init__(self, inner: Stage, shift: float = 0.0) -> None:
+        super().__init__()
+        self.inner = inner
+        self.shift = nn.Parameter(torch.tensor([shift]))
+
+
+@pytest.fixture
+def wrapped_in_memlab(monkeypatch):
+    """Saved stages must be importable from ``memlab``: lend the test class a place there."""
+    import memlab.stage
+
+    monkeypatch.setattr(_Wrapped, "__module__", "memlab.stage")
+    monkeypatch.setattr(memlab.stage, "_Wrapped", _Wrapped, raising=False)
+
+
+def _policy() -> TraversalPolicy:
+    policy = TraversalPolicy(lambda2=0.7)
+    with torch.no_grad():
+        policy.weight[0, 1] = 9.0  # off its initial value, as training leaves it
+    return policy
+
+
+# -- corruption sweep ----------------------------------------------------------------------
+def _flip_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _directory_instead(path):
+    path.unlink()
+    path.mkdir()
+
+
+def _edit_manifest(folder, edit):
+    path = folder / "manifest.json"
+    path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+
+
+def _set(key, value):
+    return lambda m: {**m, key: value}
+
+
+def _sealed(edit):
+    """An edit followed by a new manifest: the checksums pass, so the check after them must catch it."""
+    return lambda folder: (edit(folder), seal_checkpoint(folder))
+
+
+def _nan_weights(folder):
+    weights = folder / "model.safetensors"
+    save_file({k: torch.full_like(v, float("nan")) for k, v in load_file(str(weights)).items()}, str(weights))
+
+
+def _config_kwargs(folder, **kwargs):
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({**config, "kwargs": {**config["kwargs"], **kwargs}}))
+
+
+def _legacy(folder):
+    """The format before manifests: versions.json instead."""
+    (folder / "versions.json").write_text(json.dumps(json.loads((folder / "manifest.json").read_text())["versions"]))
+    (folder / "manifest.json").unlink()
+
+
+SHA = "0" * 64
+CASES = {
+    # what the manifest catches
+    "weights deleted": (lambda f: (f / "model.safetensors").unlink(),
+                        r"file model\.safetensors listed in the manifest is missing"),
+    "weights truncated": (lambda f: _truncate(f / "model.safetensors"),
+                          r"file model\.safetensors is corrupted or truncated"),
+    "weights byte flipped": (lambda f: _flip_byte(f / "model.safetensors"),
+                             r"file model\.safetensors is corrupted or truncated"),
+    "weights full of NaN": (_nan_weights, r"file model\.safetensors is corrupted or truncated"),
+    "weights a directory": (lambda f: _directory_instead(f / "model.safetensors"),
+                            r"model\.safetensors listed in the manifest is a directory, not a file"),
+    "config byte flipped": (lambda f: _flip_byte(f / "config.json"), r"file config\.json is corrupted or truncated"),
+    "config a directory": (lambda f: _directory_instead(f / "config.json"),
+                           r"config\.json listed in the manifest is a directory, not a file"),
+    "child weights deleted": (lambda f: (f / "inner" / "model.safetensors").unlink(),
+                              r"file inner/model\.safetensors listed in the manifest is missing"),
+    "child manifest deleted": (lambda f: (f / "inner" / "manifest.json").unlink(),
+                               r"file inner/manifest\.json listed in the manifest is missing"),
+    "child folder deleted": (lambda f: shutil.rmtree(f / "inner"), r"file inner/\S+ listed in the manifest is missing"),
+    # the manifest itself
+    "manifest deleted": (lambda f: (f / "manifest.json").unlink(),
+                         r"no manifest\.json, so its files cannot be checked .*seal_checkpoint"),
+    "manifest a directory": (lambda f: _directory_instead(f / "manifest.json"), r"no manifest\.json"),
+    "legacy versions.json only": (_legacy, r"no manifest\.json, so its files cannot be checked \(saved before"),
+    "manifest not json": (lambda f: (f / "manifest.json").write_text("{trunc"), r"unreadable manifest \(JSONDecodeError"),
+    "manifest a list": (lambda f: (f / "manifest.json").write_text("[]"),
+                        r"malformed manifest \(a JSON list, not an object\)"),
+    "files a list": (lambda f: _edit_manifest(f, _set("files", ["config.json"])), r"malformed manifest \('files' is list"),
+    "files null": (lambda f: _edit_manifest(f, _set("files", None)), r"malformed manifest \('files' is NoneType"),
+    "files a string": (lambda f: _edit_manifest(f, _set("files", "config.json")), r"malformed manifest \('files' is str"),
+    "digest a number": (lambda f: _edit_manifest(f, _set("files", {"config.json": 1})),
+                        r"malformed manifest \('files' gives config\.json the digest 1, not a sha256\)"),
+    "file outside the folder": (lambda f: _edit_manifest(f, _set("files", {"/etc/passwd": SHA})),
+                                r"malformed manifest \('files' lists '/etc/passwd', not a file inside the folder\)"),
+    "weights unlisted": (lambda f: _edit_manifest(f, lambda m: {**m, "files": {
+        k: v for k, v in m["files"].items() if k != "model.safetensors"}}),
+        r"the manifest does not list model\.safetensors, so it cannot be checked"),
+    "other format version": (lambda f: _edit_manifest(f, _set("format_version", 2)),
+                             r"format version 2, this memlab reads version 1 \(saved by memlab .*\); "
+                             r"load it with that memlab"),
+    "other format": (lambda f: _edit_manifest(f, _set("format", "memlab.UnitMemory")),
+                     r"holds 'memlab\.UnitMemory', not 'memlab\.Stage'"),
+    "format version a string": (lambda f: _edit_manifest(f, _set("format_version", "1")),
+                                r"malformed manifest \('format_version' is not an integer\)"),
+    "trained_on a string": (lambda f: _edit_manifest(f, _set("trained_on", "conv-41")),
+                            r"malformed manifest \('trained_on' is not a list of conversation ids\)"),
+    # what passes the checksums (a hand edit, then sealed): the contents are checked too
+    "sealed NaN weights": (_sealed(_nan_weights),
+                           r"tree/model\.safetensors: non-finite weights \(NaN or inf\) in \['shift'\]"),
+    "sealed truncated weights": (_sealed(lambda f: _truncate(f / "model.safetensors")),
+                                 r"model\.safetensors: cannot read weights \(SafetensorError"),
+    "sealed weights deleted": (_sealed(lambda f: (f / "model.safetensors").unlink()),
+                               r"no model\.safetensors, but _Wrapped has weights to load \(\['shift'\]\)"),
+    "sealed child weights deleted": (_sealed(lambda f: (f / "inner" / "model.safetensors").unlink()),
+                                     r"inner: no model\.safetensors, but TraversalPolicy has weights to load"),
+    "sealed config a list": (_sealed(lambda f: (f / "config.json").write_text("[]")), r"malformed stage config"),
+    "sealed kwargs of the wrong type": (_sealed(lambda f: _config_kwargs(f / "inner", intents=5)),
+                                        r"inner: cannot rebuild TraversalPolicy from its saved arguments: TypeError"),
+    "sealed training record not json": (_sealed(lambda f: (f / "training.json").write_text("{")),
+                                        r"training\.json: unreadable training record \(JSONDecodeError"),
+    "training record split a list": (lambda f: (f / "training.json").write_text(json.dumps({"split": ["conv-41"]})),
+                                     r"training\.json: malformed training record"),
+    "training record ids numbers": (lambda f: (f / "training.json").write_text(json.dumps({"split": {"train": [41]}})),
+                                    r"training\.json: malformed training record"),
+}
+
+
+@pytest.mark.parametrize("corrupt, problem", CASES.values(), ids=CASES.keys())
+def test_a_corrupted_checkpoint_is_refused_in_one_line(corrupt, problem, tmp_path, wrapped_in_memlab):
+    folder = _Wrapped(_policy(), shift=0.5).save(tmp_path / "tree")
+    (folder / "training.json").write_text(json.dumps({"split": SPLIT}))  # as a recipe writes it, after the save
+    assert Stage.load(folder).inner.weight[0, 1].item() == 9.0
+    corrupt(folder)
+    for load in (Stage.load, load_stage):
+        with pytest.raises(StageError, match=problem) as error:
+            load(folder)
+        assert type(error.value) is StageError and "\n" not in str(error.value)
+
+
+def test_a_child_folder_loaded_alone_is_checked_by_its_own_manifest(tmp_path, wrapped_in_memlab):
+    folder = _Wrapped(_policy()).save(tmp_path / "tree")
+    assert Stage.load(folder / "inner").weight[0, 1].item() == 9.0
+    _flip_byte(folder / "inner" / "model.safetensors")
+    with pytest.raises(StageError, match=r"inner: file model\.safetensors is corrupted or truncated"):
+        Stage.load(folder / "inner")
+
+
+def test_a_stage_with_non_finite_weights_is_never_saved(tmp_path):
+    policy = _policy()
+    with torch.no_grad():
+        policy.gamma.fill_(float("inf"))
+    refused = r"TraversalPolicy: refusing to save non-finite weights \(NaN or inf\) in \['gamma'\]"
+    with pytest.raises(StageError, match=refused):
+        policy.save(tmp_path / "p")
+    assert not (tmp_path / "p").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_other_package_versions_are_only_logged(tmp_path, caplog):
+    folder = _policy().save(tmp_path / "p")
+    _edit_manifest(folder, lambda m: {**m, "versions": {**m["versions"], "torch": "0.0.1"}})
+    with caplog.at_level(logging.INFO, logger="memlab.stage"):
+        assert Stage.load(folder).weight[0, 1].item() == 9.0
+    assert "saved with other package versions (torch 0.0.1 -> " in caplog.text
+
+
+def test_sealing_a_legacy_checkpoint_keeps_its_files_and_versions(tmp_path):
+    folder = _policy().save(tmp_path / "p")
+    (folder / "training.json").write_text(json.dumps({"split": SPLIT}))
+    _legacy(folder)
+    versions = json.loads((folder / "versions.json").read_text())
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "versions.json"}
+    seal_checkpoint(folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "manifest.json"} == before
+    manifest = read_manifest(folder, "memlab.Stage", 1)
+    assert manifest["versions"] == versions and not (folder / "versions.json").exists()
+    assert set(manifest["files"]) == {"config.json", "model.safetensors", "training.json"}
+    assert Stage.load(folder).trained_on == {"conv-41", "conv-42", "conv-47"}
+
+
+# -- committed checkpoints -----------------------------------------------------------------
+@pytest.mark.parametrize("name", COMMITTED)
+def test_committed_checkpoints_carry_a_manifest_that_checks(name):
+    folder = REPO / "checkpoints" / name
+    manifest = read_manifest(folder, "memlab.Stage", 1, required=("config.json", "model.safetensors", "training.json"))
+    assert set(manifest["files"]) == {"config.json", "model.safetensors", "training.json"}
+    assert manifest["versions"]["torch"] == "2.13.0+cpu"  # the versions it was trained with, not today's
+    assert not (folder / "versions.json").exists()
+
+
+def test_a_committed_checkpoint_knows_its_training_conversations():
+    policy = Stage.load(REPO / "checkpoints" / "traversal-policy")
+    assert policy.trained_on == {"conv-41", "conv-42", "conv-43", "conv-44", "conv-47"}  # not conv-26/30: held out
+
+
+# -- trained_on ----------------------------------------------------------------------------
+def test_trained_on_comes_from_the_checkpoint_and_is_read_only(tmp_path):
+    fresh = _policy()
+    assert fresh.trained_on == frozenset() and fresh.loaded_from is None
+    folder = fresh.save(tmp_path / "p")
+    untrained = Stage.load(folder)
+    assert untrained.trained_on == frozenset() and untrained.loaded_from == folder
+    (folder / "training.json").write_text(json.dumps({"config": {}, "split": SPLIT}))
+    trained = Stage.load(folder)
+    assert trained.trained_on == {"conv-41", "conv-42", "conv-47"}  # train + validation, not the evaluation
+    assert load_stage(folder).trained_on == trained.trained_on
+    with pytest.raises(AttributeError):
+        trained.trained_on = frozenset()
+    # A save carries it over (the training record stays behind): a copy is no cleaner than its source.
+    again = Stage.load(trained.save(tmp_path / "copy"))
+    assert not (tmp_path / "copy" / "training.json").exists() and again.trained_on == trained.trained_on
+
+
+def test_each_node_of_a_tree_keeps_its_own_trained_on(tmp_path, wrapped_in_memlab):
+    folder = _policy().save(tmp_path / "policy")
+    (folder / "training.json").write_text(json.dumps({"split": SPLIT}))
+    tree = _Wrapped(Stage.load(folder), shift=0.5)
+    loaded = Stage.load(tree.save(tmp_path / "tree"))
+    assert loaded.trained_on == frozenset() and loaded.inner.trained_on == {"conv-41", "conv-42", "conv-47"}
+    assert trained_conversations(loaded) == {str(tmp_path / "tree" / "inner"): {"conv-41", "conv-42", "conv-47"}}
+
+
+def test_trained_conversations_walks_any_module_holding_stages(tmp_path):
+    trained_folder = _policy().save(tmp_path / "trained")
+    (trained_folder / "training.json").write_text(json.dumps({"split": {"train": ["conv-1"], "validation": []}}))
+    holder = nn.Module()  # a pipeline is an nn.Module holding its stages the same way
+    holder.traverser = Stage.load(trained_folder)
+    holder.untrained = Stage.load(_policy().save(tmp_path / "untrained"))
+    holder.built = _policy()
+    assert trained_conversations(holder) == {str(trained_folder): {"conv-1"}}
+    assert trained_conversations(holder.untrained) == {}
+    assert trained_conversations(nn.Module()) == {}
