@@ -19,6 +19,7 @@ from torch import nn
 from memlab.fileio import read_manifest
 from memlab.stage import Stage, StageError, load_stage, seal_checkpoint, trained_conversations
 from memlab.stages.traverse.policy import TraversalPolicy
+from tests.corruption import directory_instead, flip_byte, truncate
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = ("reranker-minilm-turns", "router-minilm", "traversal-policy")
@@ -51,19 +52,6 @@ def _policy() -> TraversalPolicy:
 
 
 # -- corruption sweep ----------------------------------------------------------------------
-def _flip_byte(path):
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
-def _truncate(path):
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-
-
-def _directory_instead(path):
-    path.unlink()
-    path.mkdir()
 
 
 def _edit_manifest(folder, edit):
@@ -102,15 +90,15 @@ CASES = {
     # what the manifest catches
     "weights deleted": (lambda f: (f / "model.safetensors").unlink(),
                         r"file model\.safetensors listed in the manifest is missing"),
-    "weights truncated": (lambda f: _truncate(f / "model.safetensors"),
+    "weights truncated": (lambda f: truncate(f / "model.safetensors"),
                           r"file model\.safetensors is corrupted or truncated"),
-    "weights byte flipped": (lambda f: _flip_byte(f / "model.safetensors"),
+    "weights byte flipped": (lambda f: flip_byte(f / "model.safetensors"),
                              r"file model\.safetensors is corrupted or truncated"),
     "weights full of NaN": (_nan_weights, r"file model\.safetensors is corrupted or truncated"),
-    "weights a directory": (lambda f: _directory_instead(f / "model.safetensors"),
+    "weights a directory": (lambda f: directory_instead(f / "model.safetensors"),
                             r"model\.safetensors listed in the manifest is a directory, not a file"),
-    "config byte flipped": (lambda f: _flip_byte(f / "config.json"), r"file config\.json is corrupted or truncated"),
-    "config a directory": (lambda f: _directory_instead(f / "config.json"),
+    "config byte flipped": (lambda f: flip_byte(f / "config.json"), r"file config\.json is corrupted or truncated"),
+    "config a directory": (lambda f: directory_instead(f / "config.json"),
                            r"config\.json listed in the manifest is a directory, not a file"),
     "child weights deleted": (lambda f: (f / "inner" / "model.safetensors").unlink(),
                               r"file inner/model\.safetensors listed in the manifest is missing"),
@@ -120,7 +108,7 @@ CASES = {
     # the manifest itself
     "manifest deleted": (lambda f: (f / "manifest.json").unlink(),
                          r"no manifest\.json, so its files cannot be checked .*seal_checkpoint"),
-    "manifest a directory": (lambda f: _directory_instead(f / "manifest.json"), r"no manifest\.json"),
+    "manifest a directory": (lambda f: directory_instead(f / "manifest.json"), r"no manifest\.json"),
     "legacy versions.json only": (_legacy, r"no manifest\.json, so its files cannot be checked \(saved before"),
     "manifest not json": (lambda f: (f / "manifest.json").write_text("{trunc"), r"unreadable manifest \(JSONDecodeError"),
     "manifest a list": (lambda f: (f / "manifest.json").write_text("[]"),
@@ -147,7 +135,7 @@ CASES = {
     # what passes the checksums (a hand edit, then sealed): the contents are checked too
     "sealed NaN weights": (_sealed(_nan_weights),
                            r"tree/model\.safetensors: non-finite weights \(NaN or inf\) in \['shift'\]"),
-    "sealed truncated weights": (_sealed(lambda f: _truncate(f / "model.safetensors")),
+    "sealed truncated weights": (_sealed(lambda f: truncate(f / "model.safetensors")),
                                  r"model\.safetensors: cannot read weights \(SafetensorError"),
     "sealed weights deleted": (_sealed(lambda f: (f / "model.safetensors").unlink()),
                                r"no model\.safetensors, but _Wrapped has weights to load \(\['shift'\]\)"),
@@ -180,7 +168,7 @@ def test_a_corrupted_checkpoint_is_refused_in_one_line(corrupt, problem, tmp_pat
 def test_a_child_folder_loaded_alone_is_checked_by_its_own_manifest(tmp_path, wrapped_in_memlab):
     folder = _Wrapped(_policy()).save(tmp_path / "tree")
     assert Stage.load(folder / "inner").weight[0, 1].item() == 9.0
-    _flip_byte(folder / "inner" / "model.safetensors")
+    flip_byte(folder / "inner" / "model.safetensors")
     with pytest.raises(StageError, match=r"inner: file model\.safetensors is corrupted or truncated"):
         Stage.load(folder / "inner")
 

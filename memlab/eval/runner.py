@@ -46,6 +46,7 @@ from memlab.fileio import atomic_folder, write_json_atomic
 from memlab.lm.base import LM, UsageMeter
 from memlab.lm.errors import LMUnavailableError
 from memlab.pipelines.base import Pipeline
+from memlab.stage import trained_conversations
 from memlab.types import Answer, Conversation, Question, Retrieved
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,8 @@ def check_run_folder(folder: Path) -> None:
         if foreign:
             raise ValueError(f"--out {folder} holds files that are not a memlab run ({', '.join(foreign[:5])}): "
                              "a run replaces its folder whole, so choose a new or empty one")
-    parent = next((p for p in [folder.absolute(), *folder.absolute().parents] if p.exists()), None)
+    # The run is swapped in beside ``folder``: its nearest existing ancestor must be writable.
+    parent = next((p for p in folder.absolute().parents if p.exists()), None)
     if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"--out {folder}: cannot create a folder under {parent}")
 
@@ -159,8 +161,6 @@ def check_categories(conversations: Sequence[Conversation], categories: Sequence
 
 def training_overlap(pipeline: Pipeline, conversations: Sequence[Conversation]) -> dict[str, list[str]]:
     """Per trained stage of ``pipeline``, the ``conversations`` (ids) its checkpoint learnt from."""
-    from memlab.stage import trained_conversations
-
     ids = [c.id for c in conversations]
     overlap = {stage: [i for i in ids if i in seen] for stage, seen in trained_conversations(pipeline).items()}
     return {stage: found for stage, found in overlap.items() if found}

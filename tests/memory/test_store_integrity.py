@@ -13,6 +13,7 @@ import pytest
 from memlab.memory import MemoryGraph, MemoryStoreError, UnitMemory
 from memlab.memory.bundle import load_bundle, save_bundle
 from tests.memory.helpers import HashingEmbedder, make_units
+from tests.corruption import directory_instead, flip_byte, truncate
 
 
 def _edit_manifest(folder, edit):
@@ -25,21 +26,6 @@ def _set(key, value):
     return lambda m: {**m, key: value}
 
 
-def _flip_byte(path):
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
-def _truncate(path):
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-
-
-def _directory_instead(path):
-    path.unlink()
-    path.mkdir()
-
-
 def _rewrite_consistently(folder, name, text):
     """Replace a file and its checksum: contents that pass the manifest but are of the wrong types."""
     (folder / name).write_text(text)
@@ -49,13 +35,13 @@ def _rewrite_consistently(folder, name, text):
 SHA = "0" * 64
 UNIT_MEMORY_CASES = {
     "units deleted": (lambda f: (f / "units.jsonl").unlink(), r"file units\.jsonl listed in the manifest is missing"),
-    "bm25 truncated": (lambda f: _truncate(f / "bm25.json"), r"file bm25\.json is corrupted or truncated"),
-    "dense index flipped": (lambda f: _flip_byte(f / "dense.faiss"), r"file dense\.faiss is corrupted or truncated"),
-    "graph flipped": (lambda f: _flip_byte(f / "graph.json"), r"file graph\.json is corrupted or truncated"),
-    "dense index a directory": (lambda f: _directory_instead(f / "dense.faiss"),
+    "bm25 truncated": (lambda f: truncate(f / "bm25.json"), r"file bm25\.json is corrupted or truncated"),
+    "dense index flipped": (lambda f: flip_byte(f / "dense.faiss"), r"file dense\.faiss is corrupted or truncated"),
+    "graph flipped": (lambda f: flip_byte(f / "graph.json"), r"file graph\.json is corrupted or truncated"),
+    "dense index a directory": (lambda f: directory_instead(f / "dense.faiss"),
                                 r"dense\.faiss listed in the manifest is a directory, not a file"),
     "manifest deleted": (lambda f: (f / "manifest.json").unlink(), r"no manifest\.json; not a saved memory"),
-    "manifest a directory": (lambda f: _directory_instead(f / "manifest.json"), r"no manifest\.json; not a saved memory"),
+    "manifest a directory": (lambda f: directory_instead(f / "manifest.json"), r"no manifest\.json; not a saved memory"),
     "manifest not json": (lambda f: (f / "manifest.json").write_text("{truncated"),
                           r"manifest\.json: unreadable manifest \(JSONDecodeError"),
     "manifest a list": (lambda f: (f / "manifest.json").write_text("[]"),
