@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from memlab.fileio import MANIFEST_FILE, ManifestError, read_manifest, write_manifest
+from memlab.fileio import MANIFEST_FILE, ManifestError, is_subfolder_name, read_manifest, write_manifest
 from memlab.versions import package_versions
 
 #: Packages whose versions a saved stage records in its manifest.
@@ -35,11 +35,6 @@ LEGACY_VERSIONS_FILE = "versions.json"
 
 class StageError(RuntimeError):
     """A stage could not produce its output (raised only where no fallback makes sense)."""
-
-
-def is_child_folder(folder: Any) -> bool:
-    """Whether a ``config.json`` ``stages`` entry names a sub-folder of the checkpoint (no path tricks)."""
-    return isinstance(folder, str) and folder not in ("", ".", "..") and Path(folder).name == folder
 
 
 def checked_manifest(directory: Path, check_files: bool) -> dict[str, Any]:
@@ -123,7 +118,7 @@ def seal_checkpoint(directory: str | os.PathLike) -> Path:
         raise StageError(f"{directory}: not a saved stage (no {CONFIG_FILE})")
     children = json_object(directory / CONFIG_FILE).get("stages")  # an unreadable config is load's to report
     for folder in children.values() if isinstance(children, dict) else ():
-        if is_child_folder(folder):
+        if is_subfolder_name(folder):
             seal_checkpoint(directory / folder)
     previous = json_object(directory / MANIFEST_FILE)
     legacy = json_object(directory / LEGACY_VERSIONS_FILE)

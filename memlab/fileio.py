@@ -197,6 +197,11 @@ def _manifest_problem(manifest: Any) -> str | None:
     return None
 
 
+def is_subfolder_name(name: Any) -> bool:
+    """Whether ``name``, read from a saved file, names a direct sub-folder (no path, no '.' or '..')."""
+    return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:

@@ -89,9 +89,9 @@ from torch import nn
 
 # StageError and seal_checkpoint are part of this module's API; their home is memlab.checkpoint.
 from memlab.checkpoint import (CONFIG_FILE, FORMAT, FORMAT_VERSION, RECORDED_PACKAGES, WEIGHTS_FILE, StageError,
-                               changed_versions, checked_manifest, is_child_folder, non_finite, read_weights,
+                               changed_versions, checked_manifest, non_finite, read_weights,
                                seal_checkpoint, training_split)
-from memlab.fileio import atomic_folder, write_manifest
+from memlab.fileio import atomic_folder, is_subfolder_name, write_manifest
 from memlab.lm.base import LM, UsageMeter
 from memlab.lm.errors import ParseError, RequestError
 from memlab.lm.types import ChatRequest, Completion
@@ -281,7 +281,7 @@ def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool,
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     used: set[str] = set()
     for name, folder in children.items():
-        if not is_child_folder(folder):
+        if not is_subfolder_name(folder):
             raise StageError(f"{config_path}: child stage {name!r} is not in a sub-folder ({folder!r})")
         if name in collaborators:
             continue  # the caller's stage replaces the saved one

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from memlab.data.errors import DataError
-from memlab.text import clean_text
+from memlab.text import clean_strings
 
 
 def _read_text(path: Path) -> str:
@@ -54,13 +54,3 @@ def read_jsonl(path: str | Path) -> list[Any]:
                 from None
     return records
 
-
-def clean_strings(value: Any) -> Any:
-    """``value`` with every string in it (keys included) cleaned by ``clean_text``."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, list):
-        return [clean_strings(v) for v in value]
-    if isinstance(value, dict):
-        return {clean_text(k): clean_strings(v) for k, v in value.items()}
-    return value

@@ -41,7 +41,7 @@ from functools import lru_cache
 from typing import Any
 
 from memlab.lm.errors import AmbiguousReplyError, ParseError
-from memlab.text import clean_text
+from memlab.text import TooDeep, clean_strings, clean_text
 
 _MAX_STARTS = 32  # start positions tried per candidate; bounds the work on long prose
 #: Deeper JSON is no answer to any prompt; bounding it keeps recursion (ours, ``json``'s and
@@ -380,24 +380,6 @@ def _tolerant(candidate: str, start: int) -> Any:
     return value
 
 
-class _TooDeep(Exception):
-    pass
-
-
-def _settle(value: Any, depth: int = 0) -> Any:
-    """``value`` with every string (keys too) cleaned at the boundary (``clean_text``: a ``\\ud83d``
-    escape decodes to a lone surrogate); ``_TooDeep`` past ``_MAX_DEPTH``."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, (dict, list)):
-        if depth >= _MAX_DEPTH:
-            raise _TooDeep
-        if isinstance(value, list):
-            return [_settle(v, depth + 1) for v in value]
-        return {clean_text(k): _settle(v, depth + 1) for k, v in value.items()}
-    return value
-
-
 def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
     """The JSON value in an LLM completion (see the module docstring); ``ParseError`` if none."""
     if not isinstance(text, str):
@@ -424,8 +406,8 @@ def _find(text: str, schema: dict[str, Any] | None, validate) -> Any:
         if value is _MISSING:
             return _MISSING
         try:
-            value = _settle(value)
-        except _TooDeep:
+            value = clean_strings(value, max_depth=_MAX_DEPTH)
+        except TooDeep:
             first_error = first_error or f"nested deeper than {_MAX_DEPTH} levels"
             return _MISSING
         if validate is None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from memlab.embed.base import Embedder
-from memlab.fileio import atomic_folder
+from memlab.fileio import atomic_folder, is_subfolder_name
 from memlab.memory.graph import GraphError, MemoryGraph
 from memlab.memory.jsoncodec import decode_value, encode_value
 from memlab.memory.store import (
@@ -86,9 +86,7 @@ def load_bundle(folder: str | os.PathLike, *, format: str, format_version: int, 
     manifest = read_manifest(folder, format=format, format_version=format_version, required=(GRAPH_FILE, STATE_FILE))
     check_embedder(folder, manifest, embedder)
     parts_names = manifest.get("parts")
-    if not (isinstance(parts_names, list)
-            and all(isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
-                    for name in parts_names)):
+    if not (isinstance(parts_names, list) and all(is_subfolder_name(name) for name in parts_names)):
         raise MemoryStoreError(f"{folder / MANIFEST_FILE}: malformed manifest ('parts' is not a list of sub-folder names)")
     parts = {name: UnitMemory.load(folder / name, embedder) for name in parts_names}
     try:
