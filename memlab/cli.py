@@ -6,6 +6,8 @@
   memlab train RECIPE --config PATH [key=value ...]
   memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...] [--sessions N]
   memlab models
+  memlab cache export [--model M] [--contains TEXT] [--cache PATH] FILE.jsonl.gz
+  memlab cache import [--cache PATH] FILE.jsonl.gz
 
 Exit status: 0 for a clean run; 1 for a run in which a question or a build failed or that
 stopped early (what succeeded is written, and one line on stderr says what failed and where
@@ -18,6 +20,7 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 
 log = logging.getLogger("memlab")
 
@@ -65,6 +68,20 @@ def _parser() -> argparse.ArgumentParser:
                           help="reranker: first-stage candidates re-ranked per question (default 50)")
 
     commands.add_parser("models", help="list the known local models and whether they are installed")
+
+    cache = commands.add_parser("cache", help="export response-cache entries to a portable file, or import one")
+    actions = cache.add_subparsers(dest="action", required=True)
+    cache_help = "response cache file (default: $MEMLAB_CACHE or ~/.cache/memlab/responses.sqlite)"
+    export = actions.add_parser("export", help="write cache entries to a gzip JSON-lines file (replaced whole)")
+    export.add_argument("file", metavar="FILE", help="the file to write, e.g. responses.jsonl.gz")
+    export.add_argument("--model", metavar="M", help="only this model's entries (exact name, as the cache records it)")
+    export.add_argument("--contains", metavar="TEXT",
+                        help="only entries whose request JSON contains TEXT (case-sensitive substring)")
+    export.add_argument("--cache", metavar="PATH", default="default", help=cache_help)
+    load = actions.add_parser("import", help="add the entries of an export file that the cache lacks "
+                                             "(checked whole first; a cached entry is never replaced)")
+    load.add_argument("file", metavar="FILE", help="a file written by memlab cache export")
+    load.add_argument("--cache", metavar="PATH", default="default", help=cache_help)
     return parser
 
 
@@ -184,6 +201,27 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    from memlab.lm.cache import CacheError, ResponseCache, default_cache_path
+    from memlab.lm.cache_transfer import export_cache, import_cache
+
+    path = default_cache_path() if args.cache == "default" else Path(args.cache).expanduser()
+    try:
+        if args.action == "export":
+            if not path.is_file():  # opening it would create an empty cache: say what is missing instead
+                log.error("no response cache at %s (--cache PATH, or $MEMLAB_CACHE)", path)
+                return 2
+            count = export_cache(ResponseCache.open(path), args.file, model=args.model, contains=args.contains)
+            print(f"exported {count} entr{'y' if count == 1 else 'ies'} from {path} to {args.file}")
+        else:
+            report = import_cache(ResponseCache.open(path), args.file)
+            print(f"imported {args.file} into {path}: {report}")
+    except CacheError as e:  # the file (export or cache) cannot be used: bad input, named in the message
+        log.error("%s", e)
+        return 2
+    return 0
+
+
 def configure_logging() -> None:
     """memlab's own progress at INFO; libraries (faiss, bm25s, httpx ...) only when they warn."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -208,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     # full disk: the environment, and its message names the path). Any other exception
     # (TypeError, KeyError, a plain ValueError ...) is a bug and keeps its traceback.
     try:
-        commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage, "models": cmd_models}
+        commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage, "models": cmd_models,
+                    "cache": cmd_cache}
         return commands[args.command](args)
     except (ConfigError, DataError) as e:
         log.error("%s", e)

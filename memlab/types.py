@@ -114,14 +114,55 @@ class History:
 
 
 @dataclass(frozen=True)
+class SessionEvent:
+    """An event in a speaker's life that a session tells of (LoCoMo's ``event_summary``)."""
+
+    speaker: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    """An atomic fact about a speaker, with the ids of the turns it was read from."""
+
+    speaker: str
+    text: str
+    source_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SessionAnnotation:
+    """The dataset's own notes on one session: gold-side supervision for training recipes.
+
+    Contract: annotations live on ``Conversation.annotations`` only; ``History`` and ``Query``
+    never carry them, so no pipeline can read them. ``session_id`` and every
+    ``Observation.source_ids`` entry are ids of that conversation's sessions and turns after
+    ``memlab.data.anonymise`` (``session_3``, ``D3:7``), remapped with them. ``date`` is the
+    day the dataset dates the events on (None when it gives none); ``events``,
+    ``observations`` and ``summary`` are empty when the dataset has none for the session.
+    """
+
+    session_id: str
+    date: datetime | None = None
+    events: tuple[SessionEvent, ...] = ()
+    observations: tuple[Observation, ...] = ()
+    summary: str = ""
+
+
+@dataclass(frozen=True)
 class Conversation:
-    """A benchmark conversation: its history and its gold questions. ``id`` is the source's
-    (``conv-26``, a LongMemEval question id); pipelines get ``history()``."""
+    """A benchmark conversation: its history, its gold questions and the dataset's session
+    annotations. ``id`` is the source's (``conv-26``, a LongMemEval question id); pipelines
+    get ``history()``, which carries the sessions only."""
 
     id: str
     speakers: tuple[str, ...]
     sessions: tuple[Session, ...]
     questions: tuple[Question, ...] = ()
+    #: Gold side, for training recipes only (LoCoMo's event summaries, observations and
+    #: session summaries), in session order, one per annotated session; empty when the
+    #: dataset has none (LongMemEval). ``history()`` never copies it (see ``SessionAnnotation``).
+    annotations: tuple[SessionAnnotation, ...] = ()
 
     def turns(self) -> Iterator[tuple[Session, Turn]]:
         """Every turn in order, with the session it belongs to."""

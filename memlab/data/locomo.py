@@ -4,7 +4,11 @@ The file is a list of samples ``{sample_id, conversation, qa, ...}`` where ``con
 holds ``speaker_a``, ``speaker_b``, ``session_N_date_time`` ("1:56 pm on 8 May, 2023") and
 ``session_N`` (a list of turns ``{speaker, dia_id, text, blip_caption?, img_url?, query?}``),
 and ``qa`` is a list of ``{question, answer | adversarial_answer, evidence, category}``.
-Other keys (``event_summary``, ``observation``, ``session_summary``) are ignored.
+A sample may also carry LoCoMo's session annotations: ``event_summary``
+(``{"events_session_N": {<speaker>: [event, ...], "date": "8 May, 2023"}}``), ``observation``
+(``{"session_N_observation": {<speaker>: [[fact, dia id | [dia id, ...]], ...]}}``) and
+``session_summary`` (``{"session_N_summary": text}``). They are gold-side supervision for
+training recipes (``Conversation.annotations``); no pipeline reads them. Other keys are ignored.
 
 Mapping
 -------
@@ -15,6 +19,11 @@ Mapping
 * ``Question(id=f"{sample_id}:q{index}")`` with ``index`` the position in ``qa`` (stable even
   when a question is skipped), ``category=LOCOMO_CATEGORIES[code]`` and ``answer=str(...)``.
   Category 5 (adversarial) keeps its ``adversarial_answer`` as ``answer``.
+* ``SessionAnnotation(session_id="session_N")`` for each kept session that has any of the three
+  annotations, in session order: ``date`` from ``event_summary`` (parsed; midnight),
+  ``events`` = ``SessionEvent(speaker, text)`` and ``observations`` =
+  ``Observation(speaker, text, source_ids)`` in the file's order, ``summary`` the session summary
+  ("" when none). A sample without annotations gets ``annotations=()``.
 
 Quirks handled (counted in ``LoadReport.quirks`` under these names)
 ------------------------------------------------------------------
@@ -35,9 +44,35 @@ Quirks handled (counted in ``LoadReport.quirks`` under these names)
 ``evidence_duplicate``          the same id twice in one question (kept once)
 ``no_evidence``                 a question left with no evidence (kept; recall skips it)
 
+Session annotations (the same repair rules as evidence for source ids):
+
+``annotation_unknown_key``      an ``event_summary`` / ``observation`` / ``session_summary`` key
+                                that names no session ("events_session_x") (skipped)
+``annotation_without_session``  an annotation of a session the conversation does not have, or
+                                of an empty (skipped) session (skipped)
+``annotation_unknown_speaker``  events or observations under a name that is neither speaker (kept)
+``annotation_text_stripped``    an event, observation or summary with surrounding whitespace
+                                (stripped)
+``annotation_empty_text``       an event or observation that is an empty string (skipped)
+``annotation_without_date``     an ``events_session_N`` entry with no ``date`` (date None)
+``annotation_date_unparsed``    an events date that is no date like "8 May, 2023" (date None)
+``annotation_date_mismatch``    an events date that is not the session's day (kept)
+``observation_source_list``     an observation citing a list of dia ids (all kept)
+``observation_source_repaired`` a source id rewritten like evidence ("D:11:26" -> "D11:26",
+                                "D26:14, D26:34" split)
+``observation_source_dropped_malformed``  a source id that is no dia id (dropped)
+``observation_source_dropped_unknown``    a source id naming no turn of the conversation (dropped)
+``observation_source_duplicate``          the same source id twice in one observation (kept once)
+``observation_source_other_session``      a source turn of another session than the observed
+                                          one (kept: it is a turn of the conversation)
+``observation_without_source``  an observation left with no source id (kept)
+
 Anything structural (missing file, not JSON, a session without a date, a turn without text,
 an unknown category code, duplicate ids, a gold answer that is a list, a boolean, an object or
-not a finite number) is one ``DataError`` naming the file and the place.
+not a finite number; an annotation block that is not an object, a speaker's events or
+observations that are not a list, an event that is not a string, an observation that is not a
+``[text, dia id | [dia id, ...]]`` pair, a summary or events date that is not a string) is one
+``DataError`` naming the file and the place.
 
 Sessions and turns are then numbered by position (``memlab.data.anonymise``), which for
 LoCoMo's files is the identity: its dia ids already are ``D<session>:<turn>``.
@@ -57,7 +92,16 @@ from memlab.data.dates import parse_date
 from memlab.data.errors import DataError
 from memlab.data.jsonfile import read_json
 from memlab.data.report import LoadReport
-from memlab.types import LOCOMO_CATEGORIES, Conversation, Question, Session, Turn
+from memlab.types import (
+    LOCOMO_CATEGORIES,
+    Conversation,
+    Observation,
+    Question,
+    Session,
+    SessionAnnotation,
+    SessionEvent,
+    Turn,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +109,20 @@ FORMAT = "locomo"
 #: LoCoMo writes "1:56 pm on 8 May, 2023"; the variants tolerate hand-written files.
 DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%I:%M %p on %d %B %Y", "%I:%M %p on %d %b %Y")
 ADVERSARIAL = 5
+#: ``event_summary`` dates the events by day ("8 May, 2023").
+EVENT_DATE_FORMATS = ("%d %B, %Y", "%d %b, %Y", "%d %B %Y", "%d %b %Y")
 
 _SESSION_KEY = re.compile(r"session_(\d+)")
 _DATE_KEY = re.compile(r"session_(\d+)_date_time")
 # A dia id, tolerating a stray colon or spaces after the "D" ("D:11:26").
 _EVIDENCE_ID = re.compile(r"D[\s:]*(\d+)\s*:\s*(\d+)", re.IGNORECASE)
 _EVIDENCE_SEPARATORS = " \t\n;,"
+# The three annotation blocks: (sample key, key of one session's entry in it).
+_ANNOTATION_KEYS = {
+    "event_summary": re.compile(r"events_session_(\d+)"),
+    "observation": re.compile(r"session_(\d+)_observation"),
+    "session_summary": re.compile(r"session_(\d+)_summary"),
+}
 
 
 def load_locomo(path: str | Path) -> list[Conversation]:
@@ -145,7 +197,14 @@ def _parse_sample(sample: Any, number: int, source: str, report: LoadReport) -> 
         if question is not None:
             questions.append(question)
             report.questions[question.category] += 1
-    return Conversation(id=sample_id, speakers=speakers, sessions=tuple(sessions), questions=tuple(questions))
+    annotations = _parse_annotations(sample, sessions, speakers, turn_ids, sample_id, where, source, report)
+    return Conversation(
+        id=sample_id,
+        speakers=speakers,
+        sessions=tuple(sessions),
+        questions=tuple(questions),
+        annotations=annotations,
+    )
 
 
 def _parse_sessions(
@@ -273,7 +332,7 @@ def _repair_evidence(raw: Any, turn_ids: set[str], qid: str, report: LoadReport)
         raw = [raw]
     kept: list[str] = []
     for entry in raw:
-        for dia_id in _split_evidence_entry(entry, turn_ids, qid, report):
+        for dia_id in _split_dia_ids(entry, turn_ids, qid, report, "evidence"):
             if dia_id not in turn_ids:
                 report.note("evidence_dropped_unknown", f"{qid} {dia_id} (no such turn)")
             elif dia_id in kept:
@@ -285,25 +344,193 @@ def _repair_evidence(raw: Any, turn_ids: set[str], qid: str, report: LoadReport)
     return tuple(kept)
 
 
-def _split_evidence_entry(entry: Any, turn_ids: set[str], qid: str, report: LoadReport) -> list[str]:
-    """The dia ids one evidence entry stands for ([] when it is not one)."""
+def _split_dia_ids(entry: Any, turn_ids: set[str], label: str, report: LoadReport, quirk: str) -> list[str]:
+    """The dia ids one evidence (or observation source) entry stands for ([] when it is not
+    one); repairs and drops are counted as ``<quirk>_repaired`` / ``<quirk>_dropped_malformed``."""
     if not isinstance(entry, str):
-        report.note("evidence_dropped_malformed", f"{qid} {entry!r} (not a string)")
+        report.note(f"{quirk}_dropped_malformed", f"{label} {entry!r} (not a string)")
         return []
     stripped = entry.strip()
     if stripped in turn_ids:
         if stripped != entry:
-            report.note("evidence_repaired", f"{qid} {entry!r} -> {stripped}")
+            report.note(f"{quirk}_repaired", f"{label} {entry!r} -> {stripped}")
         return [stripped]
     matches = list(_EVIDENCE_ID.finditer(stripped))
     leftover = _EVIDENCE_ID.sub("", stripped).strip(_EVIDENCE_SEPARATORS)
     if not matches or leftover:
-        report.note("evidence_dropped_malformed", f"{qid} {entry!r} (not a dia id)")
+        report.note(f"{quirk}_dropped_malformed", f"{label} {entry!r} (not a dia id)")
         return []
     ids = [f"D{int(m.group(1))}:{int(m.group(2))}" for m in matches]
     if ids != [entry]:
-        report.note("evidence_repaired", f"{qid} {entry!r} -> {', '.join(ids)}")
+        report.note(f"{quirk}_repaired", f"{label} {entry!r} -> {', '.join(ids)}")
     return ids
+
+
+# ---------------------------------------------------------------- session annotations
+
+
+def _parse_annotations(
+    sample: dict[str, Any],
+    sessions: list[Session],
+    speakers: tuple[str, ...],
+    turn_ids: set[str],
+    sample_id: str,
+    where: str,
+    source: str,
+    report: LoadReport,
+) -> tuple[SessionAnnotation, ...]:
+    """The sample's session annotations, one per kept session that has any (see the module doc)."""
+    by_session: dict[int, dict[str, tuple[str, Any]]] = {}
+    for block, key_pattern in _ANNOTATION_KEYS.items():
+        entries = sample.get(block)
+        if entries is None:
+            continue
+        if not isinstance(entries, dict):
+            raise DataError(source, f"{where}: {block!r} must be an object, found {_kind(entries)}")
+        for key, entry in entries.items():
+            match = key_pattern.fullmatch(key)
+            if match is None:
+                report.note("annotation_unknown_key", f"{sample_id}: {block} {key!r}")
+                continue
+            by_session.setdefault(int(match.group(1)), {})[block] = (key, entry)
+
+    kept = {session.id: session for session in sessions}
+    annotations: list[SessionAnnotation] = []
+    for n in sorted(by_session):
+        session = kept.get(f"session_{n}")
+        if session is None:
+            for block, (key, _) in by_session[n].items():
+                report.note("annotation_without_session", f"{sample_id}: {block} {key!r}")
+            continue
+        blocks = by_session[n]
+        date, events = None, ()
+        if "event_summary" in blocks:
+            key, entry = blocks["event_summary"]
+            date, events = _parse_events(
+                entry, session, speakers, f"{where}: event_summary {key!r}", f"{sample_id}: {key}", source, report
+            )
+        observations = ()
+        if "observation" in blocks:
+            key, entry = blocks["observation"]
+            place, label = f"{where}: observation {key!r}", f"{sample_id}: {key}"
+            observations = _parse_observations(entry, session, speakers, turn_ids, place, label, source, report)
+        summary = ""
+        if "session_summary" in blocks:
+            key, entry = blocks["session_summary"]
+            if not isinstance(entry, str):
+                raise DataError(source, f"{where}: session_summary {key!r} must be a string, found {_kind(entry)}")
+            summary = _annotation_text(entry, f"{sample_id}: {key}", report)
+        annotations.append(
+            SessionAnnotation(
+                session_id=session.id, date=date, events=events, observations=observations, summary=summary
+            )
+        )
+    return tuple(annotations)
+
+
+def _parse_events(
+    entry: Any,
+    session: Session,
+    speakers: tuple[str, ...],
+    where: str,
+    label: str,
+    source: str,
+    report: LoadReport,
+) -> tuple[datetime | None, tuple[SessionEvent, ...]]:
+    """``{<speaker>: [event, ...], "date": "8 May, 2023"}`` as (date, events)."""
+    if not isinstance(entry, dict):
+        raise DataError(source, f"{where}: expected an object, found {_kind(entry)}")
+    date = None
+    if "date" not in entry:
+        report.note("annotation_without_date", label)
+    else:
+        raw_date = entry["date"]
+        if not isinstance(raw_date, str):
+            raise DataError(source, f"{where}: 'date' must be a string, found {_kind(raw_date)}")
+        date = parse_date(raw_date, EVENT_DATE_FORMATS)
+        if date is None:
+            report.note("annotation_date_unparsed", f"{label} {raw_date!r}")
+        elif session.timestamp is not None and date.date() != session.timestamp.date():
+            report.note("annotation_date_mismatch", f"{label} {raw_date!r} vs {session.timestamp:%d %B %Y}")
+    events: list[SessionEvent] = []
+    for speaker, texts in entry.items():
+        if speaker == "date":
+            continue
+        if not isinstance(texts, list):
+            raise DataError(source, f"{where}: {speaker!r} must be a list of events, found {_kind(texts)}")
+        if texts and speaker not in speakers:
+            report.note("annotation_unknown_speaker", f"{label} {speaker!r}")
+        for i, text in enumerate(texts, start=1):
+            if not isinstance(text, str):
+                raise DataError(source, f"{where}: {speaker!r} event {i} must be a string, found {_kind(text)}")
+            text = _annotation_text(text, f"{label} {speaker} event {i}", report)
+            if not text:
+                report.note("annotation_empty_text", f"{label} {speaker} event {i}")
+                continue
+            events.append(SessionEvent(speaker=speaker, text=text))
+    return date, tuple(events)
+
+
+def _parse_observations(
+    entry: Any,
+    session: Session,
+    speakers: tuple[str, ...],
+    turn_ids: set[str],
+    where: str,
+    label: str,
+    source: str,
+    report: LoadReport,
+) -> tuple[Observation, ...]:
+    """``{<speaker>: [[fact, dia id | [dia id, ...]], ...]}`` as observations."""
+    if not isinstance(entry, dict):
+        raise DataError(source, f"{where}: expected an object, found {_kind(entry)}")
+    session_turns = {turn.id for turn in session.turns}
+    observations: list[Observation] = []
+    for speaker, facts in entry.items():
+        if not isinstance(facts, list):
+            raise DataError(source, f"{where}: {speaker!r} must be a list of observations, found {_kind(facts)}")
+        if facts and speaker not in speakers:
+            report.note("annotation_unknown_speaker", f"{label} {speaker!r}")
+        for i, fact in enumerate(facts, start=1):
+            place = f"{where}: {speaker!r} observation {i}"
+            here = f"{label} {speaker} observation {i}"
+            if not (isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str)):
+                raise DataError(source, f"{place}: expected a [text, dia id] pair, found {_kind(fact)} {fact!r:.60}")
+            text, raw_source = fact
+            if isinstance(raw_source, list):
+                report.note("observation_source_list", f"{here} {raw_source!r}")
+                entries = raw_source
+            else:
+                entries = [raw_source]
+            if not all(isinstance(e, str) for e in entries):
+                raise DataError(
+                    source, f"{place}: the source must be a dia id or a list of dia ids, found {raw_source!r:.60}"
+                )
+            text = _annotation_text(text, here, report)
+            if not text:
+                report.note("annotation_empty_text", here)
+                continue
+            source_ids: list[str] = []
+            for raw_id in entries:
+                for dia_id in _split_dia_ids(raw_id, turn_ids, here, report, "observation_source"):
+                    if dia_id not in turn_ids:
+                        report.note("observation_source_dropped_unknown", f"{here} {dia_id} (no such turn)")
+                    elif dia_id in source_ids:
+                        report.note("observation_source_duplicate", f"{here} {dia_id}")
+                    else:
+                        if dia_id not in session_turns:
+                            report.note("observation_source_other_session", f"{here} {dia_id} (not in {session.id})")
+                        source_ids.append(dia_id)
+            if not source_ids:
+                report.note("observation_without_source", here)
+            observations.append(Observation(speaker=speaker, text=text, source_ids=tuple(source_ids)))
+    return tuple(observations)
+
+
+def _annotation_text(text: str, label: str, report: LoadReport) -> str:
+    if text != text.strip():
+        report.note("annotation_text_stripped", label)
+    return text.strip()
 
 
 def _text_field(obj: dict[str, Any], key: str, where: str, source: str) -> str:

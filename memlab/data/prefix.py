@@ -23,4 +23,6 @@ def first_sessions(conversation: Conversation, n: int) -> Conversation:
     sessions = conversation.sessions[:n]
     kept_turns = {turn.id for session in sessions for turn in session.turns}
     questions = tuple(q for q in conversation.questions if q.evidence and set(q.evidence) <= kept_turns)
-    return replace(conversation, sessions=sessions, questions=questions)
+    kept_sessions = {session.id for session in sessions}
+    annotations = tuple(a for a in conversation.annotations if a.session_id in kept_sessions)
+    return replace(conversation, sessions=sessions, questions=questions, annotations=annotations)

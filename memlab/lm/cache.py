@@ -13,6 +13,8 @@ A hit makes a rerun bit-identical and free. The store is one SQLite file:
   text is not one (written by something else) reads as a miss, so a botched reply is asked
   again rather than replayed.
 * ``ResponseCache.open(path)`` returns one shared instance per file and process.
+* ``rows`` and ``merge_rows`` read and add raw rows (every column), for moving entries between
+  caches (``memlab.lm.cache_transfer``); a merge never replaces a stored row.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,9 @@ from memlab.lm.types import ChatRequest, Completion
 #: Bumped when the table layout changes; an older file is refused with a clear message.
 SCHEMA_VERSION = 1
 _BUSY_TIMEOUT_MS = 60_000
+#: The columns of a stored row, in table order (``rows`` yields them, ``merge_rows`` takes them).
+COLUMNS = ("key", "model", "request", "text", "prompt_tokens", "completion_tokens", "latency_s",
+           "completion_model", "finish_reason", "created_at")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -82,8 +87,13 @@ def default_cache_path() -> Path:
 
 
 def cache_key(model: str, request: ChatRequest) -> str:
+    return payload_key(model, request.cache_key_payload())
+
+
+def payload_key(model: str, payload: str) -> str:
+    """The key of a row from its stored model and request columns (``cache_key`` of the request)."""
     # The NUL separator keeps ("ab", "c...") and ("a", "bc...") apart.
-    return hashlib.sha256(f"{model}\0{request.cache_key_payload()}".encode("utf-8")).hexdigest()
+    return hashlib.sha256(f"{model}\0{payload}".encode("utf-8")).hexdigest()
 
 
 def request_from_payload(payload: str) -> ChatRequest:
@@ -219,6 +229,66 @@ class ResponseCache:
                 last_rowid, name, payload, *completion = row
                 yield CacheEntry(model=name, request=request_from_payload(payload),
                                  completion=_cached_completion(*completion))
+
+    def rows(self, model: str | None = None, contains: str | None = None,
+             page_size: int = 1000) -> Iterator[dict[str, Any]]:
+        """Every stored completion row as {column: value} (``COLUMNS``), in key order; only
+        ``model``'s if given, only those whose request JSON contains ``contains`` (case-sensitive
+        substring) if given. A row whose text is not a string (a miss for ``get``) is left out."""
+        where, params = "", ()
+        if model is not None:
+            where, params = where + " AND model = ?", params + (model,)
+        if contains is not None:
+            where, params = where + " AND instr(request, ?) > 0", params + (contains,)
+        last_key = ""
+        while True:
+            # Paged by key, each page read under the lock (see ``entries``).
+            page = self._execute(
+                f"SELECT {', '.join(COLUMNS)} FROM responses WHERE key > ? AND typeof(text) = 'text'{where} "
+                "ORDER BY key LIMIT ?",
+                (last_key, *params, page_size),
+            )
+            if not page:
+                return
+            for row in page:
+                last_key = row[0]
+                yield dict(zip(COLUMNS, row))
+
+    def merge_rows(self, rows: Iterable[Mapping[str, Any]]) -> tuple[int, int, int]:
+        """Add the ``rows`` ({column: value}, as ``rows`` yields them) whose key is not stored, in
+        one transaction: all or nothing (an error raised by ``rows`` itself, or a row whose key
+        is not that of its model and request, rolls it back). A stored row is never replaced.
+        Returns (added, already present with the same text, present with another text)."""
+        added = same = other = 0
+        with self._lock:
+            if self._conn is None:
+                raise CacheError(f"response cache {self.path} is closed")
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")  # the write lock up front: no upgrade deadlock
+                try:
+                    for row in rows:
+                        values = tuple(row[column] for column in COLUMNS)
+                        if values[0] != payload_key(row["model"], row["request"]):
+                            raise CacheError(f"response cache {self.path}: refusing a row whose key does not "
+                                             f"match its model and request ({values[0]!r:.20})")
+                        stored = self._conn.execute("SELECT text FROM responses WHERE key = ?",
+                                                    (values[0],)).fetchone()
+                        if stored is None:
+                            self._conn.execute(f"INSERT INTO responses ({', '.join(COLUMNS)}) "
+                                               f"VALUES ({', '.join('?' * len(COLUMNS))})", values)
+                            added += 1
+                        elif stored[0] == row["text"]:
+                            same += 1
+                        else:
+                            other += 1
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:  # SQLite may have rolled back already (disk full)
+                        self._conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.DatabaseError as exc:
+                raise _problem(self.path, exc) from None
+        return added, same, other
 
     def models(self) -> list[str]:
         """Model names present in the cache."""

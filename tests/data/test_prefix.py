@@ -30,3 +30,12 @@ def test_a_question_without_evidence_is_dropped_and_n_must_be_positive():
     assert first_sessions(conversation, 99) == conversation
     with pytest.raises(ValueError, match="at least 1"):
         first_sessions(conversation, 0)
+
+
+def test_the_annotations_of_cut_sessions_are_dropped_too():
+    from memlab.types import SessionAnnotation
+
+    conversation = load_sample()[0]
+    notes = tuple(SessionAnnotation(session.id, summary=f"summary of {session.id}") for session in conversation.sessions)
+    cut = first_sessions(replace(conversation, annotations=notes), 2)
+    assert [a.session_id for a in cut.annotations] == [s.id for s in conversation.sessions[:2]]

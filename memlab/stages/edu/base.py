@@ -15,43 +15,10 @@ and a ``TurnSegmenter`` can stand in for it. What the family adds is the unit co
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
-
-from memlab.memory.index import tokenize
 from memlab.stages.segment.base import Segmenter
-from memlab.types import Turn
+# The source checks every extractor of a session's units shares (re-exported for EDU code).
+from memlab.stages.segment.windows import grounded, validate_sources  # noqa: F401
 
 
 class EDUExtractor(Segmenter):
     """Base class of EDU extractors (``In = SegmentIn``, ``Out = SegmentOut``); see the module."""
-
-
-_ID_PREFIX = re.compile(r"^\s*\[?|\]?\s*$")
-
-
-def validate_sources(claimed: Iterable[str], text: str, turns: tuple[Turn, ...], max_fallback: int = 2) -> tuple[str, ...]:
-    """The claimed source turn ids that exist in ``turns`` (in turn order).
-
-    A claimed id may be written "[D1:3]" or "D1:3"; ids of other sessions or made-up ids are
-    dropped. When none is left, the ``max_fallback`` turns sharing the most (stemmed,
-    non-stopword) words with ``text`` are the provenance instead; empty only when no turn
-    shares a word.
-    """
-    known = {t.id: i for i, t in enumerate(turns)}
-    cleaned = {_ID_PREFIX.sub("", str(c)) for c in claimed}
-    valid = sorted((c for c in cleaned if c in known), key=known.__getitem__)
-    if valid:
-        return tuple(valid)
-    words = set(tokenize(text))
-    overlaps = [(len(words & set(tokenize(t.render()))), -i, t.id) for i, t in enumerate(turns)]
-    best = sorted((o for o in overlaps if o[0] > 0), reverse=True)[:max_fallback]
-    return tuple(sorted((tid for _, _, tid in best), key=known.__getitem__))
-
-
-def grounded(text: str, turns: tuple[Turn, ...]) -> bool:
-    """Whether ``text`` shares at least one content word with the turns (not hallucinated whole)."""
-    source_words = set()
-    for turn in turns:
-        source_words.update(tokenize(turn.render()))
-    return bool(set(tokenize(text)) & source_words)

@@ -24,9 +24,6 @@ Guards against the weak model's degenerate outputs (the first 1.5B runs looped):
 
 from __future__ import annotations
 
-import re
-from collections import Counter
-from dataclasses import dataclass
 
 from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
@@ -38,19 +35,9 @@ from memlab.stage import PromptedStage
 from memlab.stages.edu.base import EDUExtractor, grounded, validate_sources
 from memlab.stages.segment.base import SegmentIn, SegmentOut
 from memlab.stages.segment.rules import format_date
-from memlab.stages.temporal import TemporalIn, TemporalNormalizer
-from memlab.types import MemoryUnit, Session, Turn
-
-
-@dataclass(frozen=True)
-class _Window:
-    """One LLM call's input: a slice of a session's turns (already date-annotated)."""
-
-    conversation_id: str
-    session: Session
-    turns: tuple[Turn, ...]
-    lines: tuple[str, ...]
-    index: int
+from memlab.stages.segment.windows import TurnWindow, normalised, repetition_loop, turn_windows
+from memlab.stages.temporal import TemporalNormalizer
+from memlab.types import MemoryUnit
 
 
 def edu_schema(max_edus: int | None = None) -> dict:
@@ -65,45 +52,6 @@ def edu_schema(max_edus: int | None = None) -> dict:
     if max_edus is not None:
         schema["properties"]["edus"]["maxItems"] = max_edus
     return schema
-
-
-def annotated_lines(
-    session: Session, turns: tuple[Turn, ...], normalizer: TemporalNormalizer | None
-) -> tuple[str, ...]:
-    """``[id] Speaker: text`` per turn, relative time expressions resolved against the session
-    date by ``normalizer`` (when there is one)."""
-    texts = [turn.render() for turn in turns]
-    reference = session.timestamp
-    if reference is not None and normalizer is not None:
-        texts = normalizer.rewrite([TemporalIn(text, turn.timestamp or reference) for text, turn in zip(texts, turns)])
-    return tuple(f"[{turn.id}] {text}" for turn, text in zip(turns, texts))
-
-
-_NON_WORD = re.compile(r"[^\w\s]+")
-
-
-def normalised(text: str) -> str:
-    """The de-duplication key of an EDU: lower case, no punctuation, single spaces."""
-    return " ".join(_NON_WORD.sub(" ", text.casefold()).split())
-
-
-def repetition_loop(texts: list[str], truncated: bool, repeats: int = 3) -> str | None:
-    """Why ``texts`` (one reply's EDUs) look like a decoding loop; None when they do not."""
-    counts = Counter(normalised(t) for t in texts if normalised(t))
-    if counts:
-        text, times = counts.most_common(1)[0]
-        if times >= repeats:
-            return f"the same EDU is repeated {times} times ({text[:60]!r})"
-        if truncated and times >= 2:
-            return "the output was cut off while repeating EDUs"
-    for text in texts:
-        words = normalised(text).split()
-        for n in (2, 3, 4):
-            grams = Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
-            if grams and max(grams.values()) > repeats:
-                phrase = " ".join(grams.most_common(1)[0][0])
-                return f"an EDU repeats the phrase {phrase!r} over and over"
-    return None
 
 
 class PromptedEDUExtractor(PromptedStage, EDUExtractor):
@@ -135,27 +83,11 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
         self.loop_repeats = loop_repeats
         self.normalizer = normalizer
 
-    # -- windows -------------------------------------------------------------------------
-    def windows(self, item: SegmentIn) -> list[_Window]:
-        """Consecutive turns, at most ``max_turns_per_call`` and ``max_chars_per_call`` characters each."""
-        turns = item.session.turns
-        lines = [_clip(line, self.max_chars_per_turn) for line in annotated_lines(item.session, turns, self.normalizer)]
-        limit = self.max_turns_per_call or max(1, len(turns))
-        groups: list[list[int]] = []
-        size = 0
-        for i, line in enumerate(lines):
-            if groups and len(groups[-1]) < limit and size + len(line) <= self.max_chars_per_call:
-                groups[-1].append(i)
-                size += len(line)
-            else:
-                groups.append([i])
-                size = len(line)
-        return [
-            _Window(item.conversation_id, item.session, tuple(turns[i] for i in group), tuple(lines[i] for i in group), n)
-            for n, group in enumerate(groups)
-        ]
+    def windows(self, item: SegmentIn) -> list[TurnWindow]:
+        return turn_windows(item, self.normalizer, self.max_turns_per_call, self.max_chars_per_call,
+                            self.max_chars_per_turn)
 
-    def edus_per_call(self, window: _Window) -> int:
+    def edus_per_call(self, window: TurnWindow) -> int:
         """At most ``max_edus``, and fewer than the window's turns (at least one)."""
         return max(1, min(self.max_edus, len(window.turns) - 1))
 
@@ -181,26 +113,26 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
         ]
 
     # -- one call ------------------------------------------------------------------------
-    def render(self, item: _Window) -> ChatRequest:  # type: ignore[override]
+    def render(self, item: TurnWindow) -> ChatRequest:  # type: ignore[override]
         limit = self.edus_per_call(item)
         text = self.prompt.render(date=format_date(item.session), turns="\n".join(item.lines), max_edus=limit)
         return self.request(text, json_schema=edu_schema(limit))
 
-    def parse(self, text: str, item: _Window) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]
+    def parse(self, text: str, item: TurnWindow) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]
         rows = parse_json(text, edu_schema())["edus"]
         truncated = not text.rstrip().rstrip("`").rstrip().endswith("}")
         units = self.grounded_units(rows, item)
-        loop = repetition_loop([str(row["text"]) for row in rows], truncated, self.loop_repeats)
+        loop = repetition_loop([str(row["text"]) for row in rows], truncated, self.loop_repeats, "EDU")
         if loop is not None:
             error = f"repetition loop: {loop}; write each EDU once"
             # one copy of a repeated EDU is kept; an EDU that itself loops on a phrase is not
-            units = [u for u in units if repetition_loop([u.text], False, self.loop_repeats) is None]
+            units = [u for u in units if repetition_loop([u.text], False, self.loop_repeats, "EDU") is None]
             raise ParseError(error, salvage=(units, error) if units else None)
         if rows and not units:
             raise ParseError("no extracted EDU is grounded in the session's turns")
         return units, None
 
-    def grounded_units(self, rows: list[dict], item: _Window) -> list[MemoryUnit]:
+    def grounded_units(self, rows: list[dict], item: TurnWindow) -> list[MemoryUnit]:
         """The reply's distinct EDUs that are grounded in the window, with validated sources."""
         units = []
         seen: set[str] = set()
@@ -217,11 +149,11 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
             units.append(self.make_unit(item, len(units), edu, sources))
         return units
 
-    def fallback(self, item: _Window, error: str) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]
+    def fallback(self, item: TurnWindow, error: str) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]
         return [], error
 
     @staticmethod
-    def make_unit(window: _Window, n: int, text: str, sources: tuple[str, ...], kind: str = "edu", **attributes) -> MemoryUnit:
+    def make_unit(window: TurnWindow, n: int, text: str, sources: tuple[str, ...], kind: str = "edu", **attributes) -> MemoryUnit:
         speakers = tuple(dict.fromkeys(t.speaker for t in window.turns if t.id in sources))
         return MemoryUnit(
             id=f"{window.conversation_id}/{window.session.id}/w{window.index}/{kind}{n}",
@@ -233,6 +165,3 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
             attributes={"session": window.session.id, "speakers": list(speakers), **attributes},
         )
 
-
-def _clip(line: str, limit: int) -> str:
-    return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."

@@ -1,4 +1,5 @@
 from memlab.stages.segment.base import SegmentIn, SegmentOut, Segmenter
+from memlab.stages.segment.prompted import PromptedEventSegmenter
 from memlab.stages.segment.rules import TokenChunkSegmenter, TurnSegmenter
 
-__all__ = ["SegmentIn", "SegmentOut", "Segmenter", "TokenChunkSegmenter", "TurnSegmenter"]
+__all__ = ["PromptedEventSegmenter", "SegmentIn", "SegmentOut", "Segmenter", "TokenChunkSegmenter", "TurnSegmenter"]

@@ -1,0 +1,191 @@
+"""CompassMem: event-centric memory as a logic map, searched by planner-guided explorers.
+
+Construction (section 4.2; ``build``): each session is one construction step (X_t of Eq. 1).
+
+1. The ``segmenter`` cuts every session into events (Eq. 4) and the ``relation_extractor``
+   links each session's events (Eq. 5). Both depend on the session alone, so all sessions go
+   to each stage as one batch (concurrent requests on a served model).
+2. Session by session, in order: each new event is compared with its most similar event
+   already in memory (from earlier steps); above ``merge_threshold`` (B.2: 0.9) the ``fuser``
+   decides (one batch per step): same event -> merged into that node; overlap -> a new node
+   linked to it by the suggested relation; otherwise, and below the threshold, a new node.
+   The session's relations become edges (a merged event's relations attach to the node it
+   merged into). Then the topic layer takes the step (``compassmem_topics``).
+
+Search (4.3; ``compassmem_search.explore``): planner, localisation, explorers on a shared
+priority queue, one refinement round; the ``answerer`` (F.2 "Response Generation") answers
+from the kept events only, each shown with its session date.
+
+``retrieve`` ranks the kept events first (in the order kept), then the initial top-k, then
+the dense ranking of the question, so recall@k is defined to ``RECALL_DEPTH``.
+
+Ablations (Figure 4) are settings: ``use_topics: false`` (no topic layer or cluster
+selection), a ``TokenChunkSegmenter`` of ~100 tokens as segmenter (chunks instead of events),
+``edges: false`` (no relation edges; the relation extractor is not called), ``refinement_rounds:
+0``, and ``planner: null`` (the question is the one subgoal). Figure 6's k and p are ``top_k``
+and ``topic_clusters``.
+"""
+
+from __future__ import annotations
+
+from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
+from memlab.dates import format_day
+from memlab.embed.base import Embedder
+from memlab.pipelines.base import RECALL_DEPTH, Pipeline
+from memlab.pipelines.compassmem_memory import EventMemory, event_view
+from memlab.pipelines.compassmem_search import Search, explore
+from memlab.pipelines.compassmem_topics import TopicLayer
+from memlab.stages.answer import AnswerIn, Answerer
+from memlab.stages.fuse import EventFuser, FuseIn
+from memlab.stages.navigate import Navigator
+from memlab.stages.refine import QueryRefiner
+from memlab.stages.relate import RelateIn, RelateOut, RelationExtractor
+from memlab.stages.segment import SegmentIn, Segmenter
+from memlab.stages.select import NodeSelector
+from memlab.stages.subgoal import SubgoalPlanner
+from memlab.types import Answer, History, MemoryUnit, Query, Retrieved
+
+
+class CompassMem(Pipeline):
+    """The CompassMem pipeline (module docstring); every stage is a swappable slot."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        segmenter: Segmenter,
+        navigator: Navigator,
+        answerer: Answerer,
+        relation_extractor: RelationExtractor | None = None,
+        fuser: EventFuser | None = None,
+        planner: SubgoalPlanner | None = None,
+        refiner: QueryRefiner | None = None,
+        selector: NodeSelector | None = None,
+        cluster_selector: NodeSelector | None = None,
+        edges: bool = True,
+        use_topics: bool = True,
+        merge_threshold: UnitFloat = 0.9,
+        topic_threshold: UnitFloat = 0.9,
+        recluster_every: PositiveInt = 4,
+        top_k: PositiveInt = 5,
+        topic_clusters: NonNegativeInt = 5,
+        topic_depth: PositiveInt = 50,
+        cluster_candidates: PositiveInt = 5,
+        per_cluster: PositiveInt = 3,
+        explorers: PositiveInt = 3,
+        max_steps: PositiveInt = 6,
+        max_kept: PositiveInt = 12,
+        max_next: PositiveInt = 3,
+        refinement_rounds: NonNegativeInt = 1,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if edges and relation_extractor is None:
+            raise ValueError("CompassMem: edges=true needs a relation_extractor (or set edges: false)")
+        if refinement_rounds and refiner is None:
+            raise ValueError("CompassMem: refinement_rounds > 0 needs a refiner (or set refinement_rounds: 0)")
+        self.embedder = embedder
+        self.segmenter = segmenter
+        self.relation_extractor = relation_extractor if edges else None
+        self.fuser = fuser
+        self.planner = planner
+        self.refiner = refiner
+        self.selector = selector
+        self.cluster_selector = cluster_selector
+        self.navigator = navigator
+        self.answerer = answerer
+        self.edges = edges
+        self.use_topics = use_topics
+        self.merge_threshold = merge_threshold
+        self.topic_threshold = topic_threshold
+        self.recluster_every = recluster_every
+        self.top_k = top_k
+        self.topic_clusters = topic_clusters
+        self.topic_depth = topic_depth
+        self.cluster_candidates = cluster_candidates
+        self.per_cluster = per_cluster
+        self.explorers = explorers
+        self.max_steps = max_steps
+        self.max_kept = max_kept
+        self.max_next = max_next
+        self.refinement_rounds = refinement_rounds
+        self.seed = seed
+
+    # -- construction --------------------------------------------------------------------
+    def build(self, history: History) -> EventMemory:
+        topics = TopicLayer(self.topic_threshold, self.recluster_every, self.seed) if self.use_topics else None
+        memory = EventMemory(self.embedder, topics)
+        sessions = [s for s in history.sessions if s.turns]
+        segmented = self.segmenter([SegmentIn(history.id, s) for s in sessions]) if sessions else []
+        relations = self.relate([(s, out.units) for s, out in zip(sessions, segmented)])
+        for out, related in zip(segmented, relations):
+            self.integrate(memory, list(out.units), related)
+        return memory
+
+    def relate(self, sessions: list) -> list[RelateOut]:
+        """Eq. 5 for every session (one batch); no relations when edges are ablated."""
+        if self.relation_extractor is None:
+            return [RelateOut() for _ in sessions]
+        return self.relation_extractor([RelateIn(tuple(event_view(f"N{i}", u) for i, u in enumerate(units)),
+                                                 session.turns, session.timestamp) for session, units in sessions])
+
+    def integrate(self, memory: EventMemory, units: list[MemoryUnit], related: RelateOut) -> None:
+        """One construction step: fusion of the session's events, its relations, the topics."""
+        fused = self.fusion_decisions(memory, units)
+        node_of: list[str] = []
+        new_ids: list[str] = []
+        for unit, (existing, decision) in zip(units, fused):
+            if decision is not None and decision.decision == "merge":
+                memory.merge(existing, unit)
+                node_of.append(existing)
+                continue
+            node_of.append(memory.add_event(unit))
+            new_ids.append(unit.id)
+            if decision is not None and decision.decision == "link" and self.edges:
+                memory.link(existing, unit.id, decision.relation)
+        for relation in related.relations if self.edges else ():
+            memory.link(node_of[relation.source], node_of[relation.target], relation.label, relation.evidence)
+        memory.update_topics(new_ids)
+
+    def fusion_decisions(self, memory: EventMemory, units: list[MemoryUnit]) -> list[tuple[str | None, object]]:
+        """(most similar existing event, fuser's decision or None) per new event; the fuser is
+        asked (one batch) only above ``merge_threshold``."""
+        if not units or not len(memory.index) or self.fuser is None:
+            return [(None, None)] * len(units)
+        vectors = self.embedder.encode([u.text for u in units])
+        asked: list[tuple[int, str, FuseIn]] = []
+        for i, (unit, vector) in enumerate(zip(units, vectors)):
+            best = memory.index.search_dense(vector, k=1)
+            if best and best[0].score > self.merge_threshold:
+                existing = best[0].unit.id
+                asked.append((i, existing, FuseIn(event_view("NEW", unit), memory.view(existing), best[0].score)))
+        decisions: list[tuple[str | None, object]] = [(None, None)] * len(units)
+        for (i, existing, _), out in zip(asked, self.fuser([item for _, _, item in asked]) if asked else []):
+            decisions[i] = (existing, out)
+        return decisions
+
+    # -- search --------------------------------------------------------------------------
+    def search(self, memory: EventMemory, query: Query) -> tuple[Search, list[Retrieved]]:
+        search = explore(self, memory, query)
+        order = list(search.kept) + [i for i in search.initial if i not in search.kept]
+        dense = memory.index.search_dense(query.text, k=max(RECALL_DEPTH, len(order)))
+        score = {hit.unit.id: hit.score for hit in dense}
+        ranking = [Retrieved(memory.unit(i), score.get(i, 0.0)) for i in order]
+        ranking += [hit for hit in dense if hit.unit.id not in set(order)]
+        search.trace.add("search", **search.stats())
+        return search, ranking
+
+    def retrieve(self, memory: EventMemory, query: Query) -> list[Retrieved]:
+        return self.search(memory, query)[1]
+
+    def answer(self, memory: EventMemory, query: Query) -> Answer:
+        search, ranking = self.search(memory, query)
+        evidence = list(search.kept) or search.initial  # 4.3.3: no evidence -> the initial top-k
+        context = "\n".join(evidence_line(memory.unit(i)) for i in evidence)
+        out = self.answerer([AnswerIn(query.text, context, query.timestamp)])[0]
+        search.trace.add("answer", evidence=[memory.key_of[i] for i in evidence], text=out.text, error=out.error)
+        return Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=search.trace)
+
+
+def evidence_line(unit: MemoryUnit) -> str:
+    """An evidence event as the responder sees it: ``[7 May 2023] summary``."""
+    return f"[{format_day(unit.timestamp)}] {unit.text}" if unit.timestamp else unit.text

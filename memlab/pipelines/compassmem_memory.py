@@ -1,0 +1,117 @@
+"""CompassMem's memory: the event graph, its dense index and its topic layer (section 4.2).
+
+* **Event nodes** (type ``event``): an event's summary, session date, participants and
+  provenance (the turns it was made from, so evidence recall@k works as for every pipeline).
+  Each has a short key (``N0``, ``N1`` ... in insertion order) that prompts show instead of
+  the node id.
+* **Relation edges** (type ``relation``, directed ``source -> target``, ``label`` one of
+  ``RELATION_LABELS``, ``evidence`` the turns cited): from the relation extractor within a
+  session, and from fusion's "relation edge" decision across sessions.
+* **Merging** (fusion's "same event"): the new event's summary is appended to the existing
+  node's, its turns and people are added, and the node is re-embedded.
+* **Topics** (``TopicLayer``, optional): which topic each event belongs to.
+
+``EventMemory`` holds state only; the pipeline decides what to add (``CompassMem.build``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memlab.embed.base import Embedder
+from memlab.memory.graph import MemoryGraph
+from memlab.memory.store import UnitMemory
+from memlab.pipelines.compassmem_topics import TopicLayer
+from memlab.stages.event_view import EventView
+from memlab.stages.navigate import Neighbour
+from memlab.types import MemoryUnit
+
+EVENT = "event"
+RELATION = "relation"
+
+
+class EventMemory:
+    """The event graph + index + topics of one conversation (module docstring)."""
+
+    def __init__(self, embedder: Embedder, topics: TopicLayer | None = None) -> None:
+        self.graph = MemoryGraph()
+        self.index = UnitMemory(embedder, self.graph)
+        self.topics = topics
+        self.key_of: dict[str, str] = {}
+        self.id_of: dict[str, str] = {}
+        self.merges = 0
+
+    # -- growing -------------------------------------------------------------------------
+    def add_event(self, unit: MemoryUnit) -> str:
+        """A new event node for ``unit`` (any segmenter's unit is an event); returns its id."""
+        key = f"N{len(self.key_of)}"
+        self.key_of[unit.id] = key
+        self.id_of[key] = unit.id
+        event = unit if unit.kind == EVENT else MemoryUnit(unit.id, unit.text, unit.source_ids, unit.timestamp, EVENT,
+                                                           unit.speaker, dict(unit.attributes))
+        self.index.add([event])
+        self.graph.add_node(unit.id, EVENT, text=unit.text, timestamp=unit.timestamp, provenance=unit.source_ids,
+                            participants=list(participants(unit)))
+        return unit.id
+
+    def merge(self, existing_id: str, unit: MemoryUnit) -> None:
+        """Fold ``unit`` into the existing event (fusion's "same event" case)."""
+        old = self.index.get(existing_id)
+        people = tuple(dict.fromkeys(participants(old) + participants(unit)))
+        merged = MemoryUnit(old.id, f"{old.text} {unit.text}", tuple(dict.fromkeys(old.source_ids + unit.source_ids)),
+                            old.timestamp, EVENT, old.speaker, {**old.attributes, "participants": list(people)})
+        self.index.add([merged])  # same id: replaced in place and re-embedded
+        self.graph.add_node(existing_id, EVENT, text=merged.text, provenance=merged.source_ids,
+                            participants=list(people))
+        self.merges += 1
+
+    def link(self, source_id: str, target_id: str, label: str, evidence: tuple[str, ...] = ()) -> None:
+        if source_id != target_id:
+            self.graph.add_edge(source_id, target_id, RELATION, label=label, evidence=list(evidence))
+
+    def update_topics(self, new_ids: list[str]) -> None:
+        """One construction step of the topic layer (no-op without one)."""
+        if self.topics is None:
+            return
+        ids = self.events()
+        vectors = self.index.vectors(ids) if ids else np.zeros((0, 0), dtype=np.float32)
+        new = [i for i in new_ids if i in self.index]
+        self.topics.step(new, self.index.vectors(new) if new else vectors[:0], ids, vectors)
+
+    # -- reading -------------------------------------------------------------------------
+    def events(self) -> list[str]:
+        return list(self.index.units)
+
+    def unit(self, event_id: str) -> MemoryUnit:
+        return self.index.get(event_id)
+
+    def view(self, event_id: str) -> EventView:
+        return event_view(self.key_of[event_id], self.index.get(event_id))
+
+    def neighbours(self, event_id: str) -> list[Neighbour]:
+        """Typed neighbours as the explorer sees them: ``label`` for an edge leaving the node,
+        ``label (from)`` for one entering it."""
+        found: dict[str, Neighbour] = {}
+        for other, _, data in self.graph.neighbors(event_id, RELATION, direction="both"):
+            relation = data["label"] if data["src"] == event_id else f"{data['label']} (from)"
+            found.setdefault(other, Neighbour(self.view(other), relation))
+        return list(found.values())
+
+    def topic_of(self, event_id: str) -> int | None:
+        return None if self.topics is None else self.topics.topic_of.get(event_id)
+
+    def stats(self) -> dict[str, int]:
+        return {"events": len(self.index), "relations": self.graph.num_edges(RELATION), "merged_events": self.merges,
+                "topics": 0 if self.topics is None else self.topics.n_topics,
+                "reclusterings": 0 if self.topics is None else self.topics.reclusterings}
+
+
+def event_view(key: str, unit: MemoryUnit) -> EventView:
+    """What the stages see of an event unit, under the prompt key ``key``."""
+    return EventView(key, unit.text, unit.source_ids, participants(unit), unit.timestamp)
+
+
+def participants(unit: MemoryUnit) -> tuple[str, ...]:
+    """An event's people: the segmenter's ``participants``, else the unit's speaker(s)."""
+    people = unit.attributes.get("participants") or unit.attributes.get("speakers") or ([unit.speaker] if unit.speaker else [])
+    return tuple(str(p) for p in people)

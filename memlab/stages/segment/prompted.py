@@ -1,0 +1,198 @@
+"""CompassMem's event segmenter (section 4.2, Eq. 4; appendix F.1 "Event Extraction"): a
+session -> events, each ``<span of turns, time, summary, participants>``.
+
+One call per window of at most ``max_turns_per_call`` turns and ``max_chars_per_call``
+characters. Adaptations for small local models, none of which changes what an event is:
+
+* The paper gives the model a whole session; the 1.5B model then fills its list with copies
+  of one event until the token limit (conv-26 session 1: 10 copies, 279 s for 1 event), so
+  windows are 10 turns by default, and the JSON schema allows at most ``max_events`` events
+  and at most half the window's turns per call (no room to pad the list with repeats).
+* Relative dates are resolved in code (``normalizer``) and written into the turns before the
+  call.
+* Every event's turns are checked against the window (``validate_sources``); an event
+  sharing no word with the window is dropped; a decoding loop (the same summary repeated) is
+  a ``ParseError``, retried, and then the distinct events of the looping reply are kept
+  (counted failure).
+* Runs of turns no event claims (a window whose call failed for good: all of them) become
+  extractive events of at most ``uncovered_span`` turns (``attributes["extractive"]``), so
+  no turn is lost from memory.
+
+Each event becomes a ``MemoryUnit`` of kind ``event``: ``text`` is the summary (what is
+embedded and shown), ``source_ids`` the event's turns (its span o), ``timestamp`` the session
+date (tau: what the paper's prompt leaves to the model is set in code), and ``attributes``
+``session`` and ``participants`` (pi: the people the model named that the window mentions,
+else the speakers of the event's turns).
+"""
+
+from __future__ import annotations
+
+import re
+
+from memlab.bounds import NonNegativeFloat, PositiveInt
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
+from memlab.lm.jsonparse import list_schema, object_schema, parse_json
+from memlab.lm.types import ChatRequest
+from memlab.prompts import load_prompt
+from memlab.stage import PromptedStage
+from memlab.stages.segment.base import SegmentIn, SegmentOut, Segmenter
+from memlab.stages.segment.rules import format_date
+from memlab.stages.segment.windows import (TurnWindow, grounded, normalised, repetition_loop, turn_windows,
+                                           validate_sources)
+from memlab.stages.temporal import TemporalNormalizer
+from memlab.types import MemoryUnit, Turn
+
+
+def event_schema(max_events: int, max_people: int) -> dict:
+    item = object_schema({
+        "turns": {"type": "array", "items": {"type": "string"}, "maxItems": 40},
+        "summary": {"type": "string", "minLength": 1},
+        "people": {"type": "array", "items": {"type": "string"}, "maxItems": max_people},
+    })
+    schema = list_schema(item, key="events")
+    schema["properties"]["events"]["maxItems"] = max_events
+    return schema
+
+
+def event_unit(window: TurnWindow, n: int, summary: str, sources: tuple[str, ...],
+               participants: tuple[str, ...], extractive: bool = False) -> MemoryUnit:
+    """The memory unit of a window's ``n``-th event (the family's unit convention)."""
+    return MemoryUnit(
+        id=f"{window.conversation_id}/{window.session.id}/w{window.index}/event{n}",
+        text=summary,
+        source_ids=sources,
+        timestamp=window.session.timestamp,
+        kind="event",
+        attributes={"session": window.session.id, "participants": list(participants), "extractive": extractive},
+    )
+
+
+def extractive_summary(turns: tuple[Turn, ...]) -> str:
+    """An event's text made from its turns themselves (``Speaker: text ...``)."""
+    return " ".join(turn.render() for turn in turns)
+
+
+def with_uncovered_turns(window: TurnWindow, events: list[MemoryUnit], span: int, max_people: int) -> list[MemoryUnit]:
+    """``events`` plus extractive events (at most ``span`` turns each) for the runs of the
+    window's turns no event claims, in turn order: no turn is lost from memory."""
+    claimed = {turn_id for unit in events for turn_id in unit.source_ids}
+    runs: list[list[Turn]] = []
+    for i, turn in enumerate(window.turns):
+        if turn.id in claimed:
+            continue
+        if runs and runs[-1][-1] is window.turns[i - 1] and len(runs[-1]) < span:
+            runs[-1].append(turn)
+        else:
+            runs.append([turn])
+    extra = [event_unit(window, len(events) + n, extractive_summary(tuple(run)), tuple(t.id for t in run),
+                        speakers_of(tuple(run), tuple(t.id for t in run), max_people), extractive=True)
+             for n, run in enumerate(runs)]
+    order = {turn.id: i for i, turn in enumerate(window.turns)}
+    return sorted(events + extra, key=lambda u: min(order[t] for t in u.source_ids))
+
+
+def speakers_of(turns: tuple[Turn, ...], sources: tuple[str, ...], limit: int) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(t.speaker for t in turns if t.id in sources))[:limit]
+
+
+class PromptedEventSegmenter(PromptedStage, Segmenter):
+    """Event segmentation of CompassMem 4.2 (see the module docstring); prompt ``compassmem/event_extract``."""
+
+    def __init__(
+        self,
+        lm: LM,
+        prompt: str = "compassmem/event_extract",
+        max_events: PositiveInt = 10,
+        max_people: PositiveInt = 3,
+        max_turns_per_call: PositiveInt | None = 10,
+        max_chars_per_turn: PositiveInt = 1200,
+        max_chars_per_call: PositiveInt = 8000,
+        max_tokens: PositiveInt = 1024,
+        loop_repeats: PositiveInt = 3,
+        uncovered_span: PositiveInt = 3,
+        temperature: NonNegativeFloat = 0.0,
+        normalizer: TemporalNormalizer | None = None,
+    ) -> None:
+        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        self.prompt = load_prompt(prompt)
+        self.max_events = max_events
+        self.max_people = max_people
+        self.max_turns_per_call = max_turns_per_call
+        self.max_chars_per_turn = max_chars_per_turn
+        self.max_chars_per_call = max_chars_per_call
+        self.loop_repeats = loop_repeats
+        self.uncovered_span = uncovered_span
+        self.normalizer = normalizer
+        self.schema = event_schema(max_events, max_people)
+
+    def windows(self, item: SegmentIn) -> list[TurnWindow]:
+        return turn_windows(item, self.normalizer, self.max_turns_per_call, self.max_chars_per_call,
+                            self.max_chars_per_turn)
+
+    def forward(self, batch: list[SegmentIn]) -> list[SegmentOut]:  # type: ignore[override]
+        windows = [(i, w) for i, item in enumerate(batch) for w in self.windows(item)]
+        results = PromptedStage.forward(self, [w for _, w in windows]) if windows else []
+        units: list[list[MemoryUnit]] = [[] for _ in batch]
+        errors: list[str | None] = [None] * len(batch)
+        for (i, window), (found, error) in zip(windows, results):
+            units[i].extend(with_uncovered_turns(window, found, self.uncovered_span, self.max_people))
+            errors[i] = error or errors[i]
+        return [SegmentOut(tuple(u), e) for u, e in zip(units, errors)]
+
+    def events_per_call(self, window: TurnWindow) -> int:
+        """At most ``max_events``, and at most half the window's turns (at least one): no room
+        to pad the list with repeats."""
+        return max(1, min(self.max_events, len(window.turns) // 2))
+
+    def render(self, item: TurnWindow) -> ChatRequest:  # type: ignore[override]
+        text = self.prompt.render(date=format_date(item.session), turns="\n".join(item.lines))
+        return self.request(text, json_schema=event_schema(self.events_per_call(item), self.max_people))
+
+    def parse(self, text: str, item: TurnWindow) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]
+        rows = parse_json(text, event_schema(10_000, 10_000))["events"]
+        units = self.grounded_events(rows, item)
+        truncated = not text.rstrip().rstrip("`").rstrip().endswith("}")
+        loop = repetition_loop([str(row["summary"]) for row in rows], truncated, self.loop_repeats, "event")
+        if loop is not None:
+            error = f"repetition loop: {loop}; write each event once"
+            units = [u for u in units if repetition_loop([u.text], False, self.loop_repeats, "event") is None]
+            raise ParseError(error, salvage=(units, error) if units else None)
+        if not units:
+            raise ParseError("no extracted event is grounded in the dialog's utterances")
+        return units, None
+
+    def grounded_events(self, rows: list[dict], item: TurnWindow) -> list[MemoryUnit]:
+        """The reply's distinct events grounded in the window, with checked turns and people."""
+        units: list[MemoryUnit] = []
+        seen: set[str] = set()
+        for row in rows[: self.max_events]:
+            summary = " ".join(str(row["summary"]).split())
+            if not summary or normalised(summary) in seen or not grounded(summary, item.turns):
+                continue
+            sources = validate_sources(row.get("turns", ()), summary, item.turns)
+            if not sources:
+                continue
+            seen.add(normalised(summary))
+            people = self.checked_people(row.get("people", ()), item) or speakers_of(item.turns, sources, self.max_people)
+            units.append(event_unit(item, len(units), summary, sources, people))
+        return units
+
+    def checked_people(self, names: list, item: TurnWindow) -> tuple[str, ...]:
+        """The named people the window mentions (a speaker, or a name in its text), at most ``max_people``."""
+        text = " ".join(item.lines).casefold()
+        speakers = {t.speaker.casefold(): t.speaker for t in item.turns}
+        kept: list[str] = []
+        for name in names:
+            name = " ".join(str(name).split())
+            folded = name.casefold()
+            if folded in speakers:
+                name = speakers[folded]
+            elif not name or not re.search(rf"\b{re.escape(folded)}\b", text):
+                continue
+            if name not in kept:
+                kept.append(name)
+        return tuple(kept[: self.max_people])
+
+    def fallback(self, item: TurnWindow, error: str) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]
+        return [], error  # every turn is then uncovered: ``with_uncovered_turns`` makes them events
