@@ -4,7 +4,7 @@
                     [--categories NAMES] [--retrieval-only] [--batch-size N] [--out DIR]
                     [--allow-training-overlap] [key=value ...]
   memlab train RECIPE --config PATH [key=value ...]
-  memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...] [--sessions N]
+  memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...] [--sessions N] [--pipeline CONFIG]
   memlab models
   memlab cache export [--model M] [--contains TEXT] [--cache PATH] FILE.jsonl.gz
   memlab cache import [--cache PATH] FILE.jsonl.gz
@@ -59,13 +59,16 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--config", required=True, help="training YAML (configs/train/*.yaml)")
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=1e-4 output_dir=checkpoints/x")
 
-    evaluate = commands.add_parser("evaluate-stage", help="evaluate a saved stage (reranker or router) on data")
+    evaluate = commands.add_parser("evaluate-stage", help="evaluate a saved stage (reranker, router, event segmenter, "
+                                   "relation extractor, explorer policy) on data")
     evaluate.add_argument("checkpoint", help="folder written by Stage.save (e.g. checkpoints/reranker-minilm-turns)")
     evaluate.add_argument("--data", help="LoCoMo JSON (default: the embedded sample)")
     evaluate.add_argument("--conversations", type=_names, help="comma-separated conversation ids to keep")
     evaluate.add_argument("--sessions", type=_positive, help="as for run")
     evaluate.add_argument("--depth", type=_positive, default=50,
                           help="reranker: first-stage candidates re-ranked per question (default 50)")
+    evaluate.add_argument("--pipeline", help="explorer policy: the CompassMem config whose memories it is scored on "
+                          "(e.g. configs/pipelines/compassmem.yaml; its construction LM is called)")
 
     commands.add_parser("models", help="list the known local models and whether they are installed")
 
@@ -164,6 +167,12 @@ def cmd_evaluate_stage(args: argparse.Namespace) -> int:
     from memlab.stage import Stage, StageError
     from memlab.stages.rerank import Reranker
     from memlab.stages.route import IntentRouter
+    from memlab.stages.navigate import Navigator
+    from memlab.stages.relate import RelationExtractor
+    from memlab.stages.segment import Segmenter
+    from memlab.training.navigation import evaluate_explorer_policy_on
+    from memlab.training.relations import evaluate_relation_extractor_on
+    from memlab.training.segmentation import evaluate_segmenter_on
     from memlab.training.stage_eval import evaluate_reranker, evaluate_router, reranker_candidates
 
     try:
@@ -178,8 +187,23 @@ def cmd_evaluate_stage(args: argparse.Namespace) -> int:
         result = evaluate_reranker(stage, items)
     elif isinstance(stage, IntentRouter):
         result = evaluate_router(stage, conversations)
+    elif isinstance(stage, (Segmenter, RelationExtractor)):
+        # scored against the prompted CompassMem construction on these conversations (the teacher)
+        evaluate = evaluate_segmenter_on if isinstance(stage, Segmenter) else evaluate_relation_extractor_on
+        try:
+            result = evaluate(stage, conversations)
+        except ValueError as e:
+            log.error("%s", e)
+            return 2
+    elif isinstance(stage, Navigator):
+        if not args.pipeline:
+            log.error("%s: an explorer policy is scored on built CompassMem memories: give --pipeline CONFIG",
+                      args.checkpoint)
+            return 2
+        result = evaluate_explorer_policy_on(stage, conversations, args.pipeline)
     else:
-        log.error("%s: evaluate-stage knows rerankers and routers, not %s", args.checkpoint, type(stage).__name__)
+        log.error("%s: evaluate-stage knows rerankers, routers, event segmenters, relation extractors and explorer "
+                  "policies, not %s", args.checkpoint, type(stage).__name__)
         return 2
     result = {"checkpoint": str(args.checkpoint), "stage": type(stage).__name__,
               "data": args.data or "embedded sample", "conversations": [c.id for c in conversations], **result}

@@ -116,6 +116,11 @@ class LM(ABC):
         return max(1, len(text) // 4)
 
     @property
+    def cache_path(self) -> str | None:
+        """Where this LM's response cache lives (``"default"``: memlab's cache file; None: no cache)."""
+        return self._cache_path
+
+    @property
     def cache(self):
         if self._cache is None and self._cache_path is not None:
             from memlab.lm.cache import ResponseCache

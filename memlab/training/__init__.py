@@ -4,7 +4,11 @@
   conversations, split by conversation (it builds memories and runs stages to derive them);
 * ``memlab.training.recipes``: the kit the flat recipes in ``train/`` share, and how
   ``memlab train`` finds and runs them (re-exported here);
-* ``memlab.training.stage_eval``: a reranker or router scored on its own, without an LLM.
+* ``memlab.training.stage_eval``: a reranker or router scored on its own, without an LLM;
+* ``memlab.training.teacher``: CompassMem's prompted construction replayed from the response
+  cache (the teacher labels), and from it ``memlab.training.segmentation`` (event boundaries)
+  and ``memlab.training.relations`` (event-pair relations); ``memlab.training.navigation``:
+  the explorer policy's evidence labels on built event memories.
 """
 
 from __future__ import annotations

@@ -272,3 +272,24 @@ def test_compassmem_with_a_real_small_model(tmp_path):
     assert len(pipeline.lms()) == 2 and all(lm.usage.snapshot()["llm_calls"] > 0 for lm in pipeline.lms())
     print("compassmem smollm2:", memory.stats(), [lm.usage.snapshot() for lm in pipeline.lms()],
           len(pipeline.failures()), "failures")
+
+
+def test_search_statistics_aggregate_like_table_4(minilm, tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stats", REPO.parent / "eval" / "compassmem_search_stats.py")
+    stats_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stats_script)
+    cm = pipeline(Script(action="EXPAND", satisfy="[1]"), minilm)
+    memory = cm.build(history())
+    answers = cm.answer_many(memory, [Query("q1", "What is the dog called?"), Query("q2", "Where is the trip?")])
+    rows = [{"latency_s": 1.0 + i, "trace": a.trace.steps} for i, a in enumerate(answers)]
+    (tmp_path / "predictions.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    assert stats_script.main([str(tmp_path)]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert result["questions"] == 2 and result["time_mean_s"] == 1.5 and result["subgoals_mean"] == 2
+    assert result["refinement_rate"] == 1.0  # only subgoal 1 is ever satisfied: one refinement each
+    assert result["actions"]["EXPAND"] == sum(s["steps"] for s in
+                                              (next(x for x in a.trace.steps if x["step"] == "search") for a in answers))
+    (tmp_path / "predictions.jsonl").write_text(json.dumps({"trace": []}))
+    assert stats_script.main([str(tmp_path)]) == 2

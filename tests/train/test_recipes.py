@@ -32,12 +32,16 @@ def three_conversations(tmp_path_factory) -> Path:
     return path
 
 
+RECIPES = ("finetune_reranker", "finetune_router", "train_traversal_policy", "distill_stage", "train_event_segmenter",
+           "train_relation_extractor", "train_explorer_policy")
+
+
 def tiny_data(path: Path) -> dict:
     return {"path": str(path), "eval_ids": ["tiny-c"], "validation_ids": ["tiny-b"], "max_questions": 8}
 
 
 def test_recipes_are_found_and_configs_load():
-    for name in ("finetune_reranker", "finetune_router", "train_traversal_policy", "distill_stage"):
+    for name in RECIPES:
         assert recipe_path(name).is_file()
     for path in CONFIGS.glob("*.yaml"):
         config = load_recipe_config(path)
@@ -48,7 +52,7 @@ def test_recipes_are_found_and_configs_load():
         recipe_path("../evil")
 
 
-@pytest.mark.parametrize("name", ["finetune_reranker", "finetune_router", "train_traversal_policy", "distill_stage"])
+@pytest.mark.parametrize("name", RECIPES)
 def test_a_mistyped_key_is_refused_with_the_known_ones(name, tmp_path):
     config = {"recipe": name, "output_dir": str(tmp_path / "out"), "patiense": 3}
     with pytest.raises(ConfigError, match=r"unknown config keys \['patiense'\] \(known: .*'patience'"):

@@ -1,0 +1,262 @@
+"""Span segmenters: a session cut into consecutive spans of turns, each span one event.
+
+``SpanSegmenter`` is what they share: a segmenter decides only *where* a session's events
+begin (``predict_boundaries``: the indices t >= 1 of the turns that start a new event), and
+``forward`` turns the spans into event units with exactly the unit convention of
+``PromptedEventSegmenter`` (``event_unit``): kind ``event``, ``source_ids`` the span's turn
+ids, ``timestamp`` the session date, ``attributes`` ``session``, ``participants`` (the speakers
+of the span, at most ``max_people``) and ``extractive=True``, since the text is the span's
+turns themselves (``extractive_summary``: ``Speaker: text ...``, image captions included).
+The whole session is one window (index 0), so unit ids are ``<conversation>/<session>/w0/event<n>``.
+
+* ``FixedSpanSegmenter``: every ``span`` turns (the baseline of the trained segmenter).
+* ``BoundarySegmenter``: a boundary tagger trained by distillation of the prompted segmenter
+  (``memlab.training.segmentation``; recipe ``train/train_event_segmenter.py``). Each turn,
+  rendered as ``Turn.render()`` does, is pooled into one vector by the ``TextEncoder``; a
+  one-layer bidirectional GRU reads a session's turn vectors in order; for every t >= 1 a small
+  MLP over (context of turn t-1, context of turn t, cosine of the two turns' encoder vectors)
+  gives the logit of p(boundary before turn t). Decoding (``decode_boundaries``): a boundary
+  wherever p > ``threshold``, and one forced where an event would otherwise grow past
+  ``max_span`` turns (default 10: the prompted segmenter's window, which no teacher event
+  exceeds). No LM is involved: segmentation costs one encoder pass over the session's turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
+
+from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
+from memlab.stages.encoder import EncoderStage, TextEncoder
+from memlab.stages.segment.base import SegmentIn, SegmentOut, Segmenter
+from memlab.stages.segment.prompted import event_unit, extractive_summary, speakers_of
+from memlab.stages.segment.windows import TurnWindow, annotated_lines
+from memlab.types import MemoryUnit, Session
+
+
+def span_events(item: SegmentIn, boundaries: Sequence[int], max_people: int) -> tuple[MemoryUnit, ...]:
+    """The event units of ``item``'s session cut before each turn index in ``boundaries``."""
+    turns = item.session.turns
+    if not turns and not boundaries:
+        return ()
+    cuts = [0, *boundaries, len(turns)]
+    if any(not 0 < t < len(turns) for t in boundaries) or any(a >= b for a, b in zip(cuts, cuts[1:])):
+        raise ValueError(f"boundaries {list(boundaries)} are not increasing turn indices in [1, {len(turns) - 1}]")
+    # The whole session is one window, made as the prompted segmenter makes its windows.
+    window = TurnWindow(item.conversation_id, item.session, turns, annotated_lines(item.session, turns, None), 0)
+    units = []
+    for n, (start, end) in enumerate(zip(cuts, cuts[1:])):
+        span = turns[start:end]
+        ids = tuple(turn.id for turn in span)
+        units.append(event_unit(window, n, extractive_summary(span), ids, speakers_of(span, ids, max_people),
+                                extractive=True))
+    return tuple(units)
+
+
+def decode_boundaries(probabilities: Sequence[float], threshold: float, max_span: int | None) -> list[int]:
+    """Turn indices t >= 1 starting an event: ``probabilities[t - 1]`` (p(boundary before turn
+    t)) above ``threshold``, or the event begun at the last boundary already ``max_span`` turns
+    long (None: no limit). Left to right, so every event has at most ``max_span`` turns."""
+    cuts: list[int] = []
+    start = 0
+    for t, p in enumerate(probabilities, start=1):
+        if p > threshold or (max_span is not None and t - start >= max_span):
+            cuts.append(t)
+            start = t
+    return cuts
+
+
+class SpanSegmenter(Segmenter):
+    """A segmenter that only places boundaries; ``forward`` makes the units (module docstring)."""
+
+    max_people: int
+
+    def predict_boundaries(self, sessions: list[Session]) -> list[list[int]]:  # pragma: no cover - abstract
+        """Per session, the increasing indices t >= 1 of the turns that start an event."""
+        raise NotImplementedError
+
+    def forward(self, batch: list[SegmentIn]) -> list[SegmentOut]:
+        boundaries = self.predict_boundaries([item.session for item in batch]) if batch else []
+        return [SegmentOut(span_events(item, cuts, self.max_people)) for item, cuts in zip(batch, boundaries)]
+
+
+class FixedSpanSegmenter(SpanSegmenter):
+    """Events of ``span`` consecutive turns (the last one of a session shorter): the baseline."""
+
+    def __init__(self, span: PositiveInt = 3, max_people: PositiveInt = 3) -> None:
+        super().__init__()
+        if span < 1:
+            raise ValueError(f"FixedSpanSegmenter: span must be >= 1, got {span}")
+        self.span = span
+        self.max_people = max_people
+
+    def predict_boundaries(self, sessions: list[Session]) -> list[list[int]]:
+        return [list(range(self.span, len(session.turns), self.span)) for session in sessions]
+
+
+class BoundarySegmenter(EncoderStage, SpanSegmenter):
+    """Trained event boundaries over a session's turn encodings (module docstring).
+
+    ``freeze_encoder`` (default) keeps the packaged encoder as it is: only the GRU and the head
+    train, turn vectors can be computed once per training run, and the checkpoint holds the GRU
+    and the head only. With ``freeze_encoder=False``, ``lora_rank > 0`` trains a LoRA adapter
+    too (the checkpoint adds the adapter) and ``lora_rank=0`` fine-tunes the whole encoder (the
+    checkpoint holds everything). Weights load on first use (``memlab.stages.encoder``).
+
+    Training API: ``boundary_logits(sessions)`` (differentiable; per session a ``[n_turns - 1]``
+    tensor, entry t-1 the logit of a boundary before turn t), the same from precomputed turn
+    vectors (``encode_sessions`` + ``logits_from_vectors``), ``loss(logits, targets, pos_weight)``
+    (binary cross-entropy over every position of every session) and ``predict_boundaries``.
+    """
+
+    def __init__(
+        self,
+        encoder_path: str | None = None,
+        freeze_encoder: bool = True,
+        lora_rank: NonNegativeInt = 0,
+        lora_alpha: PositiveInt = 16,
+        lora_targets: list[str] | None = None,
+        max_length: PositiveInt = 128,
+        context_size: PositiveInt = 128,
+        dropout: UnitFloat = 0.1,
+        threshold: UnitFloat = 0.5,
+        max_span: PositiveInt | None = 10,
+        max_people: PositiveInt = 3,
+        batch_size: PositiveInt = 64,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__()
+        if freeze_encoder and lora_rank:
+            raise ValueError("BoundarySegmenter: freeze_encoder=true leaves a LoRA adapter untrained; "
+                             "set lora_rank=0, or freeze_encoder=false to train the adapter")
+        if batch_size < 1 or context_size < 1 or (max_span is not None and max_span < 1):
+            raise ValueError(f"BoundarySegmenter: batch_size, context_size and max_span must be >= 1, got "
+                             f"{batch_size}, {context_size}, {max_span}")
+        if not 0.0 <= threshold <= 1.0 or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"BoundarySegmenter: threshold must be in [0, 1] and dropout in [0, 1), got "
+                             f"{threshold}, {dropout}")
+        self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
+                                   max_length=max_length)
+        self.freeze_encoder = freeze_encoder
+        self.context_size = context_size
+        self.threshold = threshold
+        self.max_span = max_span
+        self.max_people = max_people
+        self.batch_size = batch_size
+        self.device = device
+        self.input_dropout = nn.Dropout(dropout)
+        self.dropout = dropout
+        self.context: nn.GRU | None = None
+        self.head: nn.Sequential | None = None
+
+    def _build_heads(self, hidden_size: int) -> None:
+        if self.freeze_encoder:
+            self.encoder.requires_grad_(False)
+        self.context = nn.GRU(hidden_size, self.context_size, batch_first=True, bidirectional=True)
+        # Both sides' context (2 x bidirectional) and the cosine of the two turns' vectors.
+        self.head = nn.Sequential(nn.Linear(4 * self.context_size + 1, self.context_size), nn.GELU(),
+                                  nn.Dropout(self.dropout), nn.Linear(self.context_size, 1))
+
+    def checkpoint_state(self) -> dict[str, torch.Tensor]:
+        if not self.freeze_encoder:
+            return super().checkpoint_state()
+        # The frozen encoder is the packaged one, rebuilt on load: only the GRU and head differ.
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("encoder.")}
+
+    # -- encoding ------------------------------------------------------------------------
+    def encode_texts(self, texts: list[str]) -> torch.Tensor:
+        """Pooled vectors ``[len(texts), hidden]``, in ``batch_size`` chunks of similar length
+        (less padding); differentiable unless the encoder is frozen."""
+        self.warm_up()
+        if not texts:
+            return torch.zeros(0, self.encoder.hidden_size, device=self.device)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        chunks = []
+        with torch.no_grad() if self.freeze_encoder else nullcontext():
+            was_training = self.encoder.training
+            if self.freeze_encoder:
+                self.encoder.eval()  # no dropout in a frozen encoder
+            try:
+                for start in range(0, len(order), self.batch_size):
+                    chunk = [texts[i] for i in order[start:start + self.batch_size]]
+                    chunks.append(self.encoder(self.encoder.tokenize(chunk)))
+            finally:
+                self.encoder.train(was_training)
+        vectors = torch.cat(chunks)
+        inverse = torch.empty(len(order), dtype=torch.long, device=vectors.device)
+        inverse[torch.tensor(order, device=vectors.device)] = torch.arange(len(order), device=vectors.device)
+        return vectors[inverse]
+
+    def encode_sessions(self, sessions: list[Session]) -> list[torch.Tensor]:
+        """Per session, its turn vectors ``[n_turns, hidden]`` (each turn as ``Turn.render()``)."""
+        vectors = self.encode_texts([turn.render() for session in sessions for turn in session.turns])
+        return list(torch.split(vectors, [len(session.turns) for session in sessions]))
+
+    # -- boundaries ----------------------------------------------------------------------
+    def logits_from_vectors(self, vectors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Per session (its turn vectors), the boundary logits ``[n_turns - 1]``; differentiable."""
+        self.warm_up()
+        out: list[torch.Tensor] = [torch.zeros(0, device=self.device) for _ in vectors]
+        present = [i for i, v in enumerate(vectors) if len(v) > 1]  # one turn: no position to decide
+        if not present:
+            return out
+        rows = [vectors[i].to(self.device) for i in present]
+        lengths = torch.tensor([len(v) for v in rows])
+        packed = pack_padded_sequence(self.input_dropout(pad_sequence(rows, batch_first=True)), lengths,
+                                      batch_first=True, enforce_sorted=False)
+        context, _ = pad_packed_sequence(self.context(packed)[0], batch_first=True)
+        pairs = []
+        for row, (v, n) in enumerate(zip(rows, lengths.tolist())):
+            h = context[row, :n]
+            similarity = F.cosine_similarity(v[:-1], v[1:], dim=-1).unsqueeze(-1)
+            pairs.append(torch.cat([h[:-1], h[1:], similarity], dim=-1))
+        logits = self.head(torch.cat(pairs)).squeeze(-1)
+        for i, part in zip(present, torch.split(logits, [n - 1 for n in lengths.tolist()])):
+            out[i] = part
+        return out
+
+    def boundary_logits(self, sessions: list[Session]) -> list[torch.Tensor]:
+        """Per session, the logits ``[n_turns - 1]`` of a boundary before turns 1 .. n-1; differentiable."""
+        if isinstance(sessions, Session):
+            raise TypeError("BoundarySegmenter.boundary_logits takes a list of sessions, got one Session")
+        return self.logits_from_vectors(self.encode_sessions(list(sessions)))
+
+    def loss(self, logits: list[torch.Tensor], targets: list[torch.Tensor],
+             pos_weight: float | None = None) -> torch.Tensor:
+        """Mean binary cross-entropy over every position of every session; ``targets`` 0/1 per
+        position, shaped as ``logits``; ``pos_weight`` weighs the boundary positions (more
+        recall), as ``BCEWithLogitsLoss``'s."""
+        if len(logits) != len(targets):
+            raise ValueError(f"BoundarySegmenter.loss: {len(logits)} sessions of logits but {len(targets)} of targets")
+        shapes = [(i, tuple(l.shape), tuple(t.shape)) for i, (l, t) in enumerate(zip(logits, targets))
+                  if l.shape != t.shape]
+        if shapes:
+            raise ValueError(f"BoundarySegmenter.loss: logits and targets differ in shape (session, logits, targets): "
+                             f"{shapes[:3]}")
+        flat = torch.cat([l.reshape(-1) for l in logits]) if logits else torch.zeros(0, device=self.device)
+        if not flat.numel():  # nothing to decide (one-turn sessions): a zero that still backpropagates
+            return flat.sum()
+        gold = torch.cat([t.reshape(-1) for t in targets]).to(flat.device, flat.dtype)
+        weight = None if pos_weight is None else torch.tensor(float(pos_weight), device=flat.device, dtype=flat.dtype)
+        return F.binary_cross_entropy_with_logits(flat, gold, pos_weight=weight)
+
+    def boundary_probabilities(self, sessions: list[Session],
+                               vectors: list[torch.Tensor] | None = None) -> list[list[float]]:
+        """Per session, p(boundary before turn t) for t = 1 .. n-1 (eval mode, no gradient);
+        ``vectors``: the sessions' turn vectors from ``encode_sessions``, when already computed
+        (a frozen encoder's, reused across a training run's validations)."""
+        if vectors is not None and [len(v) for v in vectors] != [len(s.turns) for s in sessions]:
+            raise ValueError("BoundarySegmenter: the vectors given are not those of the sessions' turns")
+        with self.inference():
+            logits = self.boundary_logits(sessions) if vectors is None else self.logits_from_vectors(vectors)
+            return [torch.sigmoid(l).tolist() for l in logits]
+
+    def predict_boundaries(self, sessions: list[Session],
+                           vectors: list[torch.Tensor] | None = None) -> list[list[int]]:
+        return [decode_boundaries(p, self.threshold, self.max_span)
+                for p in self.boundary_probabilities(sessions, vectors)]

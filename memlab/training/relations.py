@@ -1,0 +1,215 @@
+"""Relation supervision from the teacher, and how a relation extractor is scored against it.
+
+Labels (``pair_labels``, ``relation_examples``): distillation of CompassMem's prompted relation
+extractor (appendix F.1 "Event Relation Extraction", the teacher config's 1.5B model) as
+``memlab.training.teacher`` replays it from the response cache. For every unordered pair
+``i < j`` of a teacher session's events (session order, the classifier's canonical pairs), the
+label is the teacher's relation on that pair, else ``none``. A relation the teacher gave the
+other way round (``j -> i``) is turned round by ``canonical_relation``: ``temporal_before`` <->
+``temporal_after`` swapped, every other label kept. The event texts are what
+``PairRelationClassifier`` reads at inference (``event_text`` of the pipeline's ``event_view``).
+
+Evaluation (``evaluate_relation_extractor``): the extractor relates each teacher session's
+events exactly as ``CompassMem.relate`` asks it to; its relations are put on canonical pairs
+the same way and every pair is scored: accuracy and macro-F1 over all pairs (``none``
+included), macro-F1 over the relation labels only, and the same figures for the majority
+label of the evaluated pairs ("majority relation", the baseline). Sessions whose teacher calls
+failed are left out of both by default (a failed relation call gave no relations: its pairs
+would all read ``none``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import datasets
+import torch
+
+from memlab.clock import active_seconds
+from memlab.pipelines.compassmem_memory import event_view
+from memlab.stages.event_view import EventView
+from memlab.stages.relate import (NO_RELATION, PAIR_LABELS, RelateIn, Relation, canonical_pairs, canonical_relation,
+                                  event_text)
+from memlab.training.supervision import _dataset
+from memlab.training.teacher import TEACHER_CONFIG, TeacherSession
+
+if TYPE_CHECKING:
+    from memlab.stages.relate import RelationExtractor
+    from memlab.types import Conversation
+
+RELATION_FEATURES = datasets.Features({
+    "conversation_id": datasets.Value("string"),
+    "session_id": datasets.Value("string"),
+    "source": datasets.Value("int64"),
+    "target": datasets.Value("int64"),
+    "earlier": datasets.Value("string"),
+    "later": datasets.Value("string"),
+    "label": datasets.Value("string"),
+    "teacher_failed": datasets.Value("bool"),
+})
+_COUNTS_LINE = "Label counts (JSON): "
+
+
+def session_views(session: TeacherSession) -> tuple[EventView, ...]:
+    """The session's events as the pipeline shows them to its relation extractor (``N0``, ``N1`` ...)."""
+    return tuple(event_view(f"N{i}", unit) for i, unit in enumerate(session.events))
+
+
+def canonical_labels(relations: Sequence[Relation], n_events: int) -> list[str]:
+    """The label of every canonical pair of ``n_events`` events (``canonical_pairs`` order):
+    the relation on that pair, turned round when given later -> earlier, else ``none``. The
+    first relation on a pair wins; one naming an event out of range or itself is ignored."""
+    on_pair: dict[tuple[int, int], str] = {}
+    for relation in relations:
+        if relation.source == relation.target or not (0 <= min(relation.source, relation.target)
+                                                       and max(relation.source, relation.target) < n_events):
+            continue
+        relation = canonical_relation(relation)
+        on_pair.setdefault((relation.source, relation.target), relation.label)
+    return [on_pair.get(pair, NO_RELATION) for pair in canonical_pairs(n_events)]
+
+
+def pair_labels(session: TeacherSession) -> list[tuple[int, int, str]]:
+    """``(i, j, label)`` for every canonical pair of the teacher session (module docstring)."""
+    n = len(session.events)
+    return [(i, j, label) for (i, j), label in zip(canonical_pairs(n), canonical_labels(session.relations, n))]
+
+
+def _kept(sessions: Sequence[TeacherSession], keep_failed: bool) -> tuple[list[TeacherSession], Counter]:
+    kept, skipped = [], Counter()
+    for session in sessions:
+        if session.relations_failed and not keep_failed:
+            skipped["teacher_failed"] += 1
+        elif len(session.events) < 2:
+            skipped["fewer_than_two_events"] += 1
+        else:
+            kept.append(session)
+    return kept, skipped
+
+
+def relation_examples(teacher_sessions: Sequence[TeacherSession], keep_failed: bool = False,
+                      teacher_counts: Mapping[str, int] | None = None,
+                      teacher_config: str = TEACHER_CONFIG) -> datasets.Dataset:
+    """One row per canonical event pair of the teacher sessions, labelled as the module docstring
+    says. ``keep_failed``: also the sessions whose teacher calls failed (left out by default).
+    ``teacher_counts``: what ``teacher_sessions`` counted (sessions not cached), for the card."""
+    kept, skipped = _kept(teacher_sessions, keep_failed)
+    rows = []
+    for session in kept:
+        texts = [event_text(view) for view in session_views(session)]
+        for i, j, label in pair_labels(session):
+            rows.append({"conversation_id": session.conversation_id, "session_id": session.session.id,
+                         "source": i, "target": j, "earlier": texts[i], "later": texts[j], "label": label,
+                         "teacher_failed": session.relations_failed})
+    counts = Counter(row["label"] for row in rows)
+    card = f"""memlab relation supervision (memlab.training.relations.relation_examples).
+Rows: one unordered pair (source < target, session order) of the events of one teacher session; earlier / later:
+the two events as PairRelationClassifier reads them (event_text). Label source: DISTILLATION of CompassMem's prompted
+relation extractor (appendix F.1 "Event Relation Extraction" prompt, the model of {teacher_config}: the default 1.5B
+model), replayed from the response cache by memlab.training.teacher (no model was called, no gold data read).
+Mapping: the teacher's relation on the pair, its predicate normalised onto RELATION_LABELS; a relation given later ->
+earlier is turned round (temporal_before <-> temporal_after swapped, other labels kept); a pair with none is "none".
+Conversations: {sorted({s.conversation_id for s in kept})}.
+Sessions used: {len(kept)} of the {len(teacher_sessions)} replayed (keep_failed={keep_failed}); skipped here: {dict(skipped)};
+the teacher replay's counts (not_cached: skipped there): {dict(teacher_counts or {})}. Pairs: {len(rows)}.
+{_COUNTS_LINE}{json.dumps({label: counts[label] for label in PAIR_LABELS if counts[label]})}"""
+    return _dataset(rows, RELATION_FEATURES, card)
+
+
+def label_counts(dataset: datasets.Dataset) -> dict[str, int]:
+    """The per-label pair counts ``relation_examples`` recorded in its card."""
+    for line in (dataset.info.description or "").splitlines():
+        if line.startswith(_COUNTS_LINE):
+            return json.loads(line[len(_COUNTS_LINE):])
+    raise ValueError("label_counts: the dataset was not made by relation_examples (no counts in its card)")
+
+
+def class_weights(labels: Sequence[str], classes: Sequence[str], power: float = 0.5) -> torch.Tensor:
+    """One loss weight per class: ``(n / (k * n_c)) ** power`` over the ``k`` classes present in
+    ``labels`` (``power`` 1: inverse frequency, 0: unweighted); an absent class gets 1."""
+    counts = Counter(labels)
+    present = [c for c in classes if counts[c]]
+    if not present:
+        raise ValueError("class_weights: no label of the given classes")
+    n = sum(counts[c] for c in present)
+    return torch.tensor([(n / (len(present) * counts[c])) ** power if counts[c] else 1.0 for c in classes])
+
+
+# -- scores -------------------------------------------------------------------------------
+def macro_f1(gold: Sequence[str], predicted: Sequence[str], classes: Sequence[str]) -> float | None:
+    """Mean F1 over the ``classes`` that occur in ``gold`` or ``predicted`` (None: none does)."""
+    if len(gold) != len(predicted):
+        raise ValueError(f"macro_f1: {len(gold)} gold labels for {len(predicted)} predictions")
+    scores = []
+    for label in classes:
+        true_positive = sum(g == p == label for g, p in zip(gold, predicted))
+        gold_n, predicted_n = sum(g == label for g in gold), sum(p == label for p in predicted)
+        if gold_n or predicted_n:
+            scores.append(2 * true_positive / (gold_n + predicted_n))
+    return sum(scores) / len(scores) if scores else None
+
+
+def relation_scores(gold: Sequence[str], predicted: Sequence[str]) -> dict[str, float | None]:
+    """Accuracy and macro-F1 over all pairs (``none`` included), macro-F1 over relation labels only."""
+    if not gold:
+        raise ValueError("relation_scores: no pair to score")
+    relations = [label for label in PAIR_LABELS if label != NO_RELATION]
+    return {"accuracy": sum(g == p for g, p in zip(gold, predicted)) / len(gold),
+            "macro_f1": macro_f1(gold, predicted, PAIR_LABELS),
+            "macro_f1_relations": macro_f1(gold, predicted, relations)}
+
+
+def majority_label(labels: Sequence[str]) -> str:
+    """The most frequent label (ties: the first in ``PAIR_LABELS`` order)."""
+    counts = Counter(labels)
+    return max(PAIR_LABELS, key=lambda label: (counts[label], -PAIR_LABELS.index(label)))
+
+
+def evaluate_relation_extractor(extractor: "RelationExtractor", teacher_sessions: Sequence[TeacherSession],
+                                keep_failed: bool = False, batch_size: int = 8) -> dict[str, Any]:
+    """The extractor's pair labels against the teacher's on every canonical pair (module
+    docstring), with the majority-relation baseline of the same pairs."""
+    kept, skipped = _kept(teacher_sessions, keep_failed)
+    if not kept:
+        raise ValueError(f"evaluate_relation_extractor: no teacher session with two events or more to score "
+                         f"({len(teacher_sessions)} given, skipped {dict(skipped)})")
+    gold: list[str] = []
+    predicted: list[str] = []
+    errors, started = 0, active_seconds()
+    for start in range(0, len(kept), batch_size):
+        chunk = kept[start:start + batch_size]
+        outputs = extractor([RelateIn(session_views(s), s.session.turns, s.session.timestamp) for s in chunk])
+        for session, out in zip(chunk, outputs):
+            n = len(session.events)
+            gold += canonical_labels(session.relations, n)
+            predicted += canonical_labels(out.relations, n)
+            errors += out.error is not None
+    seconds = active_seconds() - started
+    majority = majority_label(gold)
+    return {
+        **relation_scores(gold, predicted),
+        "majority_relation": {"label": majority, **relation_scores(gold, [majority] * len(gold))},
+        "sessions": len(kept), "skipped": dict(skipped), "pairs": len(gold), "extractor_errors": errors,
+        "labels": {label: n for label in PAIR_LABELS if (n := gold.count(label))},
+        "predicted": {label: n for label in PAIR_LABELS if (n := predicted.count(label))},
+        "seconds_per_session": round(seconds / len(kept), 3),
+    }
+
+
+def evaluate_relation_extractor_on(extractor: "RelationExtractor", conversations: Sequence["Conversation"],
+                                   config: str | None = None, overrides: Sequence[str] = (),
+                                   keep_failed: bool = False) -> dict[str, Any]:
+    """``evaluate_relation_extractor`` on the cached teacher sessions of ``conversations``
+    (``teacher_sessions`` of the CompassMem ``config``), with the teacher's counts: what
+    ``memlab evaluate-stage`` reports for a relation extractor. None cached is a ValueError."""
+    from memlab.training.teacher import teacher_sessions
+
+    found, counts = teacher_sessions(conversations, config or TEACHER_CONFIG, list(overrides))
+    if not found:
+        raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(counts)}): "
+                         f"run the prompted build of {config or TEACHER_CONFIG} on them first")
+    return {**evaluate_relation_extractor(extractor, found, keep_failed), "teacher": dict(counts),
+            "keep_failed": keep_failed}

@@ -1,0 +1,193 @@
+"""Event-segmentation supervision and scores: boundaries distilled from the prompted segmenter.
+
+Labels (``session_boundaries``): each teacher event claims its source turns; a turn's event is
+the first event, in the teacher's order, that claims it (a turn no event claims has none); a
+boundary lies before turn t (t >= 1) iff turn t's event differs from turn t-1's. The teacher
+is CompassMem's ``PromptedEventSegmenter`` (appendix F.1 "Event Extraction" prompt, the
+construction model of ``configs/pipelines/compassmem.yaml``: by default the 1.5B
+qwen2.5-coder-1.5b-instruct) as ``memlab.training.teacher.teacher_sessions`` replays it from
+the response cache; its extractive events (runs of turns no extracted event claimed, or every
+turn of a window whose call failed) count as events: they are that stage's output.
+
+The same rule reads the boundaries of any segmenter's units, so ``evaluate_segmenter`` scores
+any ``Segmenter`` (trained, fixed-span, prompted) the same way: ``boundary_f1`` over boundary
+positions, micro-averaged over sessions. The LoCoMo annotations (observations, session
+summaries) are NOT used here: labels and scores are against the teacher only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import datasets
+import torch
+
+from memlab.clock import active_seconds
+from memlab.stages.segment import FixedSpanSegmenter, SegmentIn
+from memlab.types import MemoryUnit, Session
+
+if TYPE_CHECKING:
+    from memlab.stages.segment import Segmenter
+    from memlab.training.teacher import TeacherSession
+    from memlab.types import Conversation
+
+#: Where the labels come from, for the dataset card (a recipe names its own teacher config).
+TEACHER_SOURCE = ("distillation of CompassMem's prompted segmenter (PromptedEventSegmenter, appendix F.1 "
+                  "'Event Extraction' prompt compassmem/event_extract, construction model of "
+                  "configs/pipelines/compassmem.yaml: default qwen2.5-coder-1.5b-instruct-q4_k_m), replayed from the "
+                  "response cache by memlab.training.teacher.teacher_sessions (no model call)")
+
+SEGMENTATION_FEATURES = datasets.Features(
+    {
+        "conversation_id": datasets.Value("string"),
+        "session_id": datasets.Value("string"),
+        "turn_ids": datasets.List(datasets.Value("string")),
+        "turns": datasets.List(datasets.Value("string")),
+        "boundaries": datasets.List(datasets.Value("int64")),
+        "events": datasets.Value("int64"),
+        "failed": datasets.Value("bool"),
+    }
+)
+
+
+# -- labels -------------------------------------------------------------------------------
+def turn_events(session: Session, units: Sequence[MemoryUnit]) -> list[int | None]:
+    """Per turn of ``session``, the index of the first unit claiming it (None: no unit does)."""
+    owner: dict[str, int] = {}
+    for n, unit in enumerate(units):
+        for turn_id in unit.source_ids:
+            owner.setdefault(turn_id, n)
+    return [owner.get(turn.id) for turn in session.turns]
+
+
+def session_boundaries(session: Session, units: Sequence[MemoryUnit]) -> list[int]:
+    """The turn indices t >= 1 whose event differs from turn t-1's (module docstring)."""
+    events = turn_events(session, units)
+    return [t for t in range(1, len(events)) if events[t] != events[t - 1]]
+
+
+def boundary_targets(boundaries: Sequence[int], n_turns: int) -> torch.Tensor:
+    """0/1 per position t = 1 .. n_turns-1 (``BoundarySegmenter``'s logits' shape)."""
+    targets = torch.zeros(max(n_turns - 1, 0))
+    for t in boundaries:
+        if not 0 < t < n_turns:
+            raise ValueError(f"boundary {t} is outside the turns 1 .. {n_turns - 1}")
+        targets[t - 1] = 1.0
+    return targets
+
+
+def usable_sessions(teachers: Sequence["TeacherSession"], keep_failed: bool) -> list["TeacherSession"]:
+    """``teachers`` less, unless ``keep_failed``, the sessions where a segmenter call failed for
+    good (its turns then became fixed 3-turn extractive events, which say nothing of where events
+    begin). A failed relation call does not matter here."""
+    return [t for t in teachers if keep_failed or not t.segment_failed]
+
+
+def mean_event_length(teachers: Sequence["TeacherSession"]) -> float:
+    """Turns per teacher event, events counted as the spans the labels make (a session of n
+    turns and b boundaries has b + 1)."""
+    sessions = [t for t in teachers if t.session.turns]
+    turns = sum(len(t.session.turns) for t in sessions)
+    spans = sum(len(session_boundaries(t.session, t.events)) + 1 for t in sessions)
+    return turns / spans if spans else 0.0
+
+
+def segmentation_examples(teachers: Sequence["TeacherSession"], counts: Mapping[str, int] | None = None,
+                          keep_failed: bool = False, source: str = TEACHER_SOURCE) -> datasets.Dataset:
+    """One row per teacher session: its turns (as the segmenter encodes them), the gold
+    boundaries (module docstring), its number of events and whether a call failed.
+    ``counts``: ``teacher_sessions``' counts, for the sessions it skipped as not cached."""
+    kept = usable_sessions(teachers, keep_failed)
+    rows = [{
+        "conversation_id": t.conversation_id, "session_id": t.session.id,
+        "turn_ids": [turn.id for turn in t.session.turns], "turns": [turn.render() for turn in t.session.turns],
+        "boundaries": session_boundaries(t.session, t.events), "events": len(t.events), "failed": t.segment_failed,
+    } for t in kept if t.session.turns]
+    turns = sum(len(row["turns"]) for row in rows)
+    boundaries = sum(len(row["boundaries"]) for row in rows)
+    failed = sum(t.segment_failed for t in teachers)
+    not_cached = (counts or {}).get("not_cached", 0)
+    card = f"""memlab event-segmentation supervision (memlab.training.segmentation.segmentation_examples).
+Source of the labels: {source}.
+Rows: one session: its turns rendered as the segmenter reads them ("Speaker: text", image caption included) and the
+gold boundaries: the turn indices t >= 1 before which an event begins. Each teacher event claims its source turns; a
+turn's event is the first event (teacher order) claiming it; a boundary lies before turn t iff its event differs from
+turn t-1's. The teacher's extractive events (unclaimed runs, failed windows) count as events.
+The LoCoMo annotations (observations, session summaries) are NOT used.
+Conversations: {sorted({t.conversation_id for t in teachers})}.
+Sessions: {len(rows)}; turns: {turns}; boundaries: {boundaries} (positions: {turns - len(rows)}); spans: {boundaries + len(rows)}
+(mean {turns / max(boundaries + len(rows), 1):.2f} turns per event).
+Skipped as not cached (the prompted build had not reached them): {not_cached}. Sessions with a failed segmenter call: {failed}, {"kept" if keep_failed else "left out"} (keep_failed={keep_failed})."""
+    info = datasets.DatasetInfo(description=card, features=SEGMENTATION_FEATURES)
+    if not rows:
+        return datasets.Dataset.from_dict({name: [] for name in SEGMENTATION_FEATURES},
+                                          features=SEGMENTATION_FEATURES, info=info)
+    return datasets.Dataset.from_list(rows, features=SEGMENTATION_FEATURES, info=info)
+
+
+# -- scores -------------------------------------------------------------------------------
+def boundary_f1(predicted: Sequence[Sequence[int]], gold: Sequence[Sequence[int]]) -> dict[str, float]:
+    """Precision, recall and F1 of boundary positions, micro over sessions (a boundary counts
+    where both place it in the same session). With nothing predicted precision is 1.0 when
+    nothing was to be found, else 0.0; recall likewise with no gold boundary."""
+    if len(predicted) != len(gold):
+        raise ValueError(f"boundary_f1: {len(predicted)} predicted sessions but {len(gold)} gold ones")
+    hits = sum(len(set(p) & set(g)) for p, g in zip(predicted, gold))
+    n_predicted = sum(len(set(p)) for p in predicted)
+    n_gold = sum(len(set(g)) for g in gold)
+    precision = hits / n_predicted if n_predicted else float(n_gold == 0)
+    recall = hits / n_gold if n_gold else float(n_predicted == 0)
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "predicted": n_predicted, "gold": n_gold,
+            "correct": hits}
+
+
+def segmenter_boundaries(segmenter: "Segmenter", teachers: Sequence["TeacherSession"]) -> list[list[int]]:
+    """The boundaries of ``segmenter``'s units on each teacher session (the labels' rule)."""
+    outputs = segmenter([SegmentIn(t.conversation_id, t.session) for t in teachers]) if teachers else []
+    return [session_boundaries(t.session, out.units) for t, out in zip(teachers, outputs)]
+
+
+def evaluate_segmenter(segmenter: "Segmenter", teachers: Sequence["TeacherSession"],
+                       baseline_span: int | None = None) -> dict[str, Any]:
+    """``segmenter``'s boundary precision / recall / F1 against the teacher's on ``teachers``
+    (one batch, through its ``forward``: any segmenter), the seconds it took, and the same
+    scores of ``FixedSpanSegmenter(span=baseline_span)``; ``baseline_span`` defaults to the
+    teacher's mean event length on ``teachers``, rounded (a recipe passes its training
+    sessions' mean). Only the teacher's labels are used, never the LoCoMo annotations."""
+    teachers = [t for t in teachers if t.session.turns]
+    if not teachers:
+        raise ValueError("evaluate_segmenter: no teacher session with turns to score on")
+    gold = [session_boundaries(t.session, t.events) for t in teachers]
+    started = active_seconds()
+    predicted = segmenter_boundaries(segmenter, teachers)
+    seconds = active_seconds() - started
+    span = baseline_span or max(1, round(mean_event_length(teachers)))
+    turns = sum(len(t.session.turns) for t in teachers)
+    return {
+        **boundary_f1(predicted, gold),
+        "sessions": len(teachers), "turns": turns,
+        "conversations": sorted({t.conversation_id for t in teachers}),
+        "teacher_turns_per_event": round(mean_event_length(teachers), 3),
+        "predicted_turns_per_event": round(turns / (len(teachers) + sum(map(len, predicted))), 3),
+        "seconds": round(seconds, 2), "turns_per_second": round(turns / max(seconds, 1e-9), 1),
+        "baseline": {"segmenter": f"FixedSpanSegmenter(span={span})",
+                     **boundary_f1(segmenter_boundaries(FixedSpanSegmenter(span=span), teachers), gold)},
+        "labels": "teacher (distilled prompted segmenter); LoCoMo annotations not used",
+    }
+
+
+def evaluate_segmenter_on(segmenter: "Segmenter", conversations: Sequence["Conversation"], config: str | None = None,
+                          overrides: Sequence[str] = (), keep_failed: bool = False) -> dict[str, Any]:
+    """``evaluate_segmenter`` on the cached teacher sessions of ``conversations`` (``teacher_sessions``
+    of the CompassMem ``config``, default ``TEACHER_CONFIG``), with the teacher's counts: what
+    ``memlab evaluate-stage`` reports for a segmenter. None cached is a ValueError."""
+    from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
+
+    found, counts = teacher_sessions(conversations, config or TEACHER_CONFIG, list(overrides))
+    usable = usable_sessions(found, keep_failed)
+    if not usable:
+        raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(counts)}, "
+                         f"keep_failed={keep_failed}): run the prompted build of {config or TEACHER_CONFIG} on them first")
+    return {**evaluate_segmenter(segmenter, usable), "teacher": dict(counts), "keep_failed": keep_failed}

@@ -1,0 +1,75 @@
+"""Teacher labels: what CompassMem's prompted construction produced on a conversation, read
+back from the response cache.
+
+``teacher_sessions`` builds the pipeline of a CompassMem config, puts a ``CacheOnlyLM`` in place
+of its construction LMs, and runs the segmenter and the relation extractor on each session
+exactly as ``CompassMem.build`` does, so every request is the one the prompted run sent and its
+reply is the one that run got. A session whose calls are not all cached (the prompted build
+has not reached it) is skipped and counted, never sent to a model. Gold data is not read:
+only the conversation's sessions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from memlab.config import build_pipeline
+from memlab.lm.base import LM
+from memlab.lm.cache_only import CacheMissError, CacheOnlyLM
+from memlab.stages.relate import Relation
+from memlab.stages.segment import SegmentIn
+from memlab.types import Conversation, MemoryUnit, Session
+
+#: The config whose prompted construction the labels come from.
+TEACHER_CONFIG = "configs/pipelines/compassmem.yaml"
+
+
+@dataclass(frozen=True)
+class TeacherSession:
+    conversation_id: str
+    session: Session
+    #: The prompted segmenter's events, in the order it gave them (extractive ones included).
+    events: tuple[MemoryUnit, ...]
+    #: Its relations between those events (indices into ``events``).
+    relations: tuple[Relation, ...]
+    #: A segmenter call of this session failed for good (its turns became extractive events).
+    segment_failed: bool
+    #: The relation call failed for good (no relations).
+    relations_failed: bool
+
+    @property
+    def failed(self) -> bool:
+        return self.segment_failed or self.relations_failed
+
+
+def teacher_sessions(conversations: Sequence[Conversation], config: str | os.PathLike = TEACHER_CONFIG,
+                     overrides: Sequence[str] = (), pipeline: Any = None) -> tuple[list[TeacherSession], Counter]:
+    """The cached prompted construction of every session of ``conversations``, and the counts of
+    what was skipped (``not_cached``) or had failed calls (``failed``). The CompassMem pipeline
+    is built from ``config`` + ``overrides`` unless one is given (``pipeline``)."""
+    pipeline = pipeline if pipeline is not None else build_pipeline(config, list(overrides))[0]
+    for stage in (pipeline.segmenter, pipeline.relation_extractor):
+        if stage is not None and isinstance(getattr(stage, "lm", None), LM) and not isinstance(stage.lm, CacheOnlyLM):
+            stage.lm = CacheOnlyLM(stage.lm)
+    found: list[TeacherSession] = []
+    counts: Counter = Counter()
+    for conversation in conversations:
+        history = conversation.history()
+        for session in (s for s in history.sessions if s.turns):
+            try:
+                segmented = pipeline.segmenter([SegmentIn(history.id, session)])[0]
+                related = pipeline.relate([(session, segmented.units)])[0]
+            except CacheMissError:
+                counts["not_cached"] += 1
+                continue
+            teacher = TeacherSession(conversation.id, session, segmented.units, related.relations,
+                                     bool(segmented.error), bool(related.error))
+            counts["sessions"] += 1
+            counts["failed"] += teacher.failed
+            counts["segment_failed"] += teacher.segment_failed
+            counts["relations_failed"] += teacher.relations_failed
+            found.append(teacher)
+    return found, counts

@@ -1,0 +1,205 @@
+"""Train CompassMem's event segmenter by distillation of the prompted one.
+
+    memlab train train_event_segmenter --config configs/train/event_segmenter.yaml [key=value ...]
+
+Read top to bottom: ``setup`` (conversations split by conversation; the prompted segmenter's
+events on each part replayed from the response cache by ``memlab.training.teacher``; the
+boundary labels of ``memlab.training.segmentation.segmentation_examples``; the stage;
+the optimiser), ``train`` (an explicit loop over batches of sessions, validation boundary F1
+after every epoch, early stopping), ``save_checkpoint`` (the best stage), then one evaluation
+on the held-out conversations against the teacher, beside the fixed-span baseline (span =
+the training sessions' mean teacher event length), written into the checkpoint as
+``training.json``.
+
+Objective: binary cross-entropy of p(boundary before turn t) at every position of a session
+(``BoundarySegmenter.loss``; ``pos_weight`` weighs the boundaries). With the encoder frozen
+(the stage's default) the turn vectors are computed once and only the GRU and head train.
+
+A part (train, validation, evaluation) with no cached teacher session is refused: the
+prompted CompassMem build must have run on those conversations first (its calls are in the
+response cache). Sessions with a failed call are left out unless ``keep_failed``.
+
+Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+seed, precision``, ``progress`` (a progress bar), ``data {path, eval_ids, validation_ids,
+conversations, max_questions}``, ``teacher {config, overrides}`` (the CompassMem config whose
+cached construction gives the labels), ``keep_failed``, ``stage`` (a ``BoundarySegmenter``
+``_component_`` node), ``optim {lr, weight_decay, epochs, batch_size (sessions), warmup_fraction,
+max_steps}``, ``pos_weight`` (null: unweighted), ``patience`` (epochs).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from memlab.clock import active_seconds
+from memlab.config import ConfigError, instantiate
+from memlab.stage import Stage
+from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
+                             recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training.segmentation import (TEACHER_SOURCE, boundary_f1, boundary_targets, evaluate_segmenter,
+                                          mean_event_length, segmentation_examples, session_boundaries,
+                                          usable_sessions)
+from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
+
+DEFAULTS: dict[str, Any] = {
+    "seed": 0,
+    "precision": "no",
+    "progress": True,
+    "data": DATA_DEFAULTS,
+    "teacher": {"config": TEACHER_CONFIG, "overrides": []},
+    "keep_failed": False,
+    "stage": {"_component_": "memlab.stages.segment.BoundarySegmenter"},
+    "optim": {"lr": 1e-3, "weight_decay": 0.01, "epochs": 30, "batch_size": 8, "warmup_fraction": 0.1,
+              "max_steps": None},
+    "pos_weight": None,
+    "patience": 5,
+}
+
+
+@dataclass
+class Run:
+    config: dict[str, Any]
+    out: Path
+    stage: Any = None
+    examples: Any = None  # the training data set (its card says where the labels came from)
+    training: list = field(default_factory=list)  # TeacherSession, the usable ones
+    sessions: list = field(default_factory=list)  # training sessions, in the data set's order
+    targets: list = field(default_factory=list)
+    vectors: list | None = None  # turn vectors of the training sessions, when the encoder is frozen
+    validation_vectors: list | None = None  # and of the validation sessions
+    validation_gold: list = field(default_factory=list)  # the validation sessions' teacher boundaries
+    validation: list = field(default_factory=list)  # TeacherSession
+    evaluation: list = field(default_factory=list)
+    baseline_span: int = 1  # the fixed-span baseline's span: the training sessions' mean teacher event length
+    split: dict[str, list[str]] = field(default_factory=dict)
+    teacher_counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    accelerator: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    log: MetricsLog | None = None
+
+
+def cached_teacher(part: str, conversations, config: dict[str, Any]) -> tuple[list, dict[str, int]]:
+    """The teacher sessions of one part of the split (failed ones included) and
+    ``teacher_sessions``' counts; a part with no usable session is an error saying what to run first."""
+    teacher = config["teacher"]
+    found, counts = teacher_sessions(conversations, teacher["config"], list(teacher["overrides"] or []))
+    if not usable_sessions(found, config["keep_failed"]):
+        ids = [c.id for c in conversations]
+        raise ConfigError(f"train_event_segmenter: no cached teacher session for the {part} conversations {ids} "
+                          f"({dict(counts)}; keep_failed={config['keep_failed']}): run the prompted build of "
+                          f"{teacher['config']} on them first, so the response cache holds its segmenter calls")
+    return found, dict(counts)
+
+
+def setup(config: dict[str, Any]) -> Run:
+    config = with_defaults(config, DEFAULTS, "train_event_segmenter")
+    seed_everything(int(config["seed"]))
+    run = Run(config=config, out=Path(config["output_dir"]))
+    train, validation, evaluation = recipe_conversations(config["data"])
+    run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
+                 "evaluation": [c.id for c in evaluation]}
+    keep_failed = config["keep_failed"]
+    training, run.teacher_counts["train"] = cached_teacher("train", train, config)
+    for part, conversations in (("validation", validation), ("evaluation", evaluation)):
+        found, run.teacher_counts[part] = cached_teacher(part, conversations, config)
+        setattr(run, part, usable_sessions(found, keep_failed))
+    source = f"{TEACHER_SOURCE}; teacher config {config['teacher']['config']} {list(config['teacher']['overrides'])}"
+    run.examples = segmentation_examples(training, run.teacher_counts["train"], keep_failed, source)
+    run.training = usable_sessions(training, keep_failed)
+    by_id = {(t.conversation_id, t.session.id): t.session for t in run.training}
+    run.sessions = [by_id[(row["conversation_id"], row["session_id"])] for row in run.examples]
+    run.targets = [boundary_targets(row["boundaries"], len(row["turns"])) for row in run.examples]
+    run.baseline_span = max(1, round(mean_event_length(run.training)))
+    run.stage = instantiate(config["stage"])
+    optim = config["optim"]
+    run.optimizer = adamw(run.stage, optim)
+    run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.sessions), optim), float(optim["warmup_fraction"]))
+    run.accelerator = make_accelerator(config["precision"])
+    run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
+    stage = run.accelerator.unwrap_model(run.stage)
+    run.validation_gold = [session_boundaries(t.session, t.events) for t in run.validation]
+    if stage.freeze_encoder:  # the encoder never changes: encode every training and validation turn once
+        with torch.no_grad():
+            run.vectors = stage.encode_sessions(run.sessions)
+            run.validation_vectors = stage.encode_sessions([t.session for t in run.validation])
+    run.log = MetricsLog.for_checkpoint(run.out)
+    return run
+
+
+def validation_scores(run: Run) -> dict[str, float]:
+    """Boundary precision / recall / F1 on the validation sessions (their frozen turn vectors
+    reused from ``setup`` when there are some)."""
+    stage = run.accelerator.unwrap_model(run.stage)
+    sessions = [t.session for t in run.validation]
+    return boundary_f1(stage.predict_boundaries(sessions, run.validation_vectors), run.validation_gold)
+
+
+def train(run: Run) -> dict[str, Any]:
+    optim = run.config["optim"]
+    batch_size, n_steps = int(optim["batch_size"]), total_steps(len(run.sessions), optim)
+    pos_weight = run.config["pos_weight"]
+    stopper = EarlyStopping(patience=int(run.config["patience"]))
+    rng = random.Random(int(run.config["seed"]))
+    step, seen, train_seconds, best, epoch = 0, 0, 0.0, None, 0
+    progress = tqdm(total=n_steps, desc="segmenter", disable=not run.config["progress"])
+    while step < n_steps and not stopper.should_stop:
+        run.stage.train()
+        order = list(range(len(run.sessions)))
+        rng.shuffle(order)
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            started = active_seconds()
+            stage = run.accelerator.unwrap_model(run.stage)
+            with run.accelerator.autocast():
+                if run.vectors is not None:
+                    logits = stage.logits_from_vectors([run.vectors[i] for i in batch])
+                else:
+                    logits = stage.boundary_logits([run.sessions[i] for i in batch])
+                loss = stage.loss(logits, [run.targets[i] for i in batch], pos_weight)
+            run.accelerator.backward(loss)
+            run.optimizer.step()
+            run.scheduler.step()
+            run.optimizer.zero_grad()
+            train_seconds += active_seconds() - started
+            seen += len(batch)
+            step += 1
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss.item():.3f}")
+            if step >= n_steps:
+                break
+        epoch += 1
+        scores = validation_scores(run)
+        improved = stopper.step(scores["f1"])
+        run.log.write(epoch=epoch, step=step, loss=loss.item(), validation=scores, best=stopper.best,
+                      sessions_per_second=seen / max(train_seconds, 1e-9))
+        if improved:
+            best = {"epoch": epoch, "step": step, "validation_f1": scores["f1"]}
+            save_checkpoint(run)
+    progress.close()
+    return {"steps": step, "epochs": epoch, "train_seconds": round(train_seconds, 1), "sessions_seen": seen,
+            "sessions_per_second": round(seen / max(train_seconds, 1e-9), 1), "best": best}
+
+
+def save_checkpoint(run: Run) -> Path:
+    return run.accelerator.unwrap_model(run.stage).save(run.out)
+
+
+def main(config: dict[str, Any]) -> dict[str, Any]:
+    run = setup(config)
+    summary = train(run)
+    best = Stage.load(run.out)
+    summary.update(split=run.split, checkpoint=str(run.out), device=str(run.accelerator.device),
+                   teacher=run.teacher_counts, dataset_card=run.examples.info.description,
+                   sessions={"train": len(run.sessions), "validation": len(run.validation),
+                             "evaluation": len(run.evaluation)},
+                   evaluation=evaluate_segmenter(best, run.evaluation, run.baseline_span))
+    record_training(run.out, run.config, summary)
+    return summary
+

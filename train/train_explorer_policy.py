@@ -1,0 +1,216 @@
+"""Train CompassMem's explorer policy (SKIP / EXPAND / ANSWER + next nodes) from evidence supervision.
+
+    memlab train train_explorer_policy --config configs/train/explorer_policy.yaml [key=value ...]
+
+Read top to bottom: ``setup`` (conversations split by conversation, one CompassMem memory per
+conversation built by the ``pipeline`` config, the navigation states of every part, the policy
+to train), ``train`` (an explicit loop; validation action accuracy every ``eval_every`` steps,
+early stopping), ``save_checkpoint`` (the best policy), then one evaluation on the held-out
+conversations, written next to the checkpoint as ``training.json``.
+
+Supervision (``memlab.training.navigation.navigation_examples``): gold evidence + the memory's
+provenance label each state of a simulated exploration (dense top ``top_k`` of the question, then
+breadth over relation edges); the question is the one subgoal. ``top_k`` and ``max_next`` are
+the pipeline's own, so the states look like those its search will hand the policy.
+
+Objective: ``ExplorerPolicy.loss``: action cross-entropy, weighted per action by
+``(most frequent count / count) ** class_balance`` (0: unweighted; SKIP dominates the states),
+plus the relevance, satisfaction and next-node binary cross-entropies. A batch holds the states
+of consecutive questions (questions shuffled), so it shares their texts and encodes fewer.
+
+The memories are built by whatever the ``pipeline`` config holds: the default
+(``configs/pipelines/compassmem_trained.yaml``: trained segmenter and relation extractor)
+builds with no LLM call. A pipeline without relation edges gives states without neighbours:
+the next-node head then gets no training signal.
+
+Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress``, ``data {...}`` (as the other
+recipes), ``pipeline`` (config path) and ``pipeline_overrides`` (dotted overrides), ``stage``
+(the ``ExplorerPolicy`` ``_component_`` node), ``supervision {hops, max_states}``, ``optim {lr (encoder),
+head_lr (heads), weight_decay, epochs, batch_size (states per step), warmup_fraction, max_steps}``,
+``class_balance``, ``eval_every`` (steps), ``patience`` (evaluations), ``metric`` (validation
+metric for early stopping: ``action_accuracy`` or ``balanced_accuracy``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from memlab.clock import active_seconds
+from memlab.config import ConfigError, build_pipeline, instantiate
+from memlab.stage import Stage
+from memlab.stages.navigate import ACTIONS
+from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, linear_schedule, make_accelerator,
+                             recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training.navigation import evaluate_explorer_policy, navigation_examples, row_inputs, row_target
+
+DEFAULTS: dict[str, Any] = {
+    "seed": 0,
+    "precision": "no",
+    "progress": True,
+    "data": DATA_DEFAULTS,
+    "pipeline": "configs/pipelines/compassmem_trained.yaml",
+    "pipeline_overrides": [],
+    "stage": {"_component_": "memlab.stages.navigate.ExplorerPolicy"},
+    "supervision": {"hops": 2, "max_states": 24},
+    "optim": {"lr": 5e-4, "head_lr": 3e-3, "weight_decay": 0.01, "epochs": 3, "batch_size": 16,
+              "warmup_fraction": 0.1, "max_steps": None},
+    "class_balance": 0.5,
+    "eval_every": 100,
+    "patience": 3,
+    "metric": "action_accuracy",
+}
+METRICS = ("action_accuracy", "balanced_accuracy")
+
+
+@dataclass
+class Run:
+    config: dict[str, Any]
+    out: Path
+    pipeline: Any = None
+    stage: Any = None
+    questions: list[list[tuple[Any, Any]]] = field(default_factory=list)  # (inputs, target) states per question
+    datasets: dict[str, Any] = field(default_factory=dict)  # train / validation / evaluation examples
+    split: dict[str, list[str]] = field(default_factory=dict)
+    action_weights: torch.Tensor | None = None
+    majority: str = "SKIP"
+    accelerator: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    log: MetricsLog | None = None
+
+
+def setup(config: dict[str, Any]) -> Run:
+    config = with_defaults(config, DEFAULTS, "train_explorer_policy")
+    if config["metric"] not in METRICS:
+        raise ConfigError(f"train_explorer_policy: metric {config['metric']!r} is not one of {METRICS}")
+    seed_everything(int(config["seed"]))
+    run = Run(config=config, out=Path(config["output_dir"]))
+    parts = dict(zip(("train", "validation", "evaluation"), recipe_conversations(config["data"])))
+    run.split = {part: [c.id for c in conversations] for part, conversations in parts.items()}
+    run.pipeline, _, _ = build_pipeline(config["pipeline"], list(config["pipeline_overrides"] or []))
+    supervision = {"top_k": run.pipeline.top_k, "max_next": run.pipeline.max_next, **config["supervision"]}
+    for part, conversations in parts.items():
+        memories = {c.id: run.pipeline.build(c.history()) for c in conversations}
+        run.datasets[part] = navigation_examples(memories, conversations, **supervision)
+        if not len(run.datasets[part]):
+            raise ValueError(f"the {part} conversations {run.split[part]} give no navigation state (no question of "
+                             "categories 1-4 whose evidence an event holds): choose other data")
+    by_question: dict[str, list] = defaultdict(list)
+    for row in run.datasets["train"]:
+        by_question[row["question_id"]].append((row_inputs(row), row_target(row)))
+    run.questions = list(by_question.values())
+    counts = Counter(row["action"] for row in run.datasets["train"])
+    run.majority = counts.most_common(1)[0][0]
+    top = max(counts.values())
+    balance = float(config["class_balance"])
+    run.action_weights = torch.tensor([(top / counts[a]) ** balance if counts[a] else 1.0 for a in ACTIONS])
+
+    run.stage = instantiate(config["stage"])
+    optim = config["optim"]
+    run.optimizer = optimizer(run.stage, optim)
+    run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.datasets["train"]), optim),
+                                    float(optim["warmup_fraction"]))
+    run.accelerator = make_accelerator(config["precision"])
+    run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
+    run.log = MetricsLog.for_checkpoint(run.out)
+    return run
+
+
+def optimizer(stage, optim: dict[str, Any]) -> torch.optim.AdamW:
+    """AdamW with ``optim.lr`` for the encoder (its LoRA adapter) and ``optim.head_lr`` for the
+    heads, which start from scratch and see few steps on this little data."""
+    groups: dict[bool, list] = {True: [], False: []}
+    for name, parameter in stage.named_parameters():
+        if parameter.requires_grad:
+            groups[name.startswith("encoder.")].append(parameter)
+    return torch.optim.AdamW([{"params": groups[True], "lr": float(optim["lr"])},
+                              {"params": groups[False], "lr": float(optim["head_lr"])}],
+                             weight_decay=float(optim["weight_decay"]))
+
+
+def batches(run: Run, rng: random.Random) -> list[list[tuple[Any, Any]]]:
+    """The training states, questions shuffled, cut into ``optim.batch_size`` consecutive states."""
+    questions = list(run.questions)
+    rng.shuffle(questions)
+    states = [state for question in questions for state in question]
+    size = int(run.config["optim"]["batch_size"])
+    return [states[start:start + size] for start in range(0, len(states), size)]
+
+
+def batch_loss(stage, batch: list[tuple[Any, Any]], action_weights: torch.Tensor | None) -> torch.Tensor:
+    items = [inputs for inputs, _ in batch]
+    return stage.loss(stage.logits(items), [target for _, target in batch], items, action_weights)
+
+
+def validate(run: Run, part: str = "validation") -> dict[str, Any]:
+    stage = run.accelerator.unwrap_model(run.stage)
+    return evaluate_explorer_policy(stage, run.datasets[part], majority=run.majority)
+
+
+def train(run: Run) -> dict[str, Any]:
+    optim = run.config["optim"]
+    n_steps = total_steps(len(run.datasets["train"]), optim)
+    eval_every, metric = int(run.config["eval_every"]), run.config["metric"]
+    stopper = EarlyStopping(patience=int(run.config["patience"]))
+    rng = random.Random(int(run.config["seed"]))
+    initial = validate(run)
+    stopper.step(initial[metric])
+    save_checkpoint(run)  # the initial weights stay the answer unless training beats them
+    run.log.write(step=0, validation=initial)
+    step, states, train_seconds, best = 0, 0, 0.0, {"step": 0, "validation": initial}
+    progress = tqdm(total=n_steps, desc="explorer policy", disable=not run.config["progress"])
+    run.stage.train()
+    while step < n_steps and not stopper.should_stop:
+        for batch in batches(run, rng):
+            started = active_seconds()
+            with run.accelerator.autocast():  # ``prepare`` wraps only forward, not logits
+                loss = batch_loss(run.stage, batch, run.action_weights)
+            run.accelerator.backward(loss)
+            run.optimizer.step()
+            run.scheduler.step()
+            run.optimizer.zero_grad()
+            train_seconds += active_seconds() - started
+            states += len(batch)
+            step += 1
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss.item():.3f}")
+            if step % eval_every == 0 or step == n_steps:
+                scores = validate(run)
+                improved = stopper.step(scores[metric])
+                run.log.write(step=step, loss=loss.item(), validation=scores, best=stopper.best,
+                              states_per_second=states / train_seconds)
+                if improved:
+                    best = {"step": step, "validation": scores}
+                    save_checkpoint(run)
+                run.stage.train()
+                if stopper.should_stop:
+                    break
+            if step >= n_steps:
+                break
+    progress.close()
+    return {"steps": step, "train_seconds": round(train_seconds, 1), "states": states,
+            "states_per_second": round(states / max(train_seconds, 1e-9), 1), "best": best,
+            "action_weights": dict(zip(ACTIONS, run.action_weights.tolist()))}
+
+
+def save_checkpoint(run: Run) -> Path:
+    return run.accelerator.unwrap_model(run.stage).save(run.out)
+
+
+def main(config: dict[str, Any]) -> dict[str, Any]:
+    run = setup(config)
+    summary = train(run)
+    best = Stage.load(run.out)  # the early-stopped best, exactly as a user will load it
+    final = evaluate_explorer_policy(best, run.datasets["evaluation"], majority=run.majority)
+    summary.update(split=run.split, checkpoint=str(run.out), device=str(run.accelerator.device), evaluation=final,
+                   supervision={part: data.info.description for part, data in run.datasets.items()})
+    record_training(run.out, run.config, summary)
+    return summary

@@ -1,0 +1,188 @@
+"""Train CompassMem's relation extractor as a pair classifier, distilled from the prompted one (issue 23).
+
+    memlab train train_relation_extractor --config configs/train/relation_extractor.yaml [key=value ...]
+
+Read top to bottom: ``setup`` (conversations split by conversation; each part's teacher
+sessions replayed from the response cache by ``memlab.training.teacher.teacher_sessions``; the
+labelled pairs of ``memlab.training.relations.relation_examples``; stage, optimiser), ``train``
+(an explicit loop, validation scores after every epoch, early stopping), ``save_checkpoint``
+(the best stage), then one evaluation on the held-out conversations (the extractor, the
+majority relation of the held-out pairs, and the majority label of the training pairs as a
+``MajorityRelationExtractor``), written next to the checkpoint as ``training.json``.
+
+Objective: cross-entropy of each canonical pair's label (the 11 relation labels + ``none``),
+each class weighted ``(n / (k * n_c)) ** class_weight_power`` (0: unweighted) since ``none``
+dominates. Early stopping reads the validation ``metric`` (default ``macro_f1``, over all pairs).
+
+Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+seed, precision``, ``progress`` (a progress bar), ``data {...}`` (as the other recipes),
+``teacher_config`` (the CompassMem config whose cached prompted construction gives the labels)
+and ``teacher_overrides``, ``keep_failed`` (also sessions whose teacher calls failed),
+``stage`` (a ``PairRelationClassifier`` ``_component_`` node), ``optim {lr, weight_decay,
+epochs, batch_size, warmup_fraction, max_steps}``, ``class_weight_power``, ``patience``
+(epochs), ``metric`` (``macro_f1``, ``macro_f1_relations`` or ``accuracy``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from memlab.clock import active_seconds
+from memlab.config import ConfigError, instantiate
+from memlab.stage import Stage
+from memlab.stages.relate import MajorityRelationExtractor
+from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
+                             recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training.relations import class_weights, evaluate_relation_extractor, majority_label, relation_examples
+from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
+
+DEFAULTS: dict[str, Any] = {
+    "seed": 0,
+    "precision": "no",
+    "progress": True,
+    "data": DATA_DEFAULTS,
+    "teacher_config": TEACHER_CONFIG,
+    "teacher_overrides": [],
+    "keep_failed": False,
+    "stage": {"_component_": "memlab.stages.relate.PairRelationClassifier"},
+    "optim": {"lr": 1e-4, "weight_decay": 0.01, "epochs": 5, "batch_size": 32, "warmup_fraction": 0.1,
+              "max_steps": None},
+    "class_weight_power": 0.5,
+    "patience": 2,
+    "metric": "macro_f1",
+}
+#: The validation scores early stopping can read (``evaluate_relation_extractor``'s).
+METRICS = ("macro_f1", "macro_f1_relations", "accuracy")
+
+
+@dataclass
+class Run:
+    config: dict[str, Any]
+    out: Path
+    stage: Any = None
+    examples: Any = None  # the training pairs (a datasets.Dataset)
+    sessions: dict[str, list] = field(default_factory=dict)  # part -> teacher sessions
+    split: dict[str, list[str]] = field(default_factory=dict)
+    weights: Any = None
+    accelerator: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    log: MetricsLog | None = None
+
+
+def part_sessions(config: dict[str, Any], part: str, conversations: list) -> tuple[list, dict[str, int]]:
+    """The teacher sessions of one part of the split (and the replay's counts); a ValueError when
+    none is cached, so a run never trains or selects on nothing."""
+    found, counts = teacher_sessions(conversations, config["teacher_config"], list(config["teacher_overrides"] or []))
+    usable = [s for s in found if len(s.events) >= 2 and (config["keep_failed"] or not s.failed)]
+    if not usable:
+        raise ValueError(
+            f"no cached teacher session for the {part} conversations {[c.id for c in conversations]} "
+            f"({dict(counts)}; of {len(found)} replayed, none has two events and no failed call): run the prompted "
+            f"construction of {config['teacher_config']} on them first (it fills the response cache), or choose "
+            "other data.eval_ids / data.validation_ids")
+    return found, dict(counts)
+
+
+def setup(config: dict[str, Any]) -> Run:
+    config = with_defaults(config, DEFAULTS, "train_relation_extractor")
+    if config["metric"] not in METRICS:
+        raise ConfigError(f"train_relation_extractor: metric {config['metric']!r} is not one of {list(METRICS)}")
+    seed_everything(int(config["seed"]))
+    run = Run(config=config, out=Path(config["output_dir"]))
+    train, validation, evaluation = recipe_conversations(config["data"])
+    run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
+                 "evaluation": [c.id for c in evaluation]}
+    counts = {}
+    for part, conversations in (("train", train), ("validation", validation), ("evaluation", evaluation)):
+        run.sessions[part], counts[part] = part_sessions(config, part, conversations)
+    run.examples = relation_examples(run.sessions["train"], keep_failed=config["keep_failed"],
+                                     teacher_counts=counts["train"], teacher_config=config["teacher_config"])
+    run.stage = instantiate(config["stage"])
+    unknown = sorted(set(run.examples["label"]) - set(run.stage.labels))
+    if unknown:
+        raise ValueError(f"the training pairs have labels {unknown} the classifier's head lacks ({list(run.stage.labels)})")
+    run.weights = class_weights(run.examples["label"], run.stage.labels, float(config["class_weight_power"]))
+    optim = config["optim"]
+    run.optimizer = adamw(run.stage, optim)
+    run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.examples), optim), float(optim["warmup_fraction"]))
+    run.accelerator = make_accelerator(config["precision"])
+    run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
+    run.log = MetricsLog.for_checkpoint(run.out)
+    return run
+
+
+def batch_loss(stage, rows: list[dict[str, Any]], weights):
+    """The weighted cross-entropy of a batch of labelled pairs."""
+    logits = stage.pair_logits([(row["earlier"], row["later"]) for row in rows])
+    return stage.loss(logits, stage.targets([row["label"] for row in rows]), weights)
+
+
+def train(run: Run) -> dict[str, Any]:
+    batch_size, n_steps = int(run.config["optim"]["batch_size"]), total_steps(len(run.examples), run.config["optim"])
+    metric = run.config["metric"]
+    stopper = EarlyStopping(patience=int(run.config["patience"]))
+    rng = random.Random(int(run.config["seed"]))
+    rows = run.examples.to_list()
+    step, seen, train_seconds, best, epoch = 0, 0, 0.0, None, 0
+    progress = tqdm(total=n_steps, desc="relations", disable=not run.config["progress"])
+    while step < n_steps and not stopper.should_stop:
+        run.stage.train()
+        order = list(range(len(rows)))
+        rng.shuffle(order)
+        for start in range(0, len(order), batch_size):
+            batch = [rows[i] for i in order[start:start + batch_size]]
+            started = active_seconds()
+            stage = run.accelerator.unwrap_model(run.stage)
+            with run.accelerator.autocast():  # ``prepare`` wraps only forward, not pair_logits
+                loss = batch_loss(stage, batch, run.weights)
+            run.accelerator.backward(loss)
+            run.optimizer.step()
+            run.scheduler.step()
+            run.optimizer.zero_grad()
+            train_seconds += active_seconds() - started
+            seen += len(batch)
+            step += 1
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss.item():.3f}")
+            if step >= n_steps:
+                break
+        epoch += 1
+        scores = evaluate_relation_extractor(run.accelerator.unwrap_model(run.stage), run.sessions["validation"],
+                                             keep_failed=run.config["keep_failed"])
+        improved = stopper.step(scores[metric] or 0.0)  # None: no relation label anywhere, nothing to F1
+        run.log.write(epoch=epoch, step=step, loss=loss.item(), best=stopper.best,
+                      validation={k: scores[k] for k in METRICS}, pairs_per_second=seen / max(train_seconds, 1e-9))
+        if improved:
+            best = {"epoch": epoch, "step": step, **{f"validation_{k}": scores[k] for k in METRICS}}
+            save_checkpoint(run)
+    progress.close()
+    return {"steps": step, "epochs": epoch, "train_seconds": round(train_seconds, 1), "pairs_seen": seen,
+            "pairs_per_second": round(seen / max(train_seconds, 1e-9), 1), "best": best}
+
+
+def save_checkpoint(run: Run) -> Path:
+    return run.accelerator.unwrap_model(run.stage).save(run.out)
+
+
+def main(config: dict[str, Any]) -> dict[str, Any]:
+    run = setup(config)
+    summary = train(run)
+    best = Stage.load(run.out)
+    held_out = run.sessions["evaluation"]
+    train_majority = majority_label(run.examples["label"])
+    baseline = evaluate_relation_extractor(MajorityRelationExtractor(train_majority), held_out,
+                                           keep_failed=run.config["keep_failed"])
+    summary.update(
+        split=run.split, pairs=len(run.examples), checkpoint=str(run.out), device=str(run.accelerator.device),
+        dataset_card=run.examples.info.description,
+        evaluation=evaluate_relation_extractor(best, held_out, keep_failed=run.config["keep_failed"]),
+        evaluation_train_majority={"label": train_majority, **{k: baseline[k] for k in METRICS}},
+    )
+    record_training(run.out, run.config, summary)
+    return summary
