@@ -26,3 +26,8 @@ def test_an_unknown_conversation_id_exits_before_any_model_loads(name, capsys):
         _script(name).main(["--data", str(SAMPLE_PATH), "--conversations", "sample-1,conv-x"])
     assert exit_.value.code == 2
     assert "['conv-x'] are not in it (available: ['sample-1'])" in capsys.readouterr().err
+
+
+def test_the_teacher_cache_script_refuses_an_unknown_conversation_before_any_model_loads(capsys):
+    assert _script("compassmem_teacher_cache").main(["--data", str(SAMPLE_PATH), "sample-1", "conv-x"]) == 2
+    assert "conv-x" in capsys.readouterr().err
