@@ -60,7 +60,7 @@ def normalise_label(predicate: str | None) -> str:
     if key in _SYNONYMS:
         return _SYNONYMS[key]
     for part in key.split("_"):  # "strong_causal_link", "temporal_before_relation"
-        if part in _SYNONYMS and _SYNONYMS[part] != "temporal_before":
+        if part in _SYNONYMS and part != "temporal":  # "temporal" alone says neither before nor after
             return _SYNONYMS[part]
     for label in RELATION_LABELS:
         if label in key:

@@ -21,9 +21,9 @@ from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.relate.base import RelateIn, RelateOut, Relation, RelationExtractor, normalise_label, unique_pairs
+from memlab.stages.segment.windows import clean_turn_id
 
 _EVENT_ID = re.compile(r"^\W*(?:E|event)?\s*(\d+)\W*$", re.IGNORECASE)
-_TURN_ID = re.compile(r"^\s*\[?|\]?\s*$")
 
 
 def relation_schema(max_relations: int) -> dict:
@@ -98,7 +98,7 @@ class PromptedRelationExtractor(PromptedStage, RelationExtractor):
             source, target = event_index(row["source"], len(item.events)), event_index(row["target"], len(item.events))
             if source is None or target is None or source == target:
                 continue
-            evidence = tuple(dict.fromkeys(e for e in (_TURN_ID.sub("", str(x)) for x in row.get("evidence", ()))
+            evidence = tuple(dict.fromkeys(e for e in (clean_turn_id(x) for x in row.get("evidence", ()))
                                            if e in turn_ids))
             relations.append(Relation(source, target, normalise_label(row["type"]), evidence))
         if rows and not relations:

@@ -96,19 +96,25 @@ def _clip(line: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
 
 
-_ID_PREFIX = re.compile(r"^\s*\[?|\]?\s*$")
+#: What small models write around a turn id ("[D1:3]", "/D3:11", "(D2:4),"): stripped.
+_ID_WRAPPING = " \t[](){}<>/\\\"'`.,;:*"
+
+
+def clean_turn_id(value: object) -> str:
+    """A turn id as a model wrote it, without the brackets and punctuation around it."""
+    return str(value).strip(_ID_WRAPPING)
 
 
 def validate_sources(claimed: Iterable[str], text: str, turns: tuple[Turn, ...], max_fallback: int = 2) -> tuple[str, ...]:
     """The claimed source turn ids that exist in ``turns`` (in turn order).
 
-    A claimed id may be written "[D1:3]" or "D1:3"; ids of other sessions or made-up ids are
+    A claimed id may be written "[D1:3]", "/D1:3" or "D1:3" (``clean_turn_id``); ids of other sessions or made-up ids are
     dropped. When none is left, the ``max_fallback`` turns sharing the most (stemmed,
     non-stopword) words with ``text`` are the provenance instead; empty only when no turn
     shares a word.
     """
     known = {t.id: i for i, t in enumerate(turns)}
-    cleaned = {_ID_PREFIX.sub("", str(c)) for c in claimed}
+    cleaned = {clean_turn_id(c) for c in claimed}
     valid = sorted((c for c in cleaned if c in known), key=known.__getitem__)
     if valid:
         return tuple(valid)
