@@ -143,7 +143,7 @@ class CompassMem(Pipeline):
             if decision is not None and decision.decision == "link" and self.edges:
                 memory.link(existing, unit.id, decision.relation)
         for relation in related.relations if self.edges else ():
-            memory.link(node_of[relation.source], node_of[relation.target], relation.label, relation.evidence)
+            memory.link(node_of[relation.source], node_of[relation.target], relation.label, relation.cited_turns)
         memory.update_topics(new_ids)
 
     def fusion_decisions(self, memory: EventMemory, units: list[MemoryUnit]) -> list[tuple[str | None, object]]:

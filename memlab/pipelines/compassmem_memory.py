@@ -5,7 +5,7 @@
   Each has a short key (``N0``, ``N1`` ... in insertion order) that prompts show instead of
   the node id.
 * **Relation edges** (type ``relation``, directed ``source -> target``, ``label`` one of
-  ``RELATION_LABELS``, ``evidence`` the turns cited): from the relation extractor within a
+  ``RELATION_LABELS``, ``cited_turns`` the turns the extractor cited): from the relation extractor within a
   session, and from fusion's "relation edge" decision across sessions.
 * **Merging** (fusion's "same event"): the new event's summary is appended to the existing
   node's, its turns and people are added, and the node is re-embedded.
@@ -65,9 +65,9 @@ class EventMemory:
                             participants=list(people))
         self.merges += 1
 
-    def link(self, source_id: str, target_id: str, label: str, evidence: tuple[str, ...] = ()) -> None:
+    def link(self, source_id: str, target_id: str, label: str, cited_turns: tuple[str, ...] = ()) -> None:
         if source_id != target_id:
-            self.graph.add_edge(source_id, target_id, RELATION, label=label, evidence=list(evidence))
+            self.graph.add_edge(source_id, target_id, RELATION, label=label, cited_turns=list(cited_turns))
 
     def update_topics(self, new_ids: list[str]) -> None:
         """One construction step of the topic layer (no-op without one)."""

@@ -78,7 +78,7 @@ def relate(reply: str):
     return stage, stage([RelateIn(VIEWS, TURNS, DAY)])[0]
 
 
-def test_relations_name_events_by_index_with_normalised_labels_and_known_evidence():
+def test_relations_name_events_by_index_with_normalised_labels_and_known_cited_turns():
     reply = json.dumps({"relations": [
         {"source": "E1", "target": "E2", "type": "Cause-Effect", "evidence": ["[D1:1]", "D1:3", "D9:9"]},
         {"source": "2", "target": "[E1]", "type": "elaboration", "evidence": []},  # same pair again: dropped
@@ -86,7 +86,7 @@ def test_relations_name_events_by_index_with_normalised_labels_and_known_evidenc
         {"source": "E1", "target": "E7", "type": "causal", "evidence": []},  # no such event
         {"source": "E3", "target": "E1", "type": "happened before", "evidence": ["/D1:4"]}]})
     stage, out = relate(reply)
-    assert [(r.source, r.target, r.label, r.evidence) for r in out.relations] == [
+    assert [(r.source, r.target, r.label, r.cited_turns) for r in out.relations] == [
         (0, 1, "causal", ("D1:1", "D1:3")), (2, 0, "temporal_before", ("D1:4",))]
     prompt = stage.lm.requests[0].messages[0]["content"]
     assert "E1 [D1:1] (Ann) Ann adopted Rex" in prompt and "[D1:4] Bob: I am off to Lisbon" in prompt

@@ -1,5 +1,5 @@
 """Refine family: gap-aware query refinement (CompassMem Eq. 8): the question, its subgoals,
-which are satisfied and the evidence so far -> a new query aimed at the unsatisfied ones.
+which are satisfied and what the search has collected -> a new query aimed at the unsatisfied ones.
 
 Contract: ``query`` is never empty (a failed call falls back to the unsatisfied subgoals
 joined, else the question; ``error`` set); ``targets`` are 0-based subgoal indices.
@@ -17,7 +17,8 @@ class RefineIn:
     question: str
     subgoals: tuple[str, ...]
     satisfied: tuple[bool, ...]
-    evidence: tuple[str, ...] = ()
+    #: The texts of the nodes the search kept so far (F.2's "information collected so far").
+    collected: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.subgoals) != len(self.satisfied):

@@ -63,7 +63,7 @@ class PromptedQueryRefiner(PromptedStage, QueryRefiner):
             original_question=item.question,
             satisfied_text=numbered((i, g) for i, g in goals if item.satisfied[i]),
             unsatisfied_text=numbered((i, g) for i, g in goals if not item.satisfied[i]),
-            context_so_far="\n".join(item.evidence) or NO_EVIDENCE,
+            context_so_far="\n".join(item.collected) or NO_EVIDENCE,
         )
         return self.request(text, stop=self.STOP)
 

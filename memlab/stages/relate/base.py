@@ -10,7 +10,7 @@ Contract
 --------
 * ``RelateIn.events`` are the session's events in order; a ``Relation`` names them by index
   (``source`` -> ``target``, never equal) and carries a label from ``RELATION_LABELS`` and the
-  minimal evidence turns (ids of ``RelateIn.turns``; may be empty).
+  turns it cites as its minimal evidence (``cited_turns``: ids of ``RelateIn.turns``; may be empty).
 * At most one relation per unordered pair (the first one given wins).
 * A failed call yields no relations with ``error`` set (counted failure).
 """
@@ -71,7 +71,7 @@ def normalise_label(predicate: str | None) -> str:
 @dataclass(frozen=True)
 class RelateIn:
     events: tuple[EventView, ...]
-    #: The session's turns (what evidence ids are cited from); may be empty.
+    #: The session's turns (what relations cite); may be empty.
     turns: tuple[Turn, ...] = ()
     date: datetime | None = None
 
@@ -81,7 +81,8 @@ class Relation:
     source: int
     target: int
     label: str
-    evidence: tuple[str, ...] = ()
+    #: The turns the extractor cites for the link (F.1's "minimal evidence utterance ids").
+    cited_turns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

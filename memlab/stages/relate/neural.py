@@ -9,7 +9,7 @@ Canonical pairs: every unordered pair ``(i, j)``, ``i < j``, of a session's even
 order (``RelateIn.events``). A pair classified as anything but ``none`` becomes
 ``Relation(i, j, label)``: its direction is always session order (earlier -> later; a teacher
 relation given the other way round is turned round by ``canonical_relation`` for training) and its
-evidence is empty (the classifier names no turns). With ``max_relations``, only that many
+``cited_turns`` is empty (the classifier names no turns). With ``max_relations``, only that many
 relations per session are kept, the most confident ones (probability of the predicted label).
 """
 
@@ -52,7 +52,7 @@ def canonical_relation(relation: Relation) -> Relation:
     causes A" and is not asked to)."""
     if relation.source < relation.target:
         return relation
-    return Relation(relation.target, relation.source, _REVERSED.get(relation.label, relation.label), relation.evidence)
+    return Relation(relation.target, relation.source, _REVERSED.get(relation.label, relation.label), relation.cited_turns)
 
 
 class PairRelationClassifier(EncoderStage, RelationExtractor):

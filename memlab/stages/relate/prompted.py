@@ -5,7 +5,7 @@ Events are shown as ``E1``, ``E2`` ... with their turns, people and summary; the
 follow (cut to ``max_chars_per_call`` characters when a session is long: the events are always
 shown whole). The reply is JSON-schema constrained to at most ``max_relations`` relations; each
 is kept when both ends name shown events (``E3``, ``3`` or ``[E3]``), its predicate normalised
-onto ``RELATION_LABELS`` and its evidence cut to the session's turn ids.
+onto ``RELATION_LABELS`` and its cited turns cut to the session's turn ids.
 """
 
 from __future__ import annotations
@@ -98,9 +98,9 @@ class PromptedRelationExtractor(PromptedStage, RelationExtractor):
             source, target = event_index(row["source"], len(item.events)), event_index(row["target"], len(item.events))
             if source is None or target is None or source == target:
                 continue
-            evidence = tuple(dict.fromkeys(e for e in (clean_turn_id(x) for x in row.get("evidence", ()))
+            cited = tuple(dict.fromkeys(e for e in (clean_turn_id(x) for x in row.get("evidence", ()))
                                            if e in turn_ids))
-            relations.append(Relation(source, target, normalise_label(row["type"]), evidence))
+            relations.append(Relation(source, target, normalise_label(row["type"]), cited))
         if rows and not relations:
             raise ParseError(f"no relation names two of the events E1-E{len(item.events)}")
         return RelateOut(unique_pairs(relations))
