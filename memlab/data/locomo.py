@@ -330,18 +330,25 @@ def _repair_evidence(raw: Any, turn_ids: set[str], qid: str, report: LoadReport)
         raw = [raw]
     elif not isinstance(raw, list):
         raw = [raw]
-    kept: list[str] = []
-    for entry in raw:
-        for dia_id in _split_dia_ids(entry, turn_ids, qid, report, "evidence"):
-            if dia_id not in turn_ids:
-                report.note("evidence_dropped_unknown", f"{qid} {dia_id} (no such turn)")
-            elif dia_id in kept:
-                report.note("evidence_duplicate", f"{qid} {dia_id}")
-            else:
-                kept.append(dia_id)
+    kept = _known_dia_ids(raw, turn_ids, qid, report, "evidence")
     if not kept:
         report.note("no_evidence", qid)
     return tuple(kept)
+
+
+def _known_dia_ids(entries: list, turn_ids: set[str], label: str, report: LoadReport, quirk: str) -> list[str]:
+    """The dia ids ``entries`` stand for (``_split_dia_ids``), each once and each a turn of the
+    conversation; others are counted as ``<quirk>_dropped_unknown`` / ``<quirk>_duplicate``."""
+    kept: list[str] = []
+    for entry in entries:
+        for dia_id in _split_dia_ids(entry, turn_ids, label, report, quirk):
+            if dia_id not in turn_ids:
+                report.note(f"{quirk}_dropped_unknown", f"{label} {dia_id} (no such turn)")
+            elif dia_id in kept:
+                report.note(f"{quirk}_duplicate", f"{label} {dia_id}")
+            else:
+                kept.append(dia_id)
+    return kept
 
 
 def _split_dia_ids(entry: Any, turn_ids: set[str], label: str, report: LoadReport, quirk: str) -> list[str]:
@@ -510,17 +517,10 @@ def _parse_observations(
             if not text:
                 report.note("annotation_empty_text", here)
                 continue
-            source_ids: list[str] = []
-            for raw_id in entries:
-                for dia_id in _split_dia_ids(raw_id, turn_ids, here, report, "observation_source"):
-                    if dia_id not in turn_ids:
-                        report.note("observation_source_dropped_unknown", f"{here} {dia_id} (no such turn)")
-                    elif dia_id in source_ids:
-                        report.note("observation_source_duplicate", f"{here} {dia_id}")
-                    else:
-                        if dia_id not in session_turns:
-                            report.note("observation_source_other_session", f"{here} {dia_id} (not in {session.id})")
-                        source_ids.append(dia_id)
+            source_ids = _known_dia_ids(entries, turn_ids, here, report, "observation_source")
+            for dia_id in source_ids:
+                if dia_id not in session_turns:
+                    report.note("observation_source_other_session", f"{here} {dia_id} (not in {session.id})")
             if not source_ids:
                 report.note("observation_without_source", here)
             observations.append(Observation(speaker=speaker, text=text, source_ids=tuple(source_ids)))

@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterator
 
 from torch import nn
 
+from memlab.dates import format_day
 from memlab.lm.base import LM
 from memlab.stage import Failure, PromptedStage, Stage
 from memlab.types import Answer, History, MemoryUnit, Query, Retrieved
@@ -155,3 +156,8 @@ def extends_signature(base: type) -> Callable[[Callable], Callable]:
 def render_units(units: list[MemoryUnit]) -> str:
     """Units as the answerer sees them: one block per unit, in the order given."""
     return "\n".join(unit.text for unit in units)
+
+
+def dated_text(unit: MemoryUnit) -> str:
+    """A unit as an answerer reads it: ``[7 May 2023] text`` (its text alone when undated)."""
+    return f"[{format_day(unit.timestamp)}] {unit.text}" if unit.timestamp else unit.text

@@ -29,9 +29,8 @@ and ``topic_clusters``.
 from __future__ import annotations
 
 from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
-from memlab.dates import format_day
 from memlab.embed.base import Embedder
-from memlab.pipelines.base import RECALL_DEPTH, Pipeline
+from memlab.pipelines.base import RECALL_DEPTH, Pipeline, dated_text
 from memlab.pipelines.compassmem_memory import EventMemory, event_view
 from memlab.pipelines.compassmem_search import Search, explore
 from memlab.pipelines.compassmem_topics import TopicLayer
@@ -180,12 +179,7 @@ class CompassMem(Pipeline):
     def answer(self, memory: EventMemory, query: Query) -> Answer:
         search, ranking = self.search(memory, query)
         evidence = list(search.kept) or search.initial  # 4.3.3: no evidence -> the initial top-k
-        context = "\n".join(evidence_line(memory.unit(i)) for i in evidence)
+        context = "\n".join(dated_text(memory.unit(i)) for i in evidence)
         out = self.answerer([AnswerIn(query.text, context, query.timestamp)])[0]
         search.trace.add("answer", evidence=[memory.key_of[i] for i in evidence], text=out.text, error=out.error)
         return Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=search.trace)
-
-
-def evidence_line(unit: MemoryUnit) -> str:
-    """An evidence event as the responder sees it: ``[7 May 2023] summary``."""
-    return f"[{format_day(unit.timestamp)}] {unit.text}" if unit.timestamp else unit.text

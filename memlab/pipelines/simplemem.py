@@ -29,11 +29,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from memlab.bounds import PositiveInt
-from memlab.dates import format_day
 from memlab.embed.base import Embedder
 from memlab.memory.index import MetadataFilter
 from memlab.memory.store import UnitMemory
-from memlab.pipelines.base import RECALL_DEPTH, Pipeline
+from memlab.pipelines.base import RECALL_DEPTH, Pipeline, dated_text
 from memlab.stages.answer import AnswerIn, Answerer, join_context
 from memlab.stages.compress import ChunkCompressor, CompressIn, Compressor, sliding_windows
 from memlab.stages.plan import FixedPlanner, PlanIn, PlanOut, Planner
@@ -81,11 +80,6 @@ def merge_identical(units: list[MemoryUnit]) -> list[MemoryUnit]:
             first = replace(first, source_ids=union_ids(group), attributes={**first.attributes, "entities": entities})
         merged.append(first)
     return merged
-
-
-def render_entry(unit: MemoryUnit) -> str:
-    """An entry as the answerer reads it: its date, then its text."""
-    return f"[{format_day(unit.timestamp)}] {unit.text}" if unit.timestamp else unit.text
 
 
 class SimpleMem(Pipeline):
@@ -227,7 +221,7 @@ class SimpleMem(Pipeline):
                   union=[r.unit.id for r in planned.union])
         units = [r.unit for r in planned.union]
         item = AnswerIn(
-            query.text, join_context([], [render_entry(u) for u in units if u.kind != "abstract"]), query.timestamp,
-            abstracts=tuple(render_entry(u) for u in units if u.kind == "abstract"),
+            query.text, join_context([], [dated_text(u) for u in units if u.kind != "abstract"]), query.timestamp,
+            abstracts=tuple(dated_text(u) for u in units if u.kind == "abstract"),
         )
         return item, trace
