@@ -1,14 +1,17 @@
 """Fill the response cache with CompassMem's prompted construction calls (the teacher).
 
     python eval/compassmem_teacher_cache.py --data ../shared/data/locomo/locomo10_dev.json \
-        conv-26 conv-41 conv-42 conv-43 conv-44 conv-47 conv-30 [--config configs/pipelines/compassmem.yaml]
+        conv-26 conv-41 conv-42 conv-43 conv-44 conv-47 conv-30 [--sessions N] \
+        [--config configs/pipelines/compassmem.yaml]
 
 Runs the config's segmenter and relation extractor on every session, one session at a time,
 exactly as ``CompassMem.build`` asks them (``memlab.training.teacher`` replays these calls as
 the labels of the trained segmenter and relation classifier, and a prompted build or run of the
 same config replays them for free). Resumable: a cached session costs nothing, so an
 interrupted run picks up where it stopped. Prints one line per session (turns, events,
-relations, seconds, whether a call failed). One model job at a time: do not run it beside
+relations, seconds, whether a call failed). ``--sessions N`` labels each conversation's first N
+sessions only (the cache is per session, so a later run with a larger N or none adds the rest;
+``memlab.training.teacher`` skips what is not cached). One model job at a time: do not run it beside
 another llama.cpp job.
 """
 
@@ -28,9 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("conversations", nargs="+", help="conversation ids, in the order to build them")
     parser.add_argument("--data", required=True, help="LoCoMo JSON")
     parser.add_argument("--config", default="configs/pipelines/compassmem.yaml")
+    parser.add_argument("--sessions", type=int, default=None, help="label each conversation's first N sessions only")
     args = parser.parse_args(argv)
     try:
-        conversations = load_conversations(args.data, args.conversations)
+        conversations = load_conversations(args.data, args.conversations, args.sessions)
     except (DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -11,18 +11,19 @@ on the held-out conversations against the teacher, beside the fixed-span baselin
 the training sessions' mean teacher event length), written into the checkpoint as
 ``training.json``.
 
-Objective: binary cross-entropy of p(boundary before turn t) at every position of a session
-(``BoundarySegmenter.loss``; ``pos_weight`` weighs the boundaries). With the encoder frozen
+Objective: binary cross-entropy of p(boundary before turn t) at the labelled positions of a
+session (``BoundarySegmenter.loss`` with the mask of ``labelled_positions``: window edges and
+failed windows of the teacher are not its decisions; ``pos_weight`` weighs the boundaries). With the encoder frozen
 (the stage's default) the turn vectors are computed once and only the GRU and head train.
 
 A part (train, validation, evaluation) with no cached teacher session is refused: the
 prompted CompassMem build must have run on those conversations first (its calls are in the
-response cache). Sessions with a failed call are left out unless ``keep_failed``.
+response cache). Sessions with no labelled position (every call failed) are left out.
 
 Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
 seed, precision``, ``progress`` (a progress bar), ``data {path, eval_ids, validation_ids,
 conversations, max_questions}``, ``teacher {config, overrides}`` (the CompassMem config whose
-cached construction gives the labels), ``keep_failed``, ``stage`` (a ``BoundarySegmenter``
+cached construction gives the labels), ``stage`` (a ``BoundarySegmenter``
 ``_component_`` node), ``optim {lr, weight_decay, epochs, batch_size (sessions), warmup_fraction,
 max_steps}``, ``pos_weight`` (null: unweighted), ``patience`` (epochs).
 """
@@ -43,8 +44,8 @@ from memlab.stage import Stage
 from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
                              recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
 from memlab.training.segmentation import (TEACHER_SOURCE, boundary_f1, boundary_targets, evaluate_segmenter,
-                                          mean_event_length, segmentation_examples, session_boundaries,
-                                          usable_sessions)
+                                          labelled_positions, mean_event_length, segmentation_examples,
+                                          session_boundaries, usable_sessions)
 from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
 
 DEFAULTS: dict[str, Any] = {
@@ -53,7 +54,6 @@ DEFAULTS: dict[str, Any] = {
     "progress": True,
     "data": DATA_DEFAULTS,
     "teacher": {"config": TEACHER_CONFIG, "overrides": []},
-    "keep_failed": False,
     "stage": {"_component_": "memlab.stages.segment.BoundarySegmenter"},
     "optim": {"lr": 1e-3, "weight_decay": 0.01, "epochs": 30, "batch_size": 8, "warmup_fraction": 0.1,
               "max_steps": None},
@@ -71,9 +71,11 @@ class Run:
     training: list = field(default_factory=list)  # TeacherSession, the usable ones
     sessions: list = field(default_factory=list)  # training sessions, in the data set's order
     targets: list = field(default_factory=list)
+    masks: list = field(default_factory=list)  # 1 at the labelled positions of each training session
     vectors: list | None = None  # turn vectors of the training sessions, when the encoder is frozen
     validation_vectors: list | None = None  # and of the validation sessions
     validation_gold: list = field(default_factory=list)  # the validation sessions' teacher boundaries
+    validation_positions: list = field(default_factory=list)  # and their labelled positions
     validation: list = field(default_factory=list)  # TeacherSession
     evaluation: list = field(default_factory=list)
     baseline_span: int = 1  # the fixed-span baseline's span: the training sessions' mean teacher event length
@@ -90,10 +92,10 @@ def cached_teacher(part: str, conversations, config: dict[str, Any]) -> tuple[li
     ``teacher_sessions``' counts; a part with no usable session is an error saying what to run first."""
     teacher = config["teacher"]
     found, counts = teacher_sessions(conversations, teacher["config"], list(teacher["overrides"] or []))
-    if not usable_sessions(found, config["keep_failed"]):
+    if not usable_sessions(found):
         ids = [c.id for c in conversations]
         raise ConfigError(f"train_event_segmenter: no cached teacher session for the {part} conversations {ids} "
-                          f"({dict(counts)}; keep_failed={config['keep_failed']}): run the prompted build of "
+                          f"({dict(counts)}): run the prompted build of "
                           f"{teacher['config']} on them first, so the response cache holds its segmenter calls")
     return found, dict(counts)
 
@@ -105,17 +107,17 @@ def setup(config: dict[str, Any]) -> Run:
     train, validation, evaluation = recipe_conversations(config["data"])
     run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
                  "evaluation": [c.id for c in evaluation]}
-    keep_failed = config["keep_failed"]
     training, run.teacher_counts["train"] = cached_teacher("train", train, config)
     for part, conversations in (("validation", validation), ("evaluation", evaluation)):
         found, run.teacher_counts[part] = cached_teacher(part, conversations, config)
-        setattr(run, part, usable_sessions(found, keep_failed))
+        setattr(run, part, usable_sessions(found))
     source = f"{TEACHER_SOURCE}; teacher config {config['teacher']['config']} {list(config['teacher']['overrides'])}"
-    run.examples = segmentation_examples(training, run.teacher_counts["train"], keep_failed, source)
-    run.training = usable_sessions(training, keep_failed)
+    run.examples = segmentation_examples(training, run.teacher_counts["train"], source)
+    run.training = usable_sessions(training)
     by_id = {(t.conversation_id, t.session.id): t.session for t in run.training}
     run.sessions = [by_id[(row["conversation_id"], row["session_id"])] for row in run.examples]
     run.targets = [boundary_targets(row["boundaries"], len(row["turns"])) for row in run.examples]
+    run.masks = [boundary_targets(row["positions"], len(row["turns"])) for row in run.examples]
     run.baseline_span = max(1, round(mean_event_length(run.training)))
     run.stage = instantiate(config["stage"])
     optim = config["optim"]
@@ -125,6 +127,7 @@ def setup(config: dict[str, Any]) -> Run:
     run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
     stage = run.accelerator.unwrap_model(run.stage)
     run.validation_gold = [session_boundaries(t.session, t.events) for t in run.validation]
+    run.validation_positions = [labelled_positions(t) for t in run.validation]
     if stage.freeze_encoder:  # the encoder never changes: encode every training and validation turn once
         with torch.no_grad():
             run.vectors = stage.encode_sessions(run.sessions)
@@ -134,11 +137,12 @@ def setup(config: dict[str, Any]) -> Run:
 
 
 def validation_scores(run: Run) -> dict[str, float]:
-    """Boundary precision / recall / F1 on the validation sessions (their frozen turn vectors
-    reused from ``setup`` when there are some)."""
+    """Boundary precision / recall / F1 at the validation sessions' labelled positions (their
+    frozen turn vectors reused from ``setup`` when there are some)."""
     stage = run.accelerator.unwrap_model(run.stage)
     sessions = [t.session for t in run.validation]
-    return boundary_f1(stage.predict_boundaries(sessions, run.validation_vectors), run.validation_gold)
+    return boundary_f1(stage.predict_boundaries(sessions, run.validation_vectors), run.validation_gold,
+                       run.validation_positions)
 
 
 def train(run: Run) -> dict[str, Any]:
@@ -162,7 +166,7 @@ def train(run: Run) -> dict[str, Any]:
                     logits = stage.logits_from_vectors([run.vectors[i] for i in batch])
                 else:
                     logits = stage.boundary_logits([run.sessions[i] for i in batch])
-                loss = stage.loss(logits, [run.targets[i] for i in batch], pos_weight)
+                loss = stage.loss(logits, [run.targets[i] for i in batch], pos_weight, [run.masks[i] for i in batch])
             run.accelerator.backward(loss)
             run.optimizer.step()
             run.scheduler.step()

@@ -9,9 +9,16 @@ qwen2.5-coder-1.5b-instruct) as ``memlab.training.teacher.teacher_sessions`` rep
 the response cache; its extractive events (runs of turns no extracted event claimed, or every
 turn of a window whose call failed) count as events: they are that stage's output.
 
+Not every position is a decision of the teacher (``labelled_positions``). It reads a session in
+windows of 10 turns, one call each, so a window's edge is always a boundary; a window whose call
+failed became fixed 3-turn spans; an unclaimed run is cut into 3-turn spans by rule. A position
+is labelled only when turns t-1 and t lie in the same window, that window's reply gave a
+grounded event, and one of the two turns belongs to such an event. Training loss and scores use
+the labelled positions only (the model still reads the whole session).
+
 The same rule reads the boundaries of any segmenter's units, so ``evaluate_segmenter`` scores
-any ``Segmenter`` (trained, fixed-span, prompted) the same way: ``boundary_f1`` over boundary
-positions, micro-averaged over sessions. The LoCoMo annotations (observations, session
+any ``Segmenter`` (trained, fixed-span, prompted) the same way: ``boundary_f1`` over the
+labelled positions, micro-averaged over sessions. The LoCoMo annotations (observations, session
 summaries) are NOT used here: labels and scores are against the teacher only.
 """
 
@@ -45,6 +52,7 @@ SEGMENTATION_FEATURES = datasets.Features(
         "turn_ids": datasets.List(datasets.Value("string")),
         "turns": datasets.List(datasets.Value("string")),
         "boundaries": datasets.List(datasets.Value("int64")),
+        "positions": datasets.List(datasets.Value("int64")),
         "events": datasets.Value("int64"),
         "failed": datasets.Value("bool"),
     }
@@ -77,11 +85,24 @@ def boundary_targets(boundaries: Sequence[int], n_turns: int) -> torch.Tensor:
     return targets
 
 
-def usable_sessions(teachers: Sequence["TeacherSession"], keep_failed: bool) -> list["TeacherSession"]:
-    """``teachers`` less, unless ``keep_failed``, the sessions where a segmenter call failed for
-    good (its turns then became fixed 3-turn extractive events, which say nothing of where events
-    begin). A failed relation call does not matter here."""
-    return [t for t in teachers if keep_failed or not t.segment_failed]
+def labelled_positions(teacher: "TeacherSession") -> list[int]:
+    """The positions t >= 1 the teacher decided (module docstring): turns t-1 and t in one call's
+    window, that call gave a grounded (not extractive) event, and one of the turns is in one."""
+    ids = [turn.id for turn in teacher.session.turns]
+    extracted = {turn_id for unit in teacher.events if not unit.attributes.get("extractive")
+                 for turn_id in unit.source_ids}
+    window_of: dict[str, int] = {}
+    for n, window in enumerate(teacher.windows or (tuple(ids),)):
+        if extracted.intersection(window):
+            window_of.update((turn_id, n) for turn_id in window)
+    return [t for t in range(1, len(ids))
+            if ids[t - 1] in window_of and window_of.get(ids[t]) == window_of[ids[t - 1]]
+            and (ids[t - 1] in extracted or ids[t] in extracted)]
+
+
+def usable_sessions(teachers: Sequence["TeacherSession"]) -> list["TeacherSession"]:
+    """``teachers`` with at least one labelled position (a session whose every call failed has none)."""
+    return [t for t in teachers if labelled_positions(t)]
 
 
 def mean_event_length(teachers: Sequence["TeacherSession"]) -> float:
@@ -94,31 +115,38 @@ def mean_event_length(teachers: Sequence["TeacherSession"]) -> float:
 
 
 def segmentation_examples(teachers: Sequence["TeacherSession"], counts: Mapping[str, int] | None = None,
-                          keep_failed: bool = False, source: str = TEACHER_SOURCE) -> datasets.Dataset:
-    """One row per teacher session: its turns (as the segmenter encodes them), the gold
-    boundaries (module docstring), its number of events and whether a call failed.
-    ``counts``: ``teacher_sessions``' counts, for the sessions it skipped as not cached."""
-    kept = usable_sessions(teachers, keep_failed)
+                          source: str = TEACHER_SOURCE) -> datasets.Dataset:
+    """One row per teacher session with a labelled position: its turns (as the segmenter encodes
+    them), the gold boundaries and the labelled positions (module docstring), its number of
+    events and whether a call failed. ``counts``: ``teacher_sessions``' counts, for the sessions
+    it skipped as not cached."""
+    kept = usable_sessions(teachers)
     rows = [{
         "conversation_id": t.conversation_id, "session_id": t.session.id,
         "turn_ids": [turn.id for turn in t.session.turns], "turns": [turn.render() for turn in t.session.turns],
-        "boundaries": session_boundaries(t.session, t.events), "events": len(t.events), "failed": t.segment_failed,
-    } for t in kept if t.session.turns]
+        "boundaries": session_boundaries(t.session, t.events), "positions": labelled_positions(t),
+        "events": len(t.events), "failed": t.segment_failed,
+    } for t in kept]
     turns = sum(len(row["turns"]) for row in rows)
     boundaries = sum(len(row["boundaries"]) for row in rows)
+    positions = sum(len(row["positions"]) for row in rows)
+    labelled = sum(len(set(row["boundaries"]) & set(row["positions"])) for row in rows)
     failed = sum(t.segment_failed for t in teachers)
     not_cached = (counts or {}).get("not_cached", 0)
     card = f"""memlab event-segmentation supervision (memlab.training.segmentation.segmentation_examples).
 Source of the labels: {source}.
-Rows: one session: its turns rendered as the segmenter reads them ("Speaker: text", image caption included) and the
-gold boundaries: the turn indices t >= 1 before which an event begins. Each teacher event claims its source turns; a
-turn's event is the first event (teacher order) claiming it; a boundary lies before turn t iff its event differs from
-turn t-1's. The teacher's extractive events (unclaimed runs, failed windows) count as events.
+Rows: one session: its turns rendered as the segmenter reads them ("Speaker: text", image caption included), the
+gold boundaries (the turn indices t >= 1 before which an event begins) and the labelled positions. Each teacher event
+claims its source turns; a turn's event is the first event (teacher order) claiming it; a boundary lies before turn t
+iff its event differs from turn t-1's. A position is labelled when turns t-1 and t lie in the same teacher call's
+window, that call gave a grounded event and one of the turns is in one: window edges, failed windows and rule-cut
+unclaimed runs are not the teacher's decisions and are masked from loss and scores.
 The LoCoMo annotations (observations, session summaries) are NOT used.
 Conversations: {sorted({t.conversation_id for t in teachers})}.
-Sessions: {len(rows)}; turns: {turns}; boundaries: {boundaries} (positions: {turns - len(rows)}); spans: {boundaries + len(rows)}
-(mean {turns / max(boundaries + len(rows), 1):.2f} turns per event).
-Skipped as not cached (the prompted build had not reached them): {not_cached}. Sessions with a failed segmenter call: {failed}, {"kept" if keep_failed else "left out"} (keep_failed={keep_failed})."""
+Sessions: {len(rows)}; turns: {turns}; boundaries: {boundaries}; labelled positions: {positions} of {turns - len(rows)}, \
+{labelled} of them boundaries; spans: {boundaries + len(rows)} (mean {turns / max(boundaries + len(rows), 1):.2f} turns per event).
+Skipped as not cached (the prompted build had not reached them): {not_cached}. Sessions with a failed segmenter call: \
+{failed} (kept, their failed windows masked; {len(teachers) - len(kept)} sessions had no labelled position)."""
     info = datasets.DatasetInfo(description=card, features=SEGMENTATION_FEATURES)
     if not rows:
         return datasets.Dataset.from_dict({name: [] for name in SEGMENTATION_FEATURES},
@@ -127,12 +155,18 @@ Skipped as not cached (the prompted build had not reached them): {not_cached}. S
 
 
 # -- scores -------------------------------------------------------------------------------
-def boundary_f1(predicted: Sequence[Sequence[int]], gold: Sequence[Sequence[int]]) -> dict[str, float]:
+def boundary_f1(predicted: Sequence[Sequence[int]], gold: Sequence[Sequence[int]],
+                positions: Sequence[Sequence[int]] | None = None) -> dict[str, float]:
     """Precision, recall and F1 of boundary positions, micro over sessions (a boundary counts
-    where both place it in the same session). With nothing predicted precision is 1.0 when
-    nothing was to be found, else 0.0; recall likewise with no gold boundary."""
-    if len(predicted) != len(gold):
-        raise ValueError(f"boundary_f1: {len(predicted)} predicted sessions but {len(gold)} gold ones")
+    where both place it in the same session); ``positions``: per session, the only positions
+    scored (None: all). With nothing predicted precision is 1.0 when nothing was to be found,
+    else 0.0; recall likewise with no gold boundary."""
+    if len(predicted) != len(gold) or (positions is not None and len(positions) != len(gold)):
+        raise ValueError(f"boundary_f1: {len(predicted)} predicted sessions but {len(gold)} gold ones"
+                         + ("" if positions is None else f" and {len(positions)} of positions"))
+    if positions is not None:
+        predicted = [set(p) & set(k) for p, k in zip(predicted, positions)]
+        gold = [set(g) & set(k) for g, k in zip(gold, positions)]
     hits = sum(len(set(p) & set(g)) for p, g in zip(predicted, gold))
     n_predicted = sum(len(set(p)) for p in predicted)
     n_gold = sum(len(set(g)) for g in gold)
@@ -155,39 +189,40 @@ def evaluate_segmenter(segmenter: "Segmenter", teachers: Sequence["TeacherSessio
     (one batch, through its ``forward``: any segmenter), the seconds it took, and the same
     scores of ``FixedSpanSegmenter(span=baseline_span)``; ``baseline_span`` defaults to the
     teacher's mean event length on ``teachers``, rounded (a recipe passes its training
-    sessions' mean). Only the teacher's labels are used, never the LoCoMo annotations."""
-    teachers = [t for t in teachers if t.session.turns]
+    sessions' mean). Scores count the labelled positions only (``labelled_positions``). Only the
+    teacher's labels are used, never the LoCoMo annotations."""
+    teachers = usable_sessions(teachers)
     if not teachers:
-        raise ValueError("evaluate_segmenter: no teacher session with turns to score on")
+        raise ValueError("evaluate_segmenter: no teacher session with a labelled position to score on")
     gold = [session_boundaries(t.session, t.events) for t in teachers]
+    positions = [labelled_positions(t) for t in teachers]
     started = active_seconds()
     predicted = segmenter_boundaries(segmenter, teachers)
     seconds = active_seconds() - started
     span = baseline_span or max(1, round(mean_event_length(teachers)))
     turns = sum(len(t.session.turns) for t in teachers)
     return {
-        **boundary_f1(predicted, gold),
-        "sessions": len(teachers), "turns": turns,
+        **boundary_f1(predicted, gold, positions),
+        "sessions": len(teachers), "turns": turns, "labelled_positions": sum(map(len, positions)),
         "conversations": sorted({t.conversation_id for t in teachers}),
         "teacher_turns_per_event": round(mean_event_length(teachers), 3),
         "predicted_turns_per_event": round(turns / (len(teachers) + sum(map(len, predicted))), 3),
         "seconds": round(seconds, 2), "turns_per_second": round(turns / max(seconds, 1e-9), 1),
         "baseline": {"segmenter": f"FixedSpanSegmenter(span={span})",
-                     **boundary_f1(segmenter_boundaries(FixedSpanSegmenter(span=span), teachers), gold)},
+                     **boundary_f1(segmenter_boundaries(FixedSpanSegmenter(span=span), teachers), gold, positions)},
         "labels": "teacher (distilled prompted segmenter); LoCoMo annotations not used",
     }
 
 
 def evaluate_segmenter_on(segmenter: "Segmenter", conversations: Sequence["Conversation"], config: str | None = None,
-                          overrides: Sequence[str] = (), keep_failed: bool = False) -> dict[str, Any]:
+                          overrides: Sequence[str] = ()) -> dict[str, Any]:
     """``evaluate_segmenter`` on the cached teacher sessions of ``conversations`` (``teacher_sessions``
     of the CompassMem ``config``, default ``TEACHER_CONFIG``), with the teacher's counts: what
     ``memlab evaluate-stage`` reports for a segmenter. None cached is a ValueError."""
     from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
 
     found, counts = teacher_sessions(conversations, config or TEACHER_CONFIG, list(overrides))
-    usable = usable_sessions(found, keep_failed)
-    if not usable:
-        raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(counts)}, "
-                         f"keep_failed={keep_failed}): run the prompted build of {config or TEACHER_CONFIG} on them first")
-    return {**evaluate_segmenter(segmenter, usable), "teacher": dict(counts), "keep_failed": keep_failed}
+    if not usable_sessions(found):
+        raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(counts)}): run the "
+                         f"prompted build of {config or TEACHER_CONFIG} on them first")
+    return {**evaluate_segmenter(segmenter, found), "teacher": dict(counts)}

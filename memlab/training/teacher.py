@@ -39,10 +39,21 @@ class TeacherSession:
     segment_failed: bool
     #: The relation call failed for good (no relations).
     relations_failed: bool
+    #: The turn ids of each segmenter call, in order (the prompted segmenter reads a session in
+    #: windows; an event never spans two). Empty: the whole session was one call.
+    windows: tuple[tuple[str, ...], ...] = ()
 
     @property
     def failed(self) -> bool:
         return self.segment_failed or self.relations_failed
+
+
+def call_windows(segmenter: Any, conversation_id: str, session: Session) -> tuple[tuple[str, ...], ...]:
+    """The turn ids of each of ``segmenter``'s calls on ``session`` (one window when it has no ``windows``)."""
+    windows = getattr(segmenter, "windows", None)
+    if windows is None:
+        return (tuple(turn.id for turn in session.turns),)
+    return tuple(tuple(turn.id for turn in window.turns) for window in windows(SegmentIn(conversation_id, session)))
 
 
 def teacher_sessions(conversations: Sequence[Conversation], config: str | os.PathLike = TEACHER_CONFIG,
@@ -66,7 +77,7 @@ def teacher_sessions(conversations: Sequence[Conversation], config: str | os.Pat
                 counts["not_cached"] += 1
                 continue
             teacher = TeacherSession(conversation.id, session, segmented.units, related.relations,
-                                     bool(segmented.error), bool(related.error))
+                                     bool(segmented.error), bool(related.error), call_windows(pipeline.segmenter, history.id, session))
             counts["sessions"] += 1
             counts["failed"] += teacher.failed
             counts["segment_failed"] += teacher.segment_failed

@@ -107,6 +107,15 @@ def test_logits_shapes_loss_checks_and_bad_settings():
     with pytest.raises(ValueError, match="differ in shape"):
         segmenter.loss(logits, [torch.zeros(5), torch.zeros(0), torch.zeros(2)])
     assert segmenter.loss([logits[1]], [torch.zeros(0)]).item() == 0.0
+    # a mask keeps only its positions: flipping a masked-out target changes nothing
+    masks = [torch.tensor([1, 1, 0, 0, 1, 1.]), torch.zeros(0), torch.tensor([0, 1.])]
+    flipped = [targets[0].clone(), targets[1], torch.tensor([0, 0.])]
+    flipped[0][2] = 1.0
+    masked = segmenter.loss(logits, targets, masks=masks)
+    assert masked.item() == pytest.approx(segmenter.loss(logits, flipped, masks=masks).item())
+    assert masked.item() != pytest.approx(plain.item())
+    with pytest.raises(ValueError, match="of masks"):
+        segmenter.loss(logits, targets, masks=masks[:2])
     with pytest.raises(TypeError, match="list of sessions"):
         segmenter.boundary_logits(session())
     with pytest.raises(ValueError, match="freeze_encoder"):

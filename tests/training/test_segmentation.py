@@ -4,6 +4,7 @@ dataset card, and the event-segmenter recipe end to end on synthetic teacher ses
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -14,8 +15,8 @@ from memlab.config import ConfigError
 from memlab.stage import Stage
 from memlab.stages.segment import BoundarySegmenter, FixedSpanSegmenter
 from memlab.training import load_recipe, load_recipe_config
-from memlab.training.segmentation import (boundary_f1, boundary_targets, evaluate_segmenter, mean_event_length,
-                                          segmentation_examples, session_boundaries, turn_events)
+from memlab.training.segmentation import (boundary_f1, boundary_targets, evaluate_segmenter, labelled_positions,
+                                          mean_event_length, segmentation_examples, session_boundaries, turn_events)
 from memlab.training.teacher import TeacherSession
 from memlab.types import MemoryUnit, Session, Turn
 from tests.train.test_recipes import three_conversations  # noqa: F401  (a fixture: the sample as tiny-a, -b, -c)
@@ -33,8 +34,8 @@ def event(n: int, *turns: int, extractive: bool = False) -> MemoryUnit:
 
 
 def teacher(events: list[MemoryUnit], n: int = 8, failed: bool = False, conversation: str = "conv-a",
-            sid: str = "session_1") -> TeacherSession:
-    return TeacherSession(conversation, session(n, sid), tuple(events), (), failed, False)
+            sid: str = "session_1", windows: tuple = ()) -> TeacherSession:
+    return TeacherSession(conversation, session(n, sid), tuple(events), (), failed, False, windows)
 
 
 def spans(session: Session, size: int) -> list[MemoryUnit]:
@@ -73,22 +74,44 @@ def test_boundary_f1_is_micro_over_sessions():
         boundary_f1([[1], [2]], [[1]])
 
 
-def test_dataset_card_names_the_source_and_counts_and_failed_sessions_are_optional():
+def test_labelled_positions_leave_out_window_edges_failed_windows_and_unclaimed_runs():
+    window = lambda *turns: tuple(f"D1:{t}" for t in turns)  # noqa: E731
+    # windows 1-5 and 6-10; window 1: events 1-2 and 3-4, turn 5 unclaimed; window 2 failed (all extractive)
+    events = [event(0, 1, 2), event(1, 3, 4), event(2, 5, extractive=True),
+              event(3, 6, 7, 8, extractive=True), event(4, 9, 10, extractive=True)]
+    t = teacher(events, n=10, failed=True, windows=(window(1, 2, 3, 4, 5), window(6, 7, 8, 9, 10)))
+    assert session_boundaries(t.session, t.events) == [2, 4, 5, 8]
+    # 1..4 inside window 1; 5 (turn 4 is an event's, turn 5 unclaimed) too; 5|6 is the window edge; 6..9 failed
+    assert labelled_positions(t) == [1, 2, 3, 4]
+    # two unclaimed turns side by side: cut by rule, not by the teacher
+    t = teacher([event(0, 1, 2), event(1, 3, extractive=True), event(2, 4, extractive=True)], n=4)
+    assert labelled_positions(t) == [1, 2]
+    # no windows recorded: the whole session is one call
+    assert labelled_positions(teacher([event(0, 1, 2), event(1, 3, 4)], n=4)) == [1, 2, 3]
+    assert boundary_f1([[2, 3], [1]], [[2, 5], [1]], positions=[[1, 2, 3, 4], []]) == {
+        "precision": 0.5, "recall": 1.0, "f1": pytest.approx(2 / 3), "predicted": 2, "gold": 1, "correct": 1}
+
+
+def test_dataset_card_names_the_source_and_counts_and_masks_failed_windows():
     good = teacher([event(0, 1, 2), event(1, 3, 4, 5), event(2, 6, 7, 8)])
-    failed = teacher([event(0, 1, 2, 3), event(1, 4, 5, 6), event(2, 7, 8)], failed=True, sid="session_2")
-    counts = {"sessions": 2, "failed": 1, "not_cached": 4}
-    data = segmentation_examples([good, failed], counts)
-    assert data["session_id"] == ["session_1"] and data["boundaries"] == [[2, 5]]
-    assert data["turns"][0][0] == "B: turn 1" and data["events"] == [3] and data["failed"] == [False]
+    window = tuple(f"D1:{t}" for t in range(1, 5)), tuple(f"D1:{t}" for t in range(5, 9))
+    half = teacher([event(0, 1, 2), event(1, 3, 4), event(2, 5, 6, 7, extractive=True), event(3, 8, extractive=True)],
+                   failed=True, sid="session_2", windows=window)
+    failed = teacher([event(0, 1, 2, 3, extractive=True), event(1, 4, 5, 6, extractive=True)], n=6, failed=True,
+                     sid="session_3")
+    counts = {"sessions": 3, "failed": 2, "not_cached": 4}
+    data = segmentation_examples([good, half, failed], counts)
+    assert data["session_id"] == ["session_1", "session_2"] and data["boundaries"] == [[2, 5], [2, 4, 7]]
+    assert data["positions"] == [[1, 2, 3, 4, 5, 6, 7], [1, 2, 3]]
+    assert data["turns"][0][0] == "B: turn 1" and data["events"] == [3, 4] and data["failed"] == [False, True]
     card = data.info.description
     for needle in ("distillation of CompassMem's prompted segmenter", "F.1", "qwen2.5-coder-1.5b", "replayed from the",
-                   "Sessions: 1; turns: 8; boundaries: 2", "not cached (the prompted build had not reached them): 4",
-                   "failed segmenter call: 1, left out (keep_failed=False)", "LoCoMo annotations", "NOT used"):
+                   "Sessions: 2; turns: 16; boundaries: 5; labelled positions: 10 of 14, 3 of them boundaries",
+                   "not cached (the prompted build had not reached them): 4", "failed segmenter call: 2",
+                   "1 sessions had no labelled position", "masked", "LoCoMo annotations", "NOT used"):
         assert needle in card, needle
-    kept = segmentation_examples([good, failed], counts, keep_failed=True)
-    assert kept["boundaries"] == [[2, 5], [3, 6]] and "1, kept (keep_failed=True)" in kept.info.description
     assert len(segmentation_examples([failed])) == 0  # an empty data set keeps its columns
-    assert mean_event_length([good, failed]) == pytest.approx(16 / 6)
+    assert mean_event_length([good, failed]) == pytest.approx(14 / 5)
 
 
 def test_evaluate_segmenter_scores_any_segmenter_beside_the_fixed_span_baseline():
@@ -103,7 +126,7 @@ def test_evaluate_segmenter_scores_any_segmenter_beside_the_fixed_span_baseline(
     assert coarse["precision"] == 1.0 and coarse["recall"] == pytest.approx(0.4)
     # the baseline's [3, 6], [3]: only 6 is right
     assert coarse["baseline"]["segmenter"] == "FixedSpanSegmenter(span=3)" and coarse["baseline"]["correct"] == 1
-    with pytest.raises(ValueError, match="no teacher session"):
+    with pytest.raises(ValueError, match="no teacher session with a labelled position"):
         evaluate_segmenter(FixedSpanSegmenter(), [teacher([], n=0)])
 
 
@@ -119,7 +142,10 @@ def synthetic_teacher(missing: tuple[str, ...] = ()):
                 if conversation.id in missing:
                     counts["not_cached"] += 1
                     continue
-                found.append(TeacherSession(conversation.id, s, tuple(spans(s, 2 + k % 2)), (), k == 2, False))
+                events = spans(s, 2 + k % 2)
+                if k == 2:  # a failed call: its turns became extractive events
+                    events = [replace(e, attributes={"extractive": True}) for e in events]
+                found.append(TeacherSession(conversation.id, s, tuple(events), (), k == 2, False))
                 counts["sessions"] += 1
                 counts["failed"] += k == 2
         return found, counts

@@ -50,3 +50,6 @@ def test_teacher_sessions_replay_the_prompted_build_and_skip_what_is_not_cached(
     assert [t.session.id for t in found] == ["session_1", "session_2"] and counts["not_cached"] == 1
     assert all(len(t.events) == 2 and len(t.relations) == 1 and not t.failed for t in found)
     assert found[0].relations[0].label == "causal"
+    # each call's window of turns is kept (the segment labels mask what lies across windows)
+    assert all(sum(map(len, t.windows)) == len(t.session.turns) for t in found)
+    assert [turn_id for window in found[0].windows for turn_id in window] == [turn.id for turn in found[0].session.turns]

@@ -227,23 +227,29 @@ class BoundarySegmenter(EncoderStage, SpanSegmenter):
         return self.logits_from_vectors(self.encode_sessions(list(sessions)))
 
     def loss(self, logits: list[torch.Tensor], targets: list[torch.Tensor],
-             pos_weight: float | None = None) -> torch.Tensor:
-        """Mean binary cross-entropy over every position of every session; ``targets`` 0/1 per
+             pos_weight: float | None = None, masks: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """Mean binary cross-entropy over the positions of every session; ``targets`` 0/1 per
         position, shaped as ``logits``; ``pos_weight`` weighs the boundary positions (more
-        recall), as ``BCEWithLogitsLoss``'s."""
-        if len(logits) != len(targets):
-            raise ValueError(f"BoundarySegmenter.loss: {len(logits)} sessions of logits but {len(targets)} of targets")
+        recall), as ``BCEWithLogitsLoss``'s; ``masks`` (0/1, shaped as ``targets``) keeps only
+        the positions the labels decide (None: all)."""
+        if len(logits) != len(targets) or (masks is not None and len(masks) != len(targets)):
+            raise ValueError(f"BoundarySegmenter.loss: {len(logits)} sessions of logits but {len(targets)} of targets"
+                             + ("" if masks is None else f" and {len(masks)} of masks"))
         shapes = [(i, tuple(l.shape), tuple(t.shape)) for i, (l, t) in enumerate(zip(logits, targets))
-                  if l.shape != t.shape]
+                  if l.shape != t.shape or (masks is not None and masks[i].shape != t.shape)]
         if shapes:
-            raise ValueError(f"BoundarySegmenter.loss: logits and targets differ in shape (session, logits, targets): "
-                             f"{shapes[:3]}")
+            raise ValueError(f"BoundarySegmenter.loss: logits, targets and masks differ in shape (session, logits, "
+                             f"targets): {shapes[:3]}")
         flat = torch.cat([l.reshape(-1) for l in logits]) if logits else torch.zeros(0, device=self.device)
         if not flat.numel():  # nothing to decide (one-turn sessions): a zero that still backpropagates
             return flat.sum()
         gold = torch.cat([t.reshape(-1) for t in targets]).to(flat.device, flat.dtype)
         weight = None if pos_weight is None else torch.tensor(float(pos_weight), device=flat.device, dtype=flat.dtype)
-        return F.binary_cross_entropy_with_logits(flat, gold, pos_weight=weight)
+        if masks is None:
+            return F.binary_cross_entropy_with_logits(flat, gold, pos_weight=weight)
+        keep = torch.cat([m.reshape(-1) for m in masks]).to(flat.device, flat.dtype)
+        each = F.binary_cross_entropy_with_logits(flat, gold, pos_weight=weight, reduction="none")
+        return (each * keep).sum() / keep.sum().clamp(min=1.0)
 
     def boundary_probabilities(self, sessions: list[Session],
                                vectors: list[torch.Tensor] | None = None) -> list[list[float]]:
