@@ -166,7 +166,8 @@ def train(run: Run) -> dict[str, Any]:
                     logits = stage.logits_from_vectors([run.vectors[i] for i in batch])
                 else:
                     logits = stage.boundary_logits([run.sessions[i] for i in batch])
-                loss = stage.loss(logits, [run.targets[i] for i in batch], pos_weight, [run.masks[i] for i in batch])
+                loss = stage.loss(logits, [run.targets[i] for i in batch], pos_weight,
+                                  [run.masks[i] for i in batch])
             run.accelerator.backward(loss)
             run.optimizer.step()
             run.scheduler.step()

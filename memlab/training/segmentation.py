@@ -143,8 +143,9 @@ window, that call gave a grounded event and one of the turns is in one: window e
 unclaimed runs are not the teacher's decisions and are masked from loss and scores.
 The LoCoMo annotations (observations, session summaries) are NOT used.
 Conversations: {sorted({t.conversation_id for t in teachers})}.
-Sessions: {len(rows)}; turns: {turns}; boundaries: {boundaries}; labelled positions: {positions} of {turns - len(rows)}, \
-{labelled} of them boundaries; spans: {boundaries + len(rows)} (mean {turns / max(boundaries + len(rows), 1):.2f} turns per event).
+Sessions: {len(rows)}; turns: {turns}; boundaries: {boundaries}; labelled positions: {positions} of \
+{turns - len(rows)}, {labelled} of them boundaries; spans: {boundaries + len(rows)} \
+(mean {turns / max(boundaries + len(rows), 1):.2f} turns per event).
 Skipped as not cached (the prompted build had not reached them): {not_cached}. Sessions with a failed segmenter call: \
 {failed} (kept, their failed windows masked; {len(teachers) - len(kept)} sessions had no labelled position)."""
     info = datasets.DatasetInfo(description=card, features=SEGMENTATION_FEATURES)

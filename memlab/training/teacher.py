@@ -76,8 +76,9 @@ def teacher_sessions(conversations: Sequence[Conversation], config: str | os.Pat
             except CacheMissError:
                 counts["not_cached"] += 1
                 continue
+            windows = call_windows(pipeline.segmenter, history.id, session)
             teacher = TeacherSession(conversation.id, session, segmented.units, related.relations,
-                                     bool(segmented.error), bool(related.error), call_windows(pipeline.segmenter, history.id, session))
+                                     bool(segmented.error), bool(related.error), windows)
             counts["sessions"] += 1
             counts["failed"] += teacher.failed
             counts["segment_failed"] += teacher.segment_failed
