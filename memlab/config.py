@@ -9,7 +9,8 @@ Nodes are built depth-first. A node that appears twice through a YAML anchor (``
   a node that names another ``_component_`` keeps only the base arguments its class takes).
   Ablations are written this way. A merge edits a copy of the node it reaches: overriding
   ``answerer.lm.n_ctx`` in a file gives the answerer its own LM and leaves the other stages'
-  shared one alone (anchors do not reach across files).
+  shared one alone (anchors do not reach across files). A node anchored in the overriding file
+  is still one node after the merge (two stages sharing a trained checkpoint).
 * Command-line overrides are dotted keys: ``answerer.lm.temperature=0``,
   ``reranker._component_=memlab.stages.rerank.CrossEncoderReranker``. The value is read as
   YAML (``null``, numbers, lists); setting a key under a null node creates the node; a new
@@ -98,14 +99,22 @@ def _load_with_base(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     return _merge(merged, tree)
 
 
-def _merge(base: Any, override: Any) -> Any:
+def _merge(base: Any, override: Any, done: dict[int, Any] | None = None) -> Any:
+    """``override`` merged into ``base``. A node anchored in the override file (``&x`` ... ``*x``)
+    stays one node: its first occurrence (the anchor) is merged and every alias gets that result."""
+    done = {} if done is None else done
+    if id(override) in done:
+        return done[id(override)]
     if isinstance(base, dict) and isinstance(override, dict):
         if COMPONENT in override and override[COMPONENT] != base.get(COMPONENT):
             base = _arguments_accepted(base, override[COMPONENT])
         out = dict(base)
         for key, value in override.items():
-            out[key] = _merge(base[key], value) if key in base else value
+            out[key] = _merge(base[key], value, done) if key in base else done.get(id(value), value)
+        done[id(override)] = out
         return out
+    if isinstance(override, dict):
+        done[id(override)] = override
     return override
 
 

@@ -103,6 +103,16 @@ def test_base_file_is_merged(tmp_path):
         load_config(tmp_path / "loop.yaml")
 
 
+def test_a_node_anchored_in_the_overriding_file_stays_one_node(tmp_path):
+    (tmp_path / "base.yaml").write_text("x: {_component_: memlab.stages.segment.TokenChunkSegmenter, chunk_tokens: 64}\n"
+                                        "y: {holder: 1}\n")
+    (tmp_path / "child.yaml").write_text("_base_: base.yaml\nx: &seg {chunk_tokens: 128}\ny: {inner: *seg}\n")
+    tree = load_config(tmp_path / "child.yaml", ["x.chunk_tokens=32"])
+    # the alias gets the anchor's merged node (with the base's class), and an override reaches both
+    assert tree["y"]["inner"] is tree["x"]
+    assert tree["x"] == {"_component_": "memlab.stages.segment.TokenChunkSegmenter", "chunk_tokens": 32}
+
+
 def test_bad_files_give_clear_errors(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.yaml")
