@@ -119,7 +119,8 @@ def setup(config: dict[str, Any]) -> Run:
 
 def batch_loss(stage, rows: list[dict[str, Any]], weights):
     """The weighted cross-entropy of a batch of labelled pairs."""
-    logits = stage.pair_logits([(row["earlier"], row["later"]) for row in rows])
+    logits = stage.pair_logits([(row["earlier"], row["later"]) for row in rows],
+                               [row["target"] - row["source"] for row in rows])
     return stage.loss(logits, stage.targets([row["label"] for row in rows]), weights)
 
 

@@ -24,6 +24,7 @@ EVENTS = (
 PAIRS = [("Ann lost her job.", "Ann had to move out."), ("Bob cooked dinner.", "It rained in Paris."),
          ("The storm hit the town.", "The town flooded."), ("Ann bought a cat.", "The train was late.")]
 PAIR_TARGETS = ["causal", NO_RELATION, "causal", NO_RELATION]
+DISTANCES = [1, 3, 1, 6]  # events apart in their session
 
 
 def small_classifier(**kwargs) -> PairRelationClassifier:
@@ -37,7 +38,7 @@ def train_steps(stage: PairRelationClassifier, steps: int) -> list[float]:
     stage.train()
     losses = []
     for _ in range(steps):
-        loss = stage.loss(stage.pair_logits(PAIRS), stage.targets(PAIR_TARGETS), weights)
+        loss = stage.loss(stage.pair_logits(PAIRS, DISTANCES), stage.targets(PAIR_TARGETS), weights)
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
@@ -50,8 +51,9 @@ def scripted(stage: PairRelationClassifier, monkeypatch, answers: dict[tuple[int
     index = {event_text(e): n for n, e in enumerate(EVENTS)}
     asked: list = []
 
-    def predict(pairs):
+    def predict(pairs, distances):
         asked.extend((index[a], index[b]) for a, b in pairs)
+        assert list(distances) == [index[b] - index[a] for a, b in pairs]  # events apart in the session
         return [answers.get((index[a], index[b]), (NO_RELATION, 0.9)) for a, b in pairs]
 
     monkeypatch.setattr(stage, "predict", predict)
@@ -91,23 +93,32 @@ def test_max_relations_keeps_the_most_confident_in_canonical_order(monkeypatch):
 
 def test_gradient_steps_lower_the_loss_and_forward_restores_the_mode():
     stage = small_classifier()
-    assert stage.pair_logits(PAIRS).shape == (4, len(PAIR_LABELS))
+    assert stage.pair_logits(PAIRS, DISTANCES).shape == (4, len(PAIR_LABELS))
     losses = train_steps(stage, 4)
     assert losses[-1] < losses[0]
-    predictions = stage.predict(PAIRS)
+    predictions = stage.predict(PAIRS, DISTANCES)
     assert all(label in PAIR_LABELS and 0.0 < p <= 1.0 for label, p in predictions)
     assert stage.training
     with pytest.raises(ValueError, match=r"labels \['cause'\] are not among"):
         stage.targets(["cause"])
     with pytest.raises(ValueError, match="class_weights"):
-        stage.loss(stage.pair_logits(PAIRS[:1]), stage.targets(["causal"]), torch.ones(3))
+        stage.loss(stage.pair_logits(PAIRS[:1], [1]), stage.targets(["causal"]), torch.ones(3))
+    # the distance is read (one-hot, clipped at max_distance): the same texts apart or adjacent differ
+    stage.eval()
+    with torch.no_grad():
+        near, far, farther = (stage.pair_logits(PAIRS[:1], [d]) for d in (1, 4, 9))
+    assert not torch.allclose(near, far) and torch.allclose(far, farther)
+    with pytest.raises(ValueError, match="one distance >= 1 per pair"):
+        stage.pair_logits(PAIRS, [1, 1])
+    with pytest.raises(ValueError, match="one distance >= 1 per pair"):
+        stage.pair_logits(PAIRS[:1], [0])
 
 
 def test_save_and_load_round_trip(tmp_path):
     stage = small_classifier(max_relations=5)
     train_steps(stage, 1)
     before = stage([RelateIn(EVENTS)])
-    logits = stage.predict(PAIRS)
+    logits = stage.predict(PAIRS, DISTANCES)
     stage.save(tmp_path / "rc")
     config = json.loads((tmp_path / "rc" / "config.json").read_text())
     assert config["kwargs"]["labels"] == list(PAIR_LABELS) and config["kwargs"]["max_relations"] == 5
@@ -116,7 +127,7 @@ def test_save_and_load_round_trip(tmp_path):
     loaded = Stage.load(tmp_path / "rc")
     assert isinstance(loaded, PairRelationClassifier)
     assert loaded([RelateIn(EVENTS)]) == before
-    assert [label for label, _ in loaded.predict(PAIRS)] == [label for label, _ in logits]
+    assert [label for label, _ in loaded.predict(PAIRS, DISTANCES)] == [label for label, _ in logits]
 
 
 def test_majority_baseline():

@@ -1,8 +1,11 @@
 """Trained relation extractor: a cross-encoder over event pairs with one head over the labels.
 
 The ``TextEncoder`` reads (earlier event, later event) together, as ``CrossEncoderReranker``
-reads (query, candidate); a linear head maps the pooled pair onto ``RELATION_LABELS`` plus
-``NO_RELATION``. Where ``PromptedRelationExtractor`` asks a model for a session's relations in one
+reads (query, candidate); a linear head maps the pooled pair and the pair's distance onto
+``RELATION_LABELS`` plus ``NO_RELATION``. The distance is how many events apart the two are in
+the session (1: consecutive), one-hot up to ``max_distance``: the prompted teacher relates
+consecutive events far more often than distant ones (BENCHMARKS.md), which no text shows. The
+fuser's pair (an existing event, a new one: ``ClassifierFuser``) is read as consecutive. Where ``PromptedRelationExtractor`` asks a model for a session's relations in one
 call, this stage classifies every canonical pair on its own, with no LLM.
 
 Canonical pairs: every unordered pair ``(i, j)``, ``i < j``, of a session's events in session
@@ -68,7 +71,7 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
     kept per session (None: all); 12 is the prompted extractor's cap.
 
     Training API: ``pair_logits`` (differentiable ``[n, n_labels]`` logits for (earlier, later)
-    text pairs), ``loss`` (cross-entropy, optional class weights since ``none`` dominates),
+    text pairs and their distances), ``loss`` (cross-entropy, optional class weights since ``none`` dominates),
     ``predict`` (label and its probability per pair).
     """
 
@@ -82,6 +85,7 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
         max_length: PositiveInt = 128,
         batch_size: PositiveInt = 64,
         max_relations: PositiveInt | None = 12,
+        max_distance: PositiveInt = 4,
         device: str = "cpu",
     ) -> None:
         super().__init__()
@@ -95,11 +99,14 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
             raise ValueError(f"PairRelationClassifier: batch_size must be >= 1, got {batch_size}")
         if max_relations is not None and max_relations < 1:
             raise ValueError(f"PairRelationClassifier: max_relations must be >= 1 or None, got {max_relations}")
+        if max_distance < 1:
+            raise ValueError(f"PairRelationClassifier: max_distance must be >= 1, got {max_distance}")
         self.labels = tuple(labels)
         self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
                                    max_length=max_length)
         self.batch_size = batch_size
         self.max_relations = max_relations
+        self.max_distance = max_distance
         self.device = device
         self.head: nn.Linear | None = None
 
@@ -108,18 +115,23 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
         return {**super().init_kwargs, "labels": list(self.labels)}
 
     def _build_heads(self, hidden_size: int) -> None:
-        self.head = nn.Linear(hidden_size, len(self.labels))
+        self.head = nn.Linear(hidden_size + self.max_distance, len(self.labels))
 
     # -- training API --------------------------------------------------------------------
-    def pair_logits(self, pairs: Sequence[tuple[str, str]]) -> torch.Tensor:
-        """Logits ``[len(pairs), len(labels)]`` for (earlier event text, later event text) pairs; differentiable."""
+    def pair_logits(self, pairs: Sequence[tuple[str, str]], distances: Sequence[int]) -> torch.Tensor:
+        """Logits ``[len(pairs), len(labels)]`` for (earlier event text, later event text) pairs
+        ``distances`` events apart in their session (>= 1); differentiable."""
         if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(p, str) for p in pairs):
             raise TypeError("PairRelationClassifier.pair_logits takes a list of (earlier, later) pairs, got one pair")
+        if len(distances) != len(pairs) or any(d < 1 for d in distances):
+            raise ValueError(f"PairRelationClassifier: one distance >= 1 per pair, got {len(distances)} for "
+                             f"{len(pairs)} pairs (smallest {min(distances, default=None)})")
         self.warm_up()
         if not pairs:
             return torch.zeros(0, len(self.labels), device=self.device)
         pooled = self.encoder(self.encoder.tokenize([a for a, _ in pairs], [b for _, b in pairs]))
-        return self.head(pooled)
+        apart = torch.tensor([min(d, self.max_distance) - 1 for d in distances], device=pooled.device)
+        return self.head(torch.cat([pooled, F.one_hot(apart, self.max_distance).to(pooled.dtype)], dim=-1))
 
     def targets(self, labels: Sequence[str]) -> torch.Tensor:
         """Class indices of ``labels`` (a ValueError names a label the head does not know)."""
@@ -140,8 +152,9 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
             class_weights = class_weights.to(logits.device, logits.dtype)
         return F.cross_entropy(logits, targets.to(logits.device, torch.long), weight=class_weights)
 
-    def predict(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[str, float]]:
-        """(label, its probability) per pair, in eval mode, ``batch_size`` pairs at a time."""
+    def predict(self, pairs: Sequence[tuple[str, str]], distances: Sequence[int]) -> list[tuple[str, float]]:
+        """(label, its probability) per pair (``distances`` as ``pair_logits``'), in eval mode,
+        ``batch_size`` pairs at a time."""
         if not pairs:  # nothing to classify: no reason to load the encoder
             return []
         # Batches of similar length: padding to a batch's longest pair is most of the cost otherwise.
@@ -150,7 +163,8 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
         with self.inference():
             for start in range(0, len(order), self.batch_size):
                 chunk = order[start:start + self.batch_size]
-                probabilities = self.pair_logits([pairs[k] for k in chunk]).float().softmax(-1)
+                probabilities = self.pair_logits([pairs[k] for k in chunk], [distances[k] for k in chunk])
+                probabilities = probabilities.float().softmax(-1)
                 best, index = probabilities.max(-1)
                 for k, i, p in zip(chunk, index.tolist(), best.tolist()):
                     out[k] = (self.labels[i], p)
@@ -162,7 +176,7 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
         pairs = [canonical_pairs(len(item.events)) for item in batch]
         texts = [[event_text(e) for e in item.events] for item in batch]
         flat = [(text[i], text[j]) for text, ij in zip(texts, pairs) for i, j in ij]
-        predictions = iter(self.predict(flat))
+        predictions = iter(self.predict(flat, [j - i for ij in pairs for i, j in ij]))
         out = []
         for ij in pairs:
             found = [(p, Relation(i, j, label)) for (i, j), (label, p) in zip(ij, predictions) if label != NO_RELATION]
