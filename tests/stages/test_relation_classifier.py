@@ -194,3 +194,24 @@ def test_classifier_fuser_saves_and_loads_as_a_tree(tmp_path):
     # a caller's stage replaces the saved child
     swapped = Stage.load(tmp_path / "fuser", relation_extractor=MajorityRelationExtractor())
     assert [o.decision for o in swapped(items)] == ["new", "new", "new", "merge"]
+
+
+def test_a_pair_is_related_when_not_none_is_likelier_than_the_threshold(monkeypatch):
+    stage = small_classifier()
+    causal, motivation, none = (PAIR_LABELS.index(label) for label in ("causal", "motivation", NO_RELATION))
+
+    def logits(pairs, distances):
+        rows = torch.full((len(pairs), len(PAIR_LABELS)), -30.0)
+        # pair 0: none 0.4 beside causal 0.35 and motivation 0.25 -> related (0.6), causal
+        # pair 1: none 0.6 -> none, though no single relation label is likelier
+        for row, probs in zip(range(len(pairs)), ({none: 0.4, causal: 0.35, motivation: 0.25}, {none: 0.6, causal: 0.4})):
+            for label, p in probs.items():
+                rows[row, label] = torch.tensor(p).log()
+        return rows
+
+    monkeypatch.setattr(stage, "pair_logits", logits)
+    (label0, p0), (label1, p1) = stage.predict(PAIRS[:2], [1, 1])
+    assert (label0, label1) == ("causal", NO_RELATION)
+    assert p0 == pytest.approx(0.6, abs=1e-4) and p1 == pytest.approx(0.4, abs=1e-4)
+    stage.relation_threshold = 0.7
+    assert stage.predict(PAIRS[:1], [1])[0][0] == NO_RELATION

@@ -5,15 +5,19 @@ reads (query, candidate); a linear head maps the pooled pair and the pair's dist
 ``RELATION_LABELS`` plus ``NO_RELATION``. The distance is how many events apart the two are in
 the session (1: consecutive), one-hot up to ``max_distance``: the prompted teacher relates
 consecutive events far more often than distant ones (BENCHMARKS.md), which no text shows. The
-fuser's pair (an existing event, a new one: ``ClassifierFuser``) is read as consecutive. Where ``PromptedRelationExtractor`` asks a model for a session's relations in one
-call, this stage classifies every canonical pair on its own, with no LLM.
+fuser's pair (an existing event, a new one: ``ClassifierFuser``) is read as consecutive. Where
+``PromptedRelationExtractor`` asks a model for a session's relations in one call, this stage
+classifies every canonical pair on its own, with no LLM.
 
 Canonical pairs: every unordered pair ``(i, j)``, ``i < j``, of a session's events in session
-order (``RelateIn.events``). A pair classified as anything but ``none`` becomes
-``Relation(i, j, label)``: its direction is always session order (earlier -> later; a teacher
-relation given the other way round is turned round by ``canonical_relation`` for training) and its
-``cited_turns`` is empty (the classifier names no turns). With ``max_relations``, only that many
-relations per session are kept, the most confident ones (probability of the predicted label).
+order (``RelateIn.events``). A pair is related when its probability of being anything but
+``none`` exceeds ``relation_threshold`` (the edge is a yes / no decision: the teacher's typed
+labels split the related pairs so thinly that ``none`` would win an argmax on nearly every
+pair); it then becomes ``Relation(i, j, label)`` with the most probable relation label. Its
+direction is always session order (earlier -> later; a teacher relation given the other way
+round is turned round by ``canonical_relation`` for training) and its ``cited_turns`` is empty
+(the classifier names no turns). With ``max_relations``, only that many relations per session
+are kept, the most confident ones (probability of being related).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memlab.bounds import NonNegativeInt, PositiveInt
+from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
 from memlab.stages.encoder import EncoderStage, TextEncoder
 from memlab.stages.event_view import EventView
 from memlab.stages.relate.base import NO_RELATION, RELATION_LABELS, RelateIn, RelateOut, Relation, RelationExtractor
@@ -86,6 +90,7 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
         batch_size: PositiveInt = 64,
         max_relations: PositiveInt | None = 12,
         max_distance: PositiveInt = 4,
+        relation_threshold: UnitFloat = 0.5,
         device: str = "cpu",
     ) -> None:
         super().__init__()
@@ -107,6 +112,7 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
         self.batch_size = batch_size
         self.max_relations = max_relations
         self.max_distance = max_distance
+        self.relation_threshold = relation_threshold
         self.device = device
         self.head: nn.Linear | None = None
 
@@ -153,21 +159,25 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
         return F.cross_entropy(logits, targets.to(logits.device, torch.long), weight=class_weights)
 
     def predict(self, pairs: Sequence[tuple[str, str]], distances: Sequence[int]) -> list[tuple[str, float]]:
-        """(label, its probability) per pair (``distances`` as ``pair_logits``'), in eval mode,
-        ``batch_size`` pairs at a time."""
+        """(label, probability of being related) per pair (``distances`` as ``pair_logits``'):
+        the most probable relation label when that probability exceeds ``relation_threshold``,
+        else ``none``; in eval mode, ``batch_size`` pairs at a time."""
         if not pairs:  # nothing to classify: no reason to load the encoder
             return []
         # Batches of similar length: padding to a batch's longest pair is most of the cost otherwise.
         order = sorted(range(len(pairs)), key=lambda k: len(pairs[k][0]) + len(pairs[k][1]))
         out: list[tuple[str, float]] = [("", 0.0)] * len(pairs)
+        none = self.labels.index(NO_RELATION)
+        is_none = torch.arange(len(self.labels), device=self.device) == none
         with self.inference():
             for start in range(0, len(order), self.batch_size):
                 chunk = order[start:start + self.batch_size]
                 probabilities = self.pair_logits([pairs[k] for k in chunk], [distances[k] for k in chunk])
                 probabilities = probabilities.float().softmax(-1)
-                best, index = probabilities.max(-1)
-                for k, i, p in zip(chunk, index.tolist(), best.tolist()):
-                    out[k] = (self.labels[i], p)
+                related = 1.0 - probabilities[:, none]
+                index = probabilities.masked_fill(is_none, -1.0).argmax(-1)
+                for k, i, p in zip(chunk, index.tolist(), related.tolist()):
+                    out[k] = (self.labels[i] if p > self.relation_threshold else NO_RELATION, p)
         return out
 
     # -- the stage -----------------------------------------------------------------------
