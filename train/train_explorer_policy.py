@@ -47,7 +47,7 @@ from memlab.clock import active_seconds
 from memlab.config import ConfigError, build_pipeline, instantiate
 from memlab.stage import Stage
 from memlab.stages.navigate import ACTIONS
-from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, linear_schedule, make_accelerator,
+from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
                              recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
 from memlab.training.navigation import evaluate_explorer_policy, navigation_examples, row_inputs, row_target
 
@@ -115,25 +115,13 @@ def setup(config: dict[str, Any]) -> Run:
 
     run.stage = instantiate(config["stage"])
     optim = config["optim"]
-    run.optimizer = optimizer(run.stage, optim)
+    run.optimizer = adamw(run.stage, optim)  # optim.head_lr for the heads
     run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.datasets["train"]), optim),
                                     float(optim["warmup_fraction"]))
     run.accelerator = make_accelerator(config["precision"])
     run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
-
-
-def optimizer(stage, optim: dict[str, Any]) -> torch.optim.AdamW:
-    """AdamW with ``optim.lr`` for the encoder (its LoRA adapter) and ``optim.head_lr`` for the
-    heads, which start from scratch and see few steps on this little data."""
-    groups: dict[bool, list] = {True: [], False: []}
-    for name, parameter in stage.named_parameters():
-        if parameter.requires_grad:
-            groups[name.startswith("encoder.")].append(parameter)
-    return torch.optim.AdamW([{"params": groups[True], "lr": float(optim["lr"])},
-                              {"params": groups[False], "lr": float(optim["head_lr"])}],
-                             weight_decay=float(optim["weight_decay"]))
 
 
 def batches(run: Run, rng: random.Random) -> list[list[tuple[Any, Any]]]:

@@ -18,8 +18,8 @@ Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recip
 seed, precision``, ``progress`` (a progress bar), ``data {...}`` (as the other recipes),
 ``teacher_config`` (the CompassMem config whose cached prompted construction gives the labels)
 and ``teacher_overrides``, ``keep_failed`` (also sessions whose teacher calls failed),
-``stage`` (a ``PairRelationClassifier`` ``_component_`` node), ``optim {lr, weight_decay,
-epochs, batch_size, warmup_fraction, max_steps}``, ``class_weight_power``, ``patience``
+``stage`` (a ``PairRelationClassifier`` ``_component_`` node), ``optim {lr, head_lr (null: lr;
+the head starts from scratch), weight_decay, epochs, batch_size, warmup_fraction, max_steps}``, ``class_weight_power``, ``patience``
 (epochs), ``metric`` (``macro_f1``, ``macro_f1_relations`` or ``accuracy``).
 """
 
@@ -50,8 +50,8 @@ DEFAULTS: dict[str, Any] = {
     "teacher_overrides": [],
     "keep_failed": False,
     "stage": {"_component_": "memlab.stages.relate.PairRelationClassifier"},
-    "optim": {"lr": 1e-4, "weight_decay": 0.01, "epochs": 5, "batch_size": 32, "warmup_fraction": 0.1,
-              "max_steps": None},
+    "optim": {"lr": 1e-4, "head_lr": None, "weight_decay": 0.01, "epochs": 5, "batch_size": 32,
+              "warmup_fraction": 0.1, "max_steps": None},
     "class_weight_power": 0.5,
     "patience": 2,
     "metric": "macro_f1",

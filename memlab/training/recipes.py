@@ -284,9 +284,18 @@ def total_steps(items: int, optim: dict[str, Any]) -> int:
 
 def adamw(stage: torch.nn.Module, optim: dict[str, Any]) -> torch.optim.AdamW:
     """AdamW over the stage's trainable parameters (``optim.lr``, ``optim.weight_decay``); pair
-    it with ``linear_schedule`` or, for a constant rate, no schedule."""
-    return torch.optim.AdamW([p for p in stage.parameters() if p.requires_grad],
-                             lr=float(optim["lr"]), weight_decay=float(optim["weight_decay"]))
+    it with ``linear_schedule`` or, for a constant rate, no schedule. With ``optim.head_lr`` (not
+    null) the parameters outside ``encoder.`` (heads that start from scratch, and see few steps
+    on little data: Adam moves a weight about lr per step) get that rate instead."""
+    head_lr = optim.get("head_lr")
+    trainable = [(name, p) for name, p in stage.named_parameters() if p.requires_grad]
+    if head_lr is None:
+        return torch.optim.AdamW([p for _, p in trainable], lr=float(optim["lr"]),
+                                 weight_decay=float(optim["weight_decay"]))
+    encoder = [p for name, p in trainable if name.startswith("encoder.")]
+    heads = [p for name, p in trainable if not name.startswith("encoder.")]
+    return torch.optim.AdamW([{"params": encoder, "lr": float(optim["lr"])}, {"params": heads, "lr": float(head_lr)}],
+                             weight_decay=float(optim["weight_decay"]))
 
 
 def linear_schedule(optimizer, total_steps: int, warmup_fraction: float = 0.1):

@@ -217,3 +217,16 @@ def test_traversal_policy_recipe(three_conversations, tmp_path):
     first, after = fixed_batch_loss_drops(lambda: torch.stack([recipe.walk_loss(run.policy, w) for w in walks]).mean(),
                                           run.optimizer)
     assert after < first
+
+
+def test_adamw_gives_heads_their_own_rate_when_asked():
+    from memlab.training import adamw
+
+    stage = torch.nn.Module()
+    stage.encoder = torch.nn.Linear(2, 2)
+    stage.head = torch.nn.Linear(2, 1)
+    stage.encoder.bias.requires_grad_(False)  # frozen parameters are left out
+    one = adamw(stage, {"lr": 1e-3, "weight_decay": 0.0})
+    assert [(g["lr"], len(g["params"])) for g in one.param_groups] == [(1e-3, 3)]
+    two = adamw(stage, {"lr": 0.0, "head_lr": 1e-2, "weight_decay": 0.0})
+    assert [(g["lr"], len(g["params"])) for g in two.param_groups] == [(0.0, 1), (1e-2, 2)]
