@@ -10,7 +10,8 @@ import torch
 from memlab.stage import Stage
 from memlab.stages.event_view import EventView
 from memlab.stages.fuse import ClassifierFuser, FuseIn
-from memlab.stages.relate import (NO_RELATION, PAIR_LABELS, MajorityRelationExtractor, PairRelationClassifier,
+from memlab.stages.relate import (NO_RELATION, PAIR_LABELS, AdjacentRelationExtractor, MajorityRelationExtractor,
+                                  PairRelationClassifier,
                                   RelateIn, RelateOut, Relation, RelationExtractor, canonical_pairs,
                                   canonical_relation, event_text)
 
@@ -137,6 +138,15 @@ def test_majority_baseline():
                    RelateOut()]
     with pytest.raises(ValueError, match="'causes' is not"):
         MajorityRelationExtractor("causes")
+
+
+def test_adjacent_baseline_chains_consecutive_events():
+    out = AdjacentRelationExtractor()([RelateIn(EVENTS), RelateIn(EVENTS[:1]), RelateIn(())])
+    assert out == [RelateOut((Relation(0, 1, "enablement"), Relation(1, 2, "enablement"), Relation(2, 3, "enablement"))),
+                   RelateOut(), RelateOut()]
+    assert AdjacentRelationExtractor("causal")([RelateIn(EVENTS[:2])])[0].relations == (Relation(0, 1, "causal"),)
+    with pytest.raises(ValueError, match="'none' is not one of"):
+        AdjacentRelationExtractor("none")
 
 
 class Fixed(RelationExtractor):
