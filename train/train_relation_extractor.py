@@ -18,8 +18,9 @@ Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recip
 seed, precision``, ``progress`` (a progress bar), ``data {...}`` (as the other recipes),
 ``teacher_config`` (the CompassMem config whose cached prompted construction gives the labels)
 and ``teacher_overrides``, ``keep_failed`` (also sessions whose teacher calls failed),
-``stage`` (a ``PairRelationClassifier`` ``_component_`` node), ``optim {lr, head_lr (null: lr;
-the head starts from scratch), weight_decay, epochs, batch_size, warmup_fraction, max_steps}``, ``class_weight_power``, ``patience``
+``stage`` (a ``PairRelationClassifier`` ``_component_`` node), ``optim {lr, head_lr (null:
+lr; the head starts from scratch), weight_decay, epochs, batch_size, warmup_fraction,
+max_steps}``, ``class_weight_power``, ``patience``
 (epochs), ``metric`` (``macro_f1``, ``macro_f1_relations`` or ``accuracy``).
 """
 

@@ -6,5 +6,5 @@ from memlab.stages.relate.prompted import PromptedRelationExtractor
 from memlab.stages.relate.rules import AdjacentRelationExtractor, MajorityRelationExtractor
 
 __all__ = ["NO_RELATION", "PAIR_LABELS", "RELATION_LABELS", "AdjacentRelationExtractor", "MajorityRelationExtractor",
-           "PairRelationClassifier", "PromptedRelationExtractor", "RelateIn", "RelateOut", "Relation", "RelationExtractor", "canonical_pairs",
-           "canonical_relation", "event_text", "normalise_label"]
+           "PairRelationClassifier", "PromptedRelationExtractor", "RelateIn", "RelateOut", "Relation",
+           "RelationExtractor", "canonical_pairs", "canonical_relation", "event_text", "normalise_label"]

@@ -110,8 +110,9 @@ class BoundarySegmenter(EncoderStage, SpanSegmenter):
 
     Training API: ``boundary_logits(sessions)`` (differentiable; per session a ``[n_turns - 1]``
     tensor, entry t-1 the logit of a boundary before turn t), the same from precomputed turn
-    vectors (``encode_sessions`` + ``logits_from_vectors``), ``loss(logits, targets, pos_weight)``
-    (binary cross-entropy over every position of every session) and ``predict_boundaries``.
+    vectors (``encode_sessions`` + ``logits_from_vectors``), ``loss(logits, targets, pos_weight,
+    masks)`` (binary cross-entropy over the masked-in positions of every session) and
+    ``predict_boundaries``.
     """
 
     def __init__(
@@ -245,9 +246,7 @@ class BoundarySegmenter(EncoderStage, SpanSegmenter):
             return flat.sum()
         gold = torch.cat([t.reshape(-1) for t in targets]).to(flat.device, flat.dtype)
         weight = None if pos_weight is None else torch.tensor(float(pos_weight), device=flat.device, dtype=flat.dtype)
-        if masks is None:
-            return F.binary_cross_entropy_with_logits(flat, gold, pos_weight=weight)
-        keep = torch.cat([m.reshape(-1) for m in masks]).to(flat.device, flat.dtype)
+        keep = torch.ones_like(flat) if masks is None else torch.cat([m.reshape(-1) for m in masks]).to(flat)
         each = F.binary_cross_entropy_with_logits(flat, gold, pos_weight=weight, reduction="none")
         return (each * keep).sum() / keep.sum().clamp(min=1.0)
 
