@@ -19,7 +19,7 @@ plus the relevance, satisfaction and next-node binary cross-entropies. A batch h
 of consecutive questions (questions shuffled), so it shares their texts and encodes fewer.
 
 The memories are built by whatever the ``pipeline`` config holds: the default
-(``configs/pipelines/compassmem_trained.yaml``: trained segmenter and relation extractor)
+(``configs/pipelines/compassmem_trained_construction.yaml``: trained segmenter and relation extractor)
 builds with no LLM call. A pipeline without relation edges gives states without neighbours:
 the next-node head then gets no training signal.
 
@@ -56,7 +56,7 @@ DEFAULTS: dict[str, Any] = {
     "precision": "no",
     "progress": True,
     "data": DATA_DEFAULTS,
-    "pipeline": "configs/pipelines/compassmem_trained.yaml",
+    "pipeline": "configs/pipelines/compassmem_trained_construction.yaml",
     "pipeline_overrides": [],
     "stage": {"_component_": "memlab.stages.navigate.ExplorerPolicy"},
     "supervision": {"hops": 2, "max_states": 24},

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm import tqdm
 
 from memlab.clock import active_seconds
@@ -74,6 +75,7 @@ class Run:
     optimizer: Any = None
     scheduler: Any = None
     log: MetricsLog | None = None
+    vectors: dict[str, Any] | None = None  # event text -> encoder vector, when the encoder is frozen
 
 
 def part_sessions(config: dict[str, Any], part: str, conversations: list) -> tuple[list, dict[str, int]]:
@@ -108,6 +110,9 @@ def setup(config: dict[str, Any]) -> Run:
     unknown = sorted(set(run.examples["label"]) - set(run.stage.labels))
     if unknown:
         raise ValueError(f"the training pairs have labels {unknown} the classifier's head lacks ({list(run.stage.labels)})")
+    if run.stage.freeze_encoder:  # the encoder never changes: encode every training event once
+        texts = sorted(set(run.examples["earlier"]) | set(run.examples["later"]))
+        run.vectors = dict(zip(texts, run.stage.encode_texts(texts)))
     run.weights = class_weights(run.examples["label"], run.stage.labels, float(config["class_weight_power"]))
     optim = config["optim"]
     run.optimizer = adamw(run.stage, optim)
@@ -118,10 +123,15 @@ def setup(config: dict[str, Any]) -> Run:
     return run
 
 
-def batch_loss(stage, rows: list[dict[str, Any]], weights):
-    """The weighted cross-entropy of a batch of labelled pairs."""
-    logits = stage.pair_logits([(row["earlier"], row["later"]) for row in rows],
-                               [row["target"] - row["source"] for row in rows])
+def batch_loss(stage, rows: list[dict[str, Any]], weights, vectors: dict[str, Any] | None = None):
+    """The weighted cross-entropy of a batch of labelled pairs (from ``vectors``, the event
+    texts' precomputed encoder vectors, when given)."""
+    distances = [row["target"] - row["source"] for row in rows]
+    if vectors is None:
+        logits = stage.pair_logits([(row["earlier"], row["later"]) for row in rows], distances)
+    else:
+        logits = stage.logits_from_vectors(torch.stack([vectors[row["earlier"]] for row in rows]),
+                                           torch.stack([vectors[row["later"]] for row in rows]), distances)
     return stage.loss(logits, stage.targets([row["label"] for row in rows]), weights)
 
 
@@ -142,7 +152,7 @@ def train(run: Run) -> dict[str, Any]:
             started = active_seconds()
             stage = run.accelerator.unwrap_model(run.stage)
             with run.accelerator.autocast():  # ``prepare`` wraps only forward, not pair_logits
-                loss = batch_loss(stage, batch, run.weights)
+                loss = batch_loss(stage, batch, run.weights, run.vectors)
             run.accelerator.backward(loss)
             run.optimizer.step()
             run.scheduler.step()

@@ -19,7 +19,7 @@ differs from the packaged base), everything under full fine-tuning.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -114,15 +114,26 @@ class TextEncoder(nn.Module):
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
+def check_frozen_encoder(stage: str, freeze_encoder: bool, lora_rank: int) -> None:
+    """A frozen encoder with a LoRA adapter would save an adapter that never trained: a ValueError."""
+    if freeze_encoder and lora_rank:
+        raise ValueError(f"{stage}: freeze_encoder=true leaves a LoRA adapter untrained; "
+                         "set lora_rank=0, or freeze_encoder=false to train the adapter")
+
+
 class EncoderStage:
     """Mixin (listed before the family base) for a stage built on ``self.encoder`` + heads.
 
     The stage sets ``self.encoder`` and ``self.device`` in ``__init__`` and implements
-    ``_build_heads(hidden_size)``; the heads and the encoder weights appear on first use.
+    ``_build_heads(hidden_size)``; the heads and the encoder weights appear on first use. A
+    stage that sets ``self.freeze_encoder`` keeps the packaged encoder as it is: no gradient,
+    no dropout, vectors a training loop may compute once, and a checkpoint without the encoder
+    (it is rebuilt from the package on load).
     """
 
     encoder: TextEncoder
     device: str
+    freeze_encoder: bool = False
 
     def _build_heads(self, hidden_size: int) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -135,6 +146,8 @@ class EncoderStage:
         if self.is_built:
             return
         self.encoder.warm_up()
+        if self.freeze_encoder:
+            self.encoder.requires_grad_(False)
         self._build_heads(self.encoder.hidden_size)
         self.__dict__["_heads_built"] = True  # set before .to(), which warms up again
         nn.Module.to(self, self.device)
@@ -159,11 +172,36 @@ class EncoderStage:
 
     def checkpoint_state(self) -> dict[str, torch.Tensor]:
         state = self.state_dict()
+        if self.freeze_encoder:
+            return {k: v for k, v in state.items() if not k.startswith("encoder.")}
         if self.encoder.lora_rank == 0:
             return state
         # By name, not by ``requires_grad``: a head frozen for some experiment is still saved.
         frozen_base = {name for name in self.encoder.state_dict() if "lora_" not in name}
         return {k: v for k, v in state.items() if not (k.startswith("encoder.") and k[len("encoder."):] in frozen_base)}
+
+    def encode_texts(self, texts: list[str]) -> torch.Tensor:
+        """Pooled vectors ``[len(texts), hidden]``, in ``self.batch_size`` chunks of similar
+        length (less padding); differentiable unless the encoder is frozen."""
+        self.warm_up()
+        if not texts:
+            return torch.zeros(0, self.encoder.hidden_size, device=self.device)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        chunks = []
+        with torch.no_grad() if self.freeze_encoder else nullcontext():
+            was_training = self.encoder.training
+            if self.freeze_encoder:
+                self.encoder.eval()  # no dropout in a frozen encoder
+            try:
+                for start in range(0, len(order), self.batch_size):
+                    chunk = [texts[i] for i in order[start:start + self.batch_size]]
+                    chunks.append(self.encoder(self.encoder.tokenize(chunk)))
+            finally:
+                self.encoder.train(was_training)
+        vectors = torch.cat(chunks)
+        inverse = torch.empty(len(order), dtype=torch.long, device=vectors.device)
+        inverse[torch.tensor(order, device=vectors.device)] = torch.arange(len(order), device=vectors.device)
+        return vectors[inverse]
 
     @contextmanager
     def inference(self) -> Iterator[None]:

@@ -30,7 +30,7 @@ DISTANCES = [1, 3, 1, 6]  # events apart in their session
 
 def small_classifier(**kwargs) -> PairRelationClassifier:
     torch.manual_seed(0)
-    return PairRelationClassifier(**{"lora_rank": 4, "max_length": 32, "batch_size": 4, **kwargs})
+    return PairRelationClassifier(**{"max_length": 32, "batch_size": 4, **kwargs})
 
 
 def train_steps(stage: PairRelationClassifier, steps: int) -> list[float]:
@@ -109,10 +109,31 @@ def test_gradient_steps_lower_the_loss_and_forward_restores_the_mode():
     with torch.no_grad():
         near, far, farther = (stage.pair_logits(PAIRS[:1], [d]) for d in (1, 4, 9))
     assert not torch.allclose(near, far) and torch.allclose(far, farther)
-    with pytest.raises(ValueError, match="one distance >= 1 per pair"):
+    with pytest.raises(ValueError, match="one distance per pair"):
         stage.pair_logits(PAIRS, [1, 1])
     with pytest.raises(ValueError, match="one distance >= 1 per pair"):
         stage.pair_logits(PAIRS[:1], [0])
+
+
+def test_a_frozen_encoder_stays_the_packaged_one_and_vectors_can_be_precomputed():
+    stage = small_classifier()
+    encoder_before = {k: v.clone() for k, v in stage.encoder.state_dict().items()}
+    train_steps(stage, 2)
+    assert all(torch.equal(v, stage.encoder.state_dict()[k]) for k, v in encoder_before.items())
+    assert not any(k.startswith("encoder.") for k in stage.checkpoint_state())  # the head alone
+    # precomputed event vectors give the logits pair_logits gives from the texts
+    stage.eval()
+    vectors = stage.encode_texts([text for pair in PAIRS for text in pair])
+    with torch.no_grad():
+        from_vectors = stage.logits_from_vectors(vectors[0::2], vectors[1::2], DISTANCES)
+        assert torch.allclose(from_vectors, stage.pair_logits(PAIRS, DISTANCES), atol=1e-5)
+    with pytest.raises(ValueError, match="freeze_encoder=true leaves a LoRA adapter untrained"):
+        PairRelationClassifier(lora_rank=4)
+    # a LoRA adapter trains when the encoder is not frozen
+    lora = small_classifier(freeze_encoder=False, lora_rank=4)
+    losses = train_steps(lora, 3)
+    assert losses[-1] < losses[0]
+    assert any("lora_" in k for k in lora.checkpoint_state())
 
 
 def test_save_and_load_round_trip(tmp_path):
@@ -123,8 +144,8 @@ def test_save_and_load_round_trip(tmp_path):
     stage.save(tmp_path / "rc")
     config = json.loads((tmp_path / "rc" / "config.json").read_text())
     assert config["kwargs"]["labels"] == list(PAIR_LABELS) and config["kwargs"]["max_relations"] == 5
-    assert (tmp_path / "rc" / "model.safetensors").stat().st_size < 1_000_000  # adapter + head only
-    torch.manual_seed(123)  # another LoRA init must be overwritten by the checkpoint
+    assert (tmp_path / "rc" / "model.safetensors").stat().st_size < 1_000_000  # the head only
+    torch.manual_seed(123)  # another head init must be overwritten by the checkpoint
     loaded = Stage.load(tmp_path / "rc")
     assert isinstance(loaded, PairRelationClassifier)
     assert loaded([RelateIn(EVENTS)]) == before

@@ -161,7 +161,7 @@ def test_the_recipe_trains_saves_and_evaluates_on_held_out_conversations(three_c
         "recipe": "train_explorer_policy", "output_dir": str(out), "progress": False,
         "data": {"path": str(three_conversations), "eval_ids": ["tiny-c"], "validation_ids": ["tiny-b"],
                  "max_questions": 6},
-        "stage": {"_component_": "memlab.stages.navigate.ExplorerPolicy", "max_length": 32, "lora_rank": 4,
+        "stage": {"_component_": "memlab.stages.navigate.ExplorerPolicy", "max_length": 32, "lora_rank": 0,
                   "hidden": 16, "freeze_encoder": True},  # heads only: seconds on a CPU
         "supervision": {"max_states": 4},
         "optim": {"epochs": 1, "batch_size": 8, "max_steps": 2},
@@ -173,7 +173,8 @@ def test_the_recipe_trains_saves_and_evaluates_on_held_out_conversations(three_c
     assert 0.0 <= final["action_accuracy"] <= 1.0 and "always_expand" in final["baselines"]
     assert "Label source: gold evidence" in summary["supervision"]["train"]
     record = json.loads((out / "training.json").read_text())
-    assert record["evaluation"] == final and record["config"]["pipeline"] == "configs/pipelines/compassmem_trained.yaml"
+    assert record["evaluation"] == final and record["config"]["pipeline"] == \
+        "configs/pipelines/compassmem_trained_construction.yaml"
     loaded = Stage.load(out)
     assert loaded.trained_on == {"tiny-a", "tiny-b"}
     assert len((tmp_path / "explorer.metrics.jsonl").read_text().splitlines()) == 3  # step 0, 1, 2

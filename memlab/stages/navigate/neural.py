@@ -148,8 +148,6 @@ class ExplorerPolicy(EncoderStage, Navigator):
         self._cache_stamp: tuple | None = None
 
     def _build_heads(self, hidden_size: int) -> None:
-        if self.freeze_encoder:
-            self.encoder.requires_grad_(False)
         self.pair = nn.Sequential(nn.Linear(2 * hidden_size + 1, self.hidden), nn.GELU())
         self.relevance = nn.Linear(self.hidden, 1)
         self.route = nn.Linear(self.hidden + RELATION_SLOTS, 1)

@@ -1,13 +1,20 @@
-"""Trained relation extractor: a cross-encoder over event pairs with one head over the labels.
+"""Trained relation extractor: a pair classifier over event vectors with one head over the labels.
 
-The ``TextEncoder`` reads (earlier event, later event) together, as ``CrossEncoderReranker``
-reads (query, candidate); a linear head maps the pooled pair and the pair's distance onto
-``RELATION_LABELS`` plus ``NO_RELATION``. The distance is how many events apart the two are in
-the session (1: consecutive), one-hot up to ``max_distance``: the prompted teacher relates
+The ``TextEncoder`` pools each event of a session into one vector (a bi-encoder: ``n`` encoder
+passes per session, not one per pair). A linear head reads a pair as (earlier ``a``, later
+``b``, ``a * b``, ``|a - b|``, their cosine) and the pair's distance, and maps it onto
+``RELATION_LABELS`` plus ``NO_RELATION``. The distance is how many events apart the two are
+in the session (1: consecutive), one-hot up to ``max_distance``: the prompted teacher relates
 consecutive events far more often than distant ones (BENCHMARKS.md), which no text shows. The
 fuser's pair (an existing event, a new one: ``ClassifierFuser``) is read as consecutive. Where
 ``PromptedRelationExtractor`` asks a model for a session's relations in one call, this stage
 classifies every canonical pair on its own, with no LLM.
+
+Why a bi-encoder over a frozen encoder (the default) rather than a cross-encoder reading both
+events at once: with a few hundred teacher pairs, a cross-encoder (LoRA or whole) learnt the
+texts of its training pairs and predicted ``none`` for nearly every held-out pair, whatever
+its class weights or learning rates; fixed event vectors under one linear head generalise
+(BENCHMARKS.md, "CompassMem").
 
 Canonical pairs: every unordered pair ``(i, j)``, ``i < j``, of a session's events in session
 order (``RelateIn.events``). A pair is related when its probability of being anything but
@@ -29,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
-from memlab.stages.encoder import EncoderStage, TextEncoder
+from memlab.stages.encoder import EncoderStage, TextEncoder, check_frozen_encoder
 from memlab.stages.event_view import EventView
 from memlab.stages.relate.base import NO_RELATION, RELATION_LABELS, RelateIn, RelateOut, Relation, RelationExtractor
 
@@ -66,24 +73,26 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
     """Classifies each canonical event pair of a session (module docstring).
 
     ``labels`` are the head's classes (default ``PAIR_LABELS``; saved resolved, so the weights'
-    class order never depends on the code's default); they must include ``none``. ``lora_rank >
-    0`` trains a LoRA adapter on the packaged MiniLM (the checkpoint holds the adapter and the
-    head only), ``0`` fine-tunes it whole. ``max_length`` (tokens of the pair, the longer event
-    trimmed first) and ``batch_size`` set the CPU cost, which is one encoder pass per pair: on 2
-    cores, 12-19 pairs a second at 128 tokens (conv-41 cut into 3-turn events, 742 pairs: 40-66 s;
-    2-turn events, 1,267 pairs: ~100 s on a busy machine). ``max_relations`` caps the relations
+    class order never depends on the code's default); they must include ``none``.
+    ``freeze_encoder`` (default) keeps the packaged MiniLM as it is: only the head trains, event
+    vectors can be computed once per training run, and the checkpoint is the head alone. With
+    ``freeze_encoder=False``, ``lora_rank > 0`` trains a LoRA adapter too and ``0`` fine-tunes
+    the encoder whole. ``max_length`` (tokens of an event) and ``batch_size`` (events per encoder
+    pass) set the CPU cost, one encoder pass per event. ``max_relations`` caps the relations
     kept per session (None: all); 12 is the prompted extractor's cap.
 
     Training API: ``pair_logits`` (differentiable ``[n, n_labels]`` logits for (earlier, later)
-    text pairs and their distances), ``loss`` (cross-entropy, optional class weights since ``none`` dominates),
-    ``predict`` (label and its probability per pair).
+    text pairs and their distances), the same from precomputed event vectors
+    (``encode_texts`` + ``logits_from_vectors``), ``loss`` (cross-entropy, optional class
+    weights since ``none`` dominates), ``predict`` (label and probability of being related per pair).
     """
 
     def __init__(
         self,
         labels: list[str] | None = None,
         encoder_path: str | None = None,
-        lora_rank: NonNegativeInt = 8,
+        freeze_encoder: bool = True,
+        lora_rank: NonNegativeInt = 0,
         lora_alpha: PositiveInt = 16,
         lora_targets: list[str] | None = None,
         max_length: PositiveInt = 128,
@@ -100,6 +109,7 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
         unknown = [label for label in labels if label not in PAIR_LABELS]
         if unknown:
             raise ValueError(f"PairRelationClassifier: labels {unknown} are not among {list(PAIR_LABELS)}")
+        check_frozen_encoder("PairRelationClassifier", freeze_encoder, lora_rank)
         if batch_size < 1:
             raise ValueError(f"PairRelationClassifier: batch_size must be >= 1, got {batch_size}")
         if max_relations is not None and max_relations < 1:
@@ -109,6 +119,7 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
         self.labels = tuple(labels)
         self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
                                    max_length=max_length)
+        self.freeze_encoder = freeze_encoder
         self.batch_size = batch_size
         self.max_relations = max_relations
         self.max_distance = max_distance
@@ -121,23 +132,38 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
         return {**super().init_kwargs, "labels": list(self.labels)}
 
     def _build_heads(self, hidden_size: int) -> None:
-        self.head = nn.Linear(hidden_size + self.max_distance, len(self.labels))
+        # (a, b, a * b, |a - b|), their cosine, the distance one-hot.
+        self.head = nn.Linear(4 * hidden_size + 1 + self.max_distance, len(self.labels))
 
     # -- training API --------------------------------------------------------------------
+    def logits_from_vectors(self, earlier: torch.Tensor, later: torch.Tensor, distances: Sequence[int]) -> torch.Tensor:
+        """Logits ``[n, len(labels)]`` from the two events' encoder vectors (``[n, hidden]``
+        each) and how many events apart they are (>= 1); differentiable."""
+        if earlier.shape != later.shape or len(distances) != len(earlier) or any(d < 1 for d in distances):
+            raise ValueError(f"PairRelationClassifier: vectors {tuple(earlier.shape)} / {tuple(later.shape)} need one "
+                             f"distance >= 1 per pair, got {len(distances)} (smallest {min(distances, default=None)})")
+        self.warm_up()
+        if not len(earlier):
+            return torch.zeros(0, len(self.labels), device=self.device)
+        a, b = earlier.to(self.device), later.to(self.device)
+        cosine = F.cosine_similarity(a, b, dim=-1).unsqueeze(-1)
+        apart = torch.tensor([min(d, self.max_distance) - 1 for d in distances], device=a.device)
+        features = [a, b, a * b, (a - b).abs(), cosine, F.one_hot(apart, self.max_distance).to(a.dtype)]
+        return self.head(torch.cat(features, dim=-1))
+
     def pair_logits(self, pairs: Sequence[tuple[str, str]], distances: Sequence[int]) -> torch.Tensor:
         """Logits ``[len(pairs), len(labels)]`` for (earlier event text, later event text) pairs
-        ``distances`` events apart in their session (>= 1); differentiable."""
+        ``distances`` events apart in their session (>= 1); each distinct text is encoded once."""
         if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(p, str) for p in pairs):
             raise TypeError("PairRelationClassifier.pair_logits takes a list of (earlier, later) pairs, got one pair")
-        if len(distances) != len(pairs) or any(d < 1 for d in distances):
-            raise ValueError(f"PairRelationClassifier: one distance >= 1 per pair, got {len(distances)} for "
-                             f"{len(pairs)} pairs (smallest {min(distances, default=None)})")
-        self.warm_up()
-        if not pairs:
-            return torch.zeros(0, len(self.labels), device=self.device)
-        pooled = self.encoder(self.encoder.tokenize([a for a, _ in pairs], [b for _, b in pairs]))
-        apart = torch.tensor([min(d, self.max_distance) - 1 for d in distances], device=pooled.device)
-        return self.head(torch.cat([pooled, F.one_hot(apart, self.max_distance).to(pooled.dtype)], dim=-1))
+        if len(distances) != len(pairs):
+            raise ValueError(f"PairRelationClassifier: one distance per pair, got {len(distances)} for {len(pairs)} pairs")
+        texts = list(dict.fromkeys(text for pair in pairs for text in pair))
+        index = {text: i for i, text in enumerate(texts)}
+        vectors = self.encode_texts(texts)
+        earlier = vectors[[index[a] for a, _ in pairs]] if pairs else vectors
+        later = vectors[[index[b] for _, b in pairs]] if pairs else vectors
+        return self.logits_from_vectors(earlier, later, distances)
 
     def targets(self, labels: Sequence[str]) -> torch.Tensor:
         """Class indices of ``labels`` (a ValueError names a label the head does not know)."""
@@ -161,28 +187,20 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
     def predict(self, pairs: Sequence[tuple[str, str]], distances: Sequence[int]) -> list[tuple[str, float]]:
         """(label, probability of being related) per pair (``distances`` as ``pair_logits``'):
         the most probable relation label when that probability exceeds ``relation_threshold``,
-        else ``none``; in eval mode, ``batch_size`` pairs at a time."""
+        else ``none``; in eval mode."""
         if not pairs:  # nothing to classify: no reason to load the encoder
             return []
-        # Batches of similar length: padding to a batch's longest pair is most of the cost otherwise.
-        order = sorted(range(len(pairs)), key=lambda k: len(pairs[k][0]) + len(pairs[k][1]))
-        out: list[tuple[str, float]] = [("", 0.0)] * len(pairs)
         none = self.labels.index(NO_RELATION)
-        is_none = torch.arange(len(self.labels), device=self.device) == none
         with self.inference():
-            for start in range(0, len(order), self.batch_size):
-                chunk = order[start:start + self.batch_size]
-                probabilities = self.pair_logits([pairs[k] for k in chunk], [distances[k] for k in chunk])
-                probabilities = probabilities.float().softmax(-1)
-                related = 1.0 - probabilities[:, none]
-                index = probabilities.masked_fill(is_none, -1.0).argmax(-1)
-                for k, i, p in zip(chunk, index.tolist(), related.tolist()):
-                    out[k] = (self.labels[i] if p > self.relation_threshold else NO_RELATION, p)
-        return out
+            probabilities = self.pair_logits(pairs, distances).float().softmax(-1)
+            related = 1.0 - probabilities[:, none]
+            index = probabilities.masked_fill(torch.arange(len(self.labels), device=probabilities.device) == none, -1.0).argmax(-1)
+        return [(self.labels[i] if p > self.relation_threshold else NO_RELATION, p)
+                for i, p in zip(index.tolist(), related.tolist())]
 
     # -- the stage -----------------------------------------------------------------------
     def forward(self, batch: list[RelateIn]) -> list[RelateOut]:
-        # All sessions' pairs go through the encoder together: full batches, one pass.
+        # All sessions' pairs in one call: their events go through the encoder together, in full batches.
         pairs = [canonical_pairs(len(item.events)) for item in batch]
         texts = [[event_text(e) for e in item.events] for item in batch]
         flat = [(text[i], text[j]) for text, ij in zip(texts, pairs) for i, j in ij]

@@ -24,7 +24,6 @@ The whole session is one window (index 0), so unit ids are ``<conversation>/<ses
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +31,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
 
 from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
-from memlab.stages.encoder import EncoderStage, TextEncoder
+from memlab.stages.encoder import EncoderStage, TextEncoder, check_frozen_encoder
 from memlab.stages.segment.base import SegmentIn, SegmentOut, Segmenter
 from memlab.stages.segment.prompted import event_unit, extractive_summary, speakers_of
 from memlab.stages.segment.windows import TurnWindow, annotated_lines
@@ -132,9 +131,7 @@ class BoundarySegmenter(EncoderStage, SpanSegmenter):
         device: str = "cpu",
     ) -> None:
         super().__init__()
-        if freeze_encoder and lora_rank:
-            raise ValueError("BoundarySegmenter: freeze_encoder=true leaves a LoRA adapter untrained; "
-                             "set lora_rank=0, or freeze_encoder=false to train the adapter")
+        check_frozen_encoder("BoundarySegmenter", freeze_encoder, lora_rank)
         if batch_size < 1 or context_size < 1 or (max_span is not None and max_span < 1):
             raise ValueError(f"BoundarySegmenter: batch_size, context_size and max_span must be >= 1, got "
                              f"{batch_size}, {context_size}, {max_span}")
@@ -156,43 +153,12 @@ class BoundarySegmenter(EncoderStage, SpanSegmenter):
         self.head: nn.Sequential | None = None
 
     def _build_heads(self, hidden_size: int) -> None:
-        if self.freeze_encoder:
-            self.encoder.requires_grad_(False)
         self.context = nn.GRU(hidden_size, self.context_size, batch_first=True, bidirectional=True)
         # Both sides' context (2 x bidirectional) and the cosine of the two turns' vectors.
         self.head = nn.Sequential(nn.Linear(4 * self.context_size + 1, self.context_size), nn.GELU(),
                                   nn.Dropout(self.dropout), nn.Linear(self.context_size, 1))
 
-    def checkpoint_state(self) -> dict[str, torch.Tensor]:
-        if not self.freeze_encoder:
-            return super().checkpoint_state()
-        # The frozen encoder is the packaged one, rebuilt on load: only the GRU and head differ.
-        return {k: v for k, v in self.state_dict().items() if not k.startswith("encoder.")}
-
     # -- encoding ------------------------------------------------------------------------
-    def encode_texts(self, texts: list[str]) -> torch.Tensor:
-        """Pooled vectors ``[len(texts), hidden]``, in ``batch_size`` chunks of similar length
-        (less padding); differentiable unless the encoder is frozen."""
-        self.warm_up()
-        if not texts:
-            return torch.zeros(0, self.encoder.hidden_size, device=self.device)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        chunks = []
-        with torch.no_grad() if self.freeze_encoder else nullcontext():
-            was_training = self.encoder.training
-            if self.freeze_encoder:
-                self.encoder.eval()  # no dropout in a frozen encoder
-            try:
-                for start in range(0, len(order), self.batch_size):
-                    chunk = [texts[i] for i in order[start:start + self.batch_size]]
-                    chunks.append(self.encoder(self.encoder.tokenize(chunk)))
-            finally:
-                self.encoder.train(was_training)
-        vectors = torch.cat(chunks)
-        inverse = torch.empty(len(order), dtype=torch.long, device=vectors.device)
-        inverse[torch.tensor(order, device=vectors.device)] = torch.arange(len(order), device=vectors.device)
-        return vectors[inverse]
-
     def encode_sessions(self, sessions: list[Session]) -> list[torch.Tensor]:
         """Per session, its turn vectors ``[n_turns, hidden]`` (each turn as ``Turn.render()``)."""
         vectors = self.encode_texts([turn.render() for session in sessions for turn in session.turns])
