@@ -18,6 +18,7 @@ import sys
 
 from memlab.clock import active_seconds
 from memlab.config import build_pipeline
+from memlab.data import DataError
 from memlab.data.select import load_conversations
 from memlab.stage import trained_conversations
 
@@ -39,9 +40,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: a trained stage of {args.config} learnt from {overlap}; "
               "pass --allow-training-overlap to time it anyway", file=sys.stderr)
         return 2
+    try:
+        conversations = load_conversations(args.data, ids, sessions=args.sessions)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     pipeline.eval()
     lms = pipeline.lms()
-    for conversation in load_conversations(args.data, ids, sessions=args.sessions):
+    for conversation in conversations:
         before = [lm.usage.snapshot() for lm in lms]
         started = active_seconds()
         memory = pipeline.build(conversation.history())
