@@ -13,8 +13,9 @@ needs them calls it. ``EncoderStage`` gives a stage built on a ``TextEncoder`` t
 behaviour for its heads: ``parameters()``, ``state_dict()``, ``load_state_dict()`` and
 ``.to()`` all warm the stage up first, so an optimiser built right after construction sees
 every parameter (code that touches a head attribute directly calls ``warm_up()`` first:
-before it the head is ``None``). Its ``checkpoint_state()`` is the LoRA adapter + heads under LoRA (what
-differs from the packaged base), everything under full fine-tuning.
+before it the head is ``None``). Its ``checkpoint_state()`` is the heads alone with a frozen
+encoder, the LoRA adapter + heads under LoRA (what differs from the packaged base), everything
+under full fine-tuning.
 """
 
 from __future__ import annotations
