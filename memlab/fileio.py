@@ -42,15 +42,26 @@ class ManifestError(ValueError):
 
 
 def write_json_atomic(path: str | os.PathLike, payload: Any, sort_keys: bool = False) -> None:
-    """``payload`` as indented JSON at ``path``, via a temporary sibling made durable and then
-    renamed over it: an interrupted run leaves the old file or the new one, never a torn one."""
+    """``payload`` as indented JSON at ``path``, written through ``atomic_file``."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str, sort_keys=sort_keys),
+                       encoding="utf-8")
+
+
+@contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary sibling of ``path`` to write; once the block ends it is made durable and
+    renamed over ``path``: an interrupted run leaves the old file or the new one, never a torn
+    one (an error in the block removes the temporary file and leaves ``path`` as it was)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str, sort_keys=sort_keys))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        yield tmp
+        with tmp.open("rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @contextmanager

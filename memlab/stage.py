@@ -82,7 +82,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Callable, ClassVar, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -472,6 +472,15 @@ class PromptedStage(Stage[In, Out]):
         params.setdefault("max_tokens", self.max_tokens)
         params.setdefault("temperature", self.temperature)
         return ChatRequest.of(messages, **params)
+
+    def forward_where(self, batch: list[In], ask: Callable[[In], bool], empty: Callable[[In], Out]) -> list[Out]:
+        """``forward`` on the items ``ask`` accepts; the others get ``empty(item)`` and cost no
+        call (an episode with no entities has nothing to describe)."""
+        asked = [i for i, item in enumerate(batch) if ask(item)]
+        out = [empty(item) for item in batch]
+        for i, answer in zip(asked, PromptedStage.forward(self, [batch[i] for i in asked]) if asked else []):
+            out[i] = answer
+        return out
 
     def forward(self, batch: list[In]) -> list[Out]:
         requests = [self.render(item) for item in batch]

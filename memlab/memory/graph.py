@@ -30,12 +30,15 @@ import copy
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+import json
+from datetime import date, datetime
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
 import numpy as np
 
+from memlab.fileio import atomic_file
 from memlab.memory.jsoncodec import decode_time, decode_value, encode_time, encode_value
 
 #: Node fields kept apart from the free attributes.
@@ -302,6 +305,26 @@ class MemoryGraph:
             data[rel].edge_weight = torch.tensor(weight, dtype=torch.float32)
         return data
 
+    def to_graphml(self, path: str | Path) -> Path:
+        """Write the graph as GraphML (Gephi, yEd, networkx) to ``path``, atomically.
+
+        GraphML holds scalars only: every node and edge field becomes a string, number or
+        boolean attribute (times as ISO strings, lists and dicts as JSON, ``None`` left out),
+        embeddings are omitted; node ids are kept and each edge is keyed ``type`` or
+        ``type:label``, so parallel edges of different labels stay apart.
+        """
+        path = Path(path)
+        with self._lock:
+            out = nx.MultiDiGraph()
+            for n, d in self._g.nodes(data=True):
+                out.add_node(n, **_graphml_values({k: v for k, v in d.items() if k != "embedding"}))
+            for u, v, d in self._g.edges(data=True):
+                key = d["type"] if d["label"] is None else f"{d['type']}:{d['label']}"
+                out.add_edge(u, v, key=key, **_graphml_values(d))
+        with atomic_file(path) as tmp:
+            nx.write_graphml(out, tmp)
+        return path
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (timestamps as ISO strings); ``from_dict`` inverts it."""
         with self._lock:
@@ -372,6 +395,22 @@ class MemoryGraph:
 
     def __repr__(self) -> str:
         return f"MemoryGraph(nodes={self.num_nodes()}, edges={self.num_edges()}, types={self.node_types()})"
+
+
+def _graphml_values(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` as GraphML can hold it (see ``MemoryGraph.to_graphml``)."""
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if value is None:
+            continue
+        if isinstance(value, (bool, int, float, str)):
+            values[key] = value
+        elif isinstance(value, (datetime, date)):
+            values[key] = value.isoformat()
+        else:
+            values[key] = json.dumps(encode_value(list(value) if isinstance(value, tuple) else value, key),
+                                     ensure_ascii=False)
+    return values
 
 
 def _union(existing: tuple[str, ...], new: Iterable[str]) -> tuple[str, ...]:

@@ -60,9 +60,4 @@ class PromptedRelevanceFilter(PromptedStage, RelevanceFilter):
         return FilterOut(tuple(range(len(item.candidates))), error=error)
 
     def forward(self, batch: list[FilterIn]) -> list[FilterOut]:
-        asked = [i for i, item in enumerate(batch) if item.candidates]
-        answers = super().forward([batch[i] for i in asked]) if asked else []
-        out = [FilterOut(()) for _ in batch]
-        for i, answer in zip(asked, answers):
-            out[i] = answer
-        return out
+        return self.forward_where(batch, lambda item: item.candidates, lambda item: FilterOut(()))

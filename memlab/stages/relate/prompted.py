@@ -67,12 +67,7 @@ class PromptedRelationExtractor(PromptedStage, RelationExtractor):
 
     def forward(self, batch: list[RelateIn]) -> list[RelateOut]:
         # A session with fewer than two events has no pair to relate: no call.
-        asked = [i for i, item in enumerate(batch) if len(item.events) >= 2]
-        replies = PromptedStage.forward(self, [batch[i] for i in asked]) if asked else []
-        out = [RelateOut() for _ in batch]
-        for i, reply in zip(asked, replies):
-            out[i] = reply
-        return out
+        return self.forward_where(batch, lambda item: len(item.events) >= 2, lambda item: RelateOut())
 
     def render(self, item: RelateIn) -> ChatRequest:
         events = "\n".join(

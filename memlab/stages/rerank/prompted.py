@@ -77,9 +77,4 @@ class PromptedReranker(PromptedStage, Reranker):
         return RerankOut(order_scores(len(item.candidates), []), error=error)
 
     def forward(self, batch: list[RerankIn]) -> list[RerankOut]:
-        asked = [i for i, item in enumerate(batch) if item.candidates]
-        answers = super().forward([batch[i] for i in asked]) if asked else []
-        out = [RerankOut(()) for _ in batch]
-        for i, answer in zip(asked, answers):
-            out[i] = answer
-        return out
+        return self.forward_where(batch, lambda item: item.candidates, lambda item: RerankOut(()))

@@ -100,9 +100,4 @@ class PromptedNodeSelector(PromptedStage, NodeSelector):
         return SelectOut(best_of_each_group(item), error=error)
 
     def forward(self, batch: list[SelectIn]) -> list[SelectOut]:
-        asked = [i for i, item in enumerate(batch) if any(item.groups)]
-        answers = PromptedStage.forward(self, [batch[i] for i in asked]) if asked else []
-        out = [SelectOut(()) for _ in batch]
-        for i, answer in zip(asked, answers):
-            out[i] = answer
-        return out
+        return self.forward_where(batch, lambda item: any(item.groups), lambda item: SelectOut(()))

@@ -1,0 +1,287 @@
+"""Mnemis: dual-route retrieval on a base graph and a hierarchy of categories.
+
+Base graph ingestion (section 2.1; ``build``), session by session. A session is cut into
+**episodes** of ``turns_per_episode`` consecutive turns; each episode is read with the
+``context_episodes`` episodes before it as context.
+
+1. Extraction, one batch per session (it depends on the text alone): the ``entity_extractor``
+   names the episode's entities, then a reflection pass finds names it missed; the
+   ``fact_extractor`` writes facts between those names, then a reflection pass
+   (``reflection: false`` skips both reflections).
+2. Integration, episode by episode, in order: each name is resolved onto an existing entity
+   (the same name, or a name embedding with cosine >= ``entity_threshold``: full-text plus
+   name-embedding de-duplication) or becomes a new one, and gets its episodic edge; the
+   ``describer`` updates the episode's entities' summaries and tags (one call); each fact is a
+   duplicate of an existing fact between the same two entities (the same text or cosine >=
+   ``fact_threshold``: the old edge records the episode) or a new edge, ``valid_at`` its own
+   resolved date or else the episode's; then the ``contradiction_detector`` is shown the new
+   facts beside the ``invalidation_candidates`` most similar valid facts touching their
+   entities and with cosine >= ``invalidation_similarity`` to one of them (one call; the paper
+   does not say which edges are compared, and a small model shown unrelated facts "finds"
+   contradictions among them), and each fact it names is closed at the episode's date
+   (``invalid_at``).
+
+Dates are resolved in code (the fact extractor's temporal normaliser). Without a
+``contradiction_detector`` no fact is ever closed.
+
+Hierarchical graph (2.2; ``mnemis_hierarchy``) over all entities: rebuilt after every
+``rebuild_every`` sessions and always at the end of the build, before any question (0: only
+at the end). Values the paper leaves open are settings: ``compression_ratio``, ``max_layers``,
+``category_batch``.
+
+Retrieval (2.3; ``mnemis_search``): ``system1`` and ``system2`` switch the routes, the
+``reranker`` orders their union per type (none: System-1's RRF order), ``top_k`` is k (Table
+9) and ``context`` lists the types the answerer is shown (Table 4's "RAG": episodes; "Graph":
+entities and facts). The ``answerer`` reads the unified context.
+
+``retrieve`` ranks what the answerer was shown, episodes then facts, then the question's
+dense episode ranking (so recall@k is defined to ``RECALL_DEPTH``). Entities and categories are
+left out of that ranking: an entity's provenance is every episode naming it (a speaker's covers
+the conversation), which would make recall@k meaningless.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, time
+
+import numpy as np
+
+from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
+from memlab.embed.base import Embedder
+from memlab.pipelines.base import RECALL_DEPTH, Pipeline
+from memlab.pipelines.mnemis_hierarchy import build_hierarchy
+from memlab.pipelines.mnemis_memory import MnemisMemory
+from memlab.pipelines.mnemis_search import (TYPES, Candidates, Descent, context_text, global_selection, ranked,
+                                            system1, system2)
+from memlab.stages.answer import AnswerIn, Answerer
+from memlab.stages.categorize import Categorizer
+from memlab.stages.contradict import ContradictIn, ContradictionDetector
+from memlab.stages.describe import DescribeIn, EntityDescriber
+from memlab.stages.entity import EntityExtractor, EntityIn
+from memlab.stages.extraction import find_name
+from memlab.stages.fact import Fact, FactExtractor, FactIn
+from memlab.stages.global_select import GlobalSelector
+from memlab.stages.rerank import Reranker
+from memlab.types import Answer, History, MemoryUnit, Query, Retrieved, Session, Trace
+
+
+class Mnemis(Pipeline):
+    """The Mnemis pipeline (module docstring); every stage is a swappable slot."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        entity_extractor: EntityExtractor,
+        describer: EntityDescriber,
+        fact_extractor: FactExtractor,
+        answerer: Answerer,
+        contradiction_detector: ContradictionDetector | None = None,
+        categorizer: Categorizer | None = None,
+        global_selector: GlobalSelector | None = None,
+        reranker: Reranker | None = None,
+        turns_per_episode: PositiveInt = 4,
+        context_episodes: NonNegativeInt = 2,
+        reflection: bool = True,
+        entity_threshold: UnitFloat = 0.9,
+        fact_threshold: UnitFloat = 0.9,
+        invalidation_candidates: NonNegativeInt = 6,
+        invalidation_similarity: UnitFloat = 0.5,
+        compression_ratio: PositiveInt = 2,
+        max_layers: PositiveInt = 4,
+        category_batch: PositiveInt = 40,
+        rebuild_every: NonNegativeInt = 0,
+        system1: bool = True,
+        system2: bool = True,
+        context: tuple[str, ...] = TYPES,
+        top_k: PositiveInt = 10,
+        selection_batch: PositiveInt = 40,
+        max_candidates: PositiveInt = 60,
+    ) -> None:
+        super().__init__()
+        if system2 and (categorizer is None or global_selector is None):
+            raise ValueError("Mnemis: system2=true needs a categorizer and a global_selector (or set system2: false)")
+        if not (system1 or system2):
+            raise ValueError("Mnemis: at least one of system1 and system2 must be on")
+        unknown = [kind for kind in context if kind not in TYPES]
+        if unknown or not context:
+            raise ValueError(f"Mnemis: context lists types among {list(TYPES)}, got {list(context)}")
+        self.embedder = embedder
+        self.entity_extractor = entity_extractor
+        self.describer = describer
+        self.fact_extractor = fact_extractor
+        self.contradiction_detector = contradiction_detector
+        self.categorizer = categorizer if system2 else None
+        self.global_selector = global_selector if system2 else None
+        self.reranker = reranker
+        self.answerer = answerer
+        self.turns_per_episode = turns_per_episode
+        self.context_episodes = context_episodes
+        self.reflection = reflection
+        self.entity_threshold = entity_threshold
+        self.fact_threshold = fact_threshold
+        self.invalidation_candidates = invalidation_candidates
+        self.invalidation_similarity = invalidation_similarity
+        self.compression_ratio = compression_ratio
+        self.max_layers = max_layers
+        self.category_batch = category_batch
+        self.rebuild_every = rebuild_every
+        self.system1 = system1
+        self.system2 = system2
+        self.context = tuple(context)
+        self.top_k = top_k
+        self.selection_batch = selection_batch
+        self.max_candidates = max_candidates
+
+    # -- base graph ----------------------------------------------------------------------
+    def build(self, history: History) -> MnemisMemory:
+        memory = MnemisMemory(self.embedder)
+        sessions = [s for s in history.sessions if s.turns]
+        for n, session in enumerate(sessions, start=1):
+            self.ingest(memory, session)
+            if self.rebuild_every and n % self.rebuild_every == 0 and n < len(sessions):
+                self.build_hierarchy(memory)
+        self.build_hierarchy(memory)
+        return memory
+
+    def build_hierarchy(self, memory: MnemisMemory) -> None:
+        if self.categorizer is not None:
+            report = build_hierarchy(memory, self.categorizer, ratio=self.compression_ratio,
+                                     max_layers=self.max_layers, batch_size=self.category_batch)
+            memory.counts["hierarchy_builds"] += 1
+            memory.counts["dissolved_categories"] += report.dissolved
+
+    def episodes(self, session: Session) -> list[MemoryUnit]:
+        size = self.turns_per_episode
+        return [MemoryUnit(f"episode:{session.id}:{i // size}", "\n".join(t.render() for t in turns),
+                           tuple(t.id for t in turns), session.timestamp, "episode")
+                for i in range(0, len(session.turns), size) for turns in [session.turns[i:i + size]]]
+
+    def ingest(self, memory: MnemisMemory, session: Session) -> None:
+        """One session: extraction for all its episodes, then integration in order (module docstring)."""
+        episodes = self.episodes(session)
+        texts = [e.text for e in memory.episodes.units.values()] + [e.text for e in episodes]
+        offset = len(texts) - len(episodes)
+        contexts = [tuple(texts[max(0, offset + i - self.context_episodes):offset + i]) for i in range(len(episodes))]
+        names = self.extract_names(episodes, contexts)
+        facts = self.extract_facts(episodes, contexts, names, session.timestamp)
+        for episode, episode_names, episode_facts in zip(episodes, names, facts):
+            self.integrate(memory, episode, episode_names, episode_facts)
+
+    def extract_names(self, episodes: list[MemoryUnit], contexts: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+        outs = self.entity_extractor([EntityIn(e.text, c) for e, c in zip(episodes, contexts)])
+        names = [out.names for out in outs]
+        if self.reflection:
+            more = self.entity_extractor([EntityIn(e.text, c, n) for e, c, n in zip(episodes, contexts, names)])
+            names = [n + out.names for n, out in zip(names, more)]
+        return names
+
+    def extract_facts(self, episodes: list[MemoryUnit], contexts: list[tuple[str, ...]],
+                      names: list[tuple[str, ...]], reference: datetime | None) -> list[tuple[Fact, ...]]:
+        items = [FactIn(e.text, n, c, reference=reference) for e, c, n in zip(episodes, contexts, names)]
+        facts = [out.facts for out in self.fact_extractor(items)]
+        if self.reflection:
+            again = self.fact_extractor([FactIn(i.episode, i.entities, i.context, f, i.reference)
+                                         for i, f in zip(items, facts)])
+            facts = [f + out.facts for f, out in zip(facts, again)]
+        return facts
+
+    def integrate(self, memory: MnemisMemory, episode: MemoryUnit, names: tuple[str, ...],
+                  facts: tuple[Fact, ...]) -> None:
+        memory.add_episode(episode)
+        entity_of = {name: memory.resolve(name, self.entity_threshold) for name in names}
+        fresh = [name for name, entity_id in entity_of.items() if entity_id is None]
+        entity_of.update(zip(fresh, memory.add_entities(fresh)))
+        memory.counts["resolved_mentions"] += len(names) - len(fresh)
+        for entity_id in entity_of.values():
+            memory.mention(entity_id, episode.id)
+        described = list(dict.fromkeys(entity_of.values()))
+        item = DescribeIn(episode.text, tuple(memory.graph.node(e)["name"] for e in described),
+                          tuple(memory.graph.node(e)["summary"] for e in described))
+        out = self.describer([item])[0]
+        memory.describe([(e, d.summary, d.tags) for e, d in zip(described, out.descriptions)])
+        new = self.add_facts(memory, episode, facts, entity_of)
+        self.invalidate(memory, episode, new)
+
+    def add_facts(self, memory: MnemisMemory, episode: MemoryUnit, facts: tuple[Fact, ...],
+                  entity_of: dict[str, str]) -> list[str]:
+        """The episode's facts as edges (duplicates recorded on the existing edge); the new ids."""
+        if not facts:
+            return []
+        vectors = self.embedder.encode([f.text for f in facts])
+        new: list[str] = []
+        for fact, vector in zip(facts, vectors):
+            source = entity_of[find_name(fact.source, entity_of)]
+            target = entity_of[find_name(fact.target, entity_of)]
+            duplicate = self.duplicate_of(memory, fact.text, vector, source, target)
+            if duplicate is not None:
+                memory.seen_again(duplicate, episode.id)
+                continue
+            valid_at = datetime.combine(fact.valid_at, time()) if fact.valid_at else episode.timestamp
+            new.append(memory.add_fact(source, target, fact.text, valid_at, episode.id))
+        return new
+
+    def duplicate_of(self, memory: MnemisMemory, text: str, vector: np.ndarray, source: str, target: str) -> str | None:
+        between = [f for f in memory.facts_of([source])
+                   if {memory.facts.get(f).attributes["source"], memory.facts.get(f).attributes["target"]}
+                   == {source, target}]
+        for fact_id in between:
+            if memory.facts.get(fact_id).text.casefold() == text.casefold():
+                return fact_id
+        if between:
+            sims = memory.facts.vectors(between) @ vector
+            best = int(np.argmax(sims))
+            if sims[best] >= self.fact_threshold:
+                return between[best]
+        return None
+
+    def invalidate(self, memory: MnemisMemory, episode: MemoryUnit, new: list[str]) -> None:
+        """2.1's fact invalidation for the episode's new facts (module docstring)."""
+        if self.contradiction_detector is None or not new or not self.invalidation_candidates:
+            return
+        ends = {memory.facts.get(f).attributes[end] for f in new for end in ("source", "target")}
+        existing = [f for f in memory.facts_of(ends) if f not in new and memory.fact_edge(f)["invalid_at"] is None]
+        if not existing:
+            return
+        sims = (memory.facts.vectors(existing) @ memory.facts.vectors(new).T).max(axis=1)
+        order = np.argsort(-sims, kind="stable")[:self.invalidation_candidates]
+        candidates = [existing[i] for i in order if sims[i] >= self.invalidation_similarity]
+        if not candidates:
+            return
+        out = self.contradiction_detector([ContradictIn(tuple(memory.facts.get(f).text for f in new),
+                                                        tuple(memory.facts.get(f).text for f in candidates))])[0]
+        for index in out.contradicted:
+            memory.invalidate(candidates[index], episode.timestamp)
+
+    # -- retrieval -----------------------------------------------------------------------
+    def search(self, memory: MnemisMemory, query: Query) -> tuple[Candidates, list[Retrieved], Trace]:
+        trace = Trace()
+        first = system1(memory, query.text, self.top_k) if self.system1 else Candidates()
+        second, descent = Candidates(), Descent()
+        if self.global_selector is not None:
+            descent = global_selection(memory, self.global_selector, query.text, self.selection_batch)
+            second = system2(memory, descent)
+        chosen = ranked(memory, query.text, first, second, self.top_k, self.reranker, self.max_candidates,
+                        self.embedder)
+        trace.add("retrieve", system1={k: len(first.of(k)) for k in TYPES}, system2={k: len(second.of(k)) for k in TYPES},
+                  selection_calls=descent.calls, selection_levels=descent.levels,
+                  selected=[memory.key_of[n] for n in descent.categories + descent.entities][:50],
+                  selection_errors=len(descent.errors))
+        return chosen, self.ranking(memory, query, chosen), trace
+
+    def ranking(self, memory: MnemisMemory, query: Query, chosen: Candidates) -> list[Retrieved]:
+        shown = [memory.episodes.get(i) for i in chosen.episodes if "episodes" in self.context]
+        shown += [memory.facts.get(i) for i in chosen.facts if "facts" in self.context]
+        ranking = [Retrieved(unit, 1.0 / (rank + 1)) for rank, unit in enumerate(shown)]
+        seen = {unit.id for unit in shown}
+        dense = memory.episodes.search_dense(query.text, k=RECALL_DEPTH) if len(memory.episodes) else []
+        return ranking + [hit for hit in dense if hit.unit.id not in seen]
+
+    def retrieve(self, memory: MnemisMemory, query: Query) -> list[Retrieved]:
+        return self.search(memory, query)[1]
+
+    def answer(self, memory: MnemisMemory, query: Query) -> Answer:
+        chosen, ranking, trace = self.search(memory, query)
+        context = context_text(memory, chosen, self.context)
+        out = self.answerer([AnswerIn(query.text, context, query.timestamp)])[0]
+        trace.add("answer", text=out.text, error=out.error)
+        return Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=trace)

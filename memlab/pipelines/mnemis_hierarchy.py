@@ -1,0 +1,99 @@
+"""Mnemis's hierarchical graph ingestion (section 2.2), layer by layer over the entities.
+
+At layer ``i`` the nodes of layer ``i - 1`` go to the ``categorizer`` (appendix D's prompt) in
+batches of ``batch_size``, in order; each batch sees the categories the earlier batches made
+at this layer as its EXISTING CATEGORIES, so names are reused rather than repeated. Then, in
+code, the paper's rules:
+
+* **Many-to-many**: a node keeps every category it was put in.
+* **Compression ratio** ``n``: a category with fewer than ``n`` children is dissolved; a node
+  left in no category is *promoted*: it stands in layer ``i`` as itself.
+* **Node-count reduction rule** (from layer 2): a layer with more nodes than the one below is
+  discarded and the build stops there. A layer where nothing merged (no category survives)
+  stops it too, as does reaching ``max_layers`` or a layer of one node.
+
+``build_hierarchy`` replaces any earlier hierarchy (2.2: "we periodically rebuild the
+hierarchical graph"; when is the pipeline's ``rebuild_every``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memlab.pipelines.mnemis_memory import MnemisMemory
+from memlab.stages.categorize import Categorizer, CategorizeIn, NodeCard
+
+
+@dataclass
+class HierarchyReport:
+    #: Why the build stopped, e.g. "max_layers", "reduction rule (layer 3: 40 > 31 nodes)".
+    stopped: str = ""
+    dissolved: int = 0
+    promoted: list[int] = field(default_factory=list)
+
+
+def build_hierarchy(memory: MnemisMemory, categorizer: Categorizer, *, ratio: int, max_layers: int,
+                    batch_size: int) -> HierarchyReport:
+    memory.clear_hierarchy()
+    report = HierarchyReport()
+    below = list(memory.entities.units)
+    if not below:
+        report.stopped = "no entities"
+        return report
+    memory.layers = [below]
+    for layer in range(1, max_layers + 1):
+        if len(below) <= 1:
+            report.stopped = f"layer {layer - 1} has {len(below)} node"
+            return report
+        groups = categorize_layer(memory, categorizer, below, layer, batch_size)
+        kept = {name: members for name, members in groups.items() if len(members) >= ratio}
+        report.dissolved += len(groups) - len(kept)
+        if not kept:
+            report.stopped = f"nothing merged at layer {layer}"
+            return report
+        grouped = {node for members in kept.values() for node in members}
+        promoted = [node for node in below if node not in grouped]
+        size = len(kept) + len(promoted)
+        if layer >= 2 and size > len(below):
+            report.stopped = f"reduction rule (layer {layer}: {size} > {len(below)} nodes)"
+            return report
+        categories = [memory.add_category(name, layer, members) for name, members in kept.items()]
+        below = categories + promoted
+        memory.layers.append(below)
+        report.promoted.append(len(promoted))
+    report.stopped = "max_layers"
+    return report
+
+
+def categorize_layer(memory: MnemisMemory, categorizer: Categorizer, nodes: list[str], layer: int,
+                     batch_size: int) -> dict[str, list[str]]:
+    """Category name -> member node ids for one layer, batch by batch (module docstring)."""
+    groups: dict[str, list[str]] = {}
+    spelling: dict[str, str] = {}
+    example = previous_example(memory, nodes)
+    for start in range(0, len(nodes), batch_size):
+        batch = nodes[start:start + batch_size]
+        existing = tuple(NodeCard(spelling[key], ()) for key in groups)
+        out = categorizer([CategorizeIn(layer, tuple(card(memory, n) for n in batch), existing, example)])[0]
+        for category in out.categories:
+            key = category.name.casefold()
+            spelling.setdefault(key, category.name)
+            members = groups.setdefault(key, [])
+            members.extend(batch[i] for i in category.members if batch[i] not in members)
+    return {spelling[key]: members for key, members in groups.items()}
+
+
+def card(memory: MnemisMemory, node_id: str) -> NodeCard:
+    node = memory.graph.node(node_id)
+    return NodeCard(node["name"], tuple(node["tags"]))
+
+
+def previous_example(memory: MnemisMemory, nodes: list[str], count: int = 3) -> str:
+    """Appendix D's "Previous Layer categories example": a few categories of the layer below
+    with some of their members ("" at layer 1, whose nodes are entities)."""
+    lines = []
+    for node_id in nodes:
+        if memory.node_type(node_id) == "category" and len(lines) < count:
+            names = [memory.graph.node(child)["name"] for child in memory.children(node_id)[:4]]
+            lines.append(f"- {', '.join(names)} -> {memory.graph.node(node_id)['name']}")
+    return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""Mnemis's category prompt (appendix D, ``extract_category_nodes``): the published system
+and user messages, one JSON-constrained call per batch of nodes."""
+
+from __future__ import annotations
+
+from memlab.bounds import NonNegativeFloat, PositiveInt
+from memlab.lm.base import LM
+from memlab.lm.errors import ParseError
+from memlab.lm.jsonparse import list_schema, parse_json
+from memlab.lm.types import ChatRequest
+from memlab.prompts import load_prompt
+from memlab.stage import PromptedStage
+from memlab.stages.categorize.base import Categorizer, CategorizeIn, CategorizeOut, NodeCard, merged_categories
+
+_ROW = {"type": "object", "properties": {"category": {"type": "string", "maxLength": 60},
+                                         "indexes": {"type": "array", "items": {"type": "integer"}}},
+        "required": ["category", "indexes"]}
+
+
+def categories_schema(max_categories: int) -> dict:
+    schema = list_schema(_ROW, key="categories")
+    schema["properties"]["categories"]["maxItems"] = max_categories
+    return schema
+
+
+def card_line(index: int, card: NodeCard) -> str:
+    """``3. Detroit: [city, travel destination]``: the prompt's "1. dog: [domestic animal]"."""
+    return f"{index}. {card.name}: [{', '.join(card.tags)}]"
+
+
+class PromptedCategorizer(PromptedStage, Categorizer):
+    """Appendix D: ``system_prompt`` as the system message, ``prompt`` ({content},
+    {existing_categories}, {layer}, {previous_layer}, {prev_example}) as the user message.
+
+    The published reply is a bare JSON list of ``{"category", "indexes"}``; memlab's schema
+    wraps it in ``{"categories": [...]}`` (what constrained decoders and OpenAI's structured
+    outputs accept), and a bare list from an unconstrained backend is read as well.
+    """
+
+    def __init__(
+        self,
+        lm: LM,
+        system_prompt: str = "mnemis/category_system",
+        prompt: str = "mnemis/category_user",
+        max_categories: PositiveInt = 30,
+        max_tokens: PositiveInt = 768,
+        temperature: NonNegativeFloat = 0.0,
+    ) -> None:
+        super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
+        self.system_prompt = load_prompt(system_prompt)
+        self.prompt = load_prompt(prompt)
+        self.max_categories = max_categories
+        self.schema = categories_schema(max_categories)
+
+    def render(self, item: CategorizeIn) -> ChatRequest:
+        user = self.prompt.render(
+            content="\n".join(card_line(i, card) for i, card in enumerate(item.nodes)),
+            existing_categories="\n".join(f"- {card.name}: [{', '.join(card.tags)}]" for card in item.existing)
+            or "(none)",
+            layer=item.layer, previous_layer=item.layer - 1, prev_example=item.previous_example or "(none)")
+        return self.request([{"role": "system", "content": self.system_prompt.render()},
+                             {"role": "user", "content": user}], json_schema=self.schema)
+
+    def parse(self, text: str, item: CategorizeIn) -> CategorizeOut:
+        try:
+            rows = parse_json(text, categories_schema(10_000))["categories"]
+        except ParseError:
+            rows = parse_json(text, {"type": "array", "items": _ROW})
+        categories = merged_categories([(row["category"], row["indexes"]) for row in rows], len(item.nodes))
+        if rows and not categories:
+            raise ParseError("no category has a member among the given node indexes")
+        return CategorizeOut(categories[:self.max_categories])
+
+    def fallback(self, item: CategorizeIn, error: str) -> CategorizeOut:
+        return CategorizeOut(error=error)
+
+    def forward(self, batch: list[CategorizeIn]) -> list[CategorizeOut]:
+        return self.forward_where(batch, lambda item: bool(item.nodes), lambda item: CategorizeOut())

@@ -1,0 +1,6 @@
+from memlab.stages.global_select.base import (GlobalSelectIn, GlobalSelectOut, GlobalSelector, HierarchyNode,
+                                              Selection)
+from memlab.stages.global_select.prompted import PromptedGlobalSelector
+
+__all__ = ["GlobalSelectIn", "GlobalSelectOut", "GlobalSelector", "HierarchyNode", "PromptedGlobalSelector",
+           "Selection"]

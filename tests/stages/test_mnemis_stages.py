@@ -1,0 +1,113 @@
+"""Mnemis's prompted stages (entity, describe, fact, contradict, categorize, global select):
+rendering and parsing with a scripted LM; what a real model does is tested end to end."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+
+from memlab.stages.categorize import CategorizeIn, NodeCard, PromptedCategorizer
+from memlab.stages.contradict import ContradictIn, PromptedContradictionDetector
+from memlab.stages.describe import DescribeIn, PromptedEntityDescriber, clip_tags
+from memlab.stages.entity import EntityIn, PromptedEntityExtractor
+from memlab.stages.fact import Fact, FactIn, PromptedFactExtractor
+from memlab.stages.global_select import GlobalSelectIn, HierarchyNode, PromptedGlobalSelector
+from memlab.stages.temporal import RuleTemporalNormalizer
+from tests.fakes import ReplayLM
+
+EPISODE = "Ann: I adopted Rex from the Lakeside shelter.\nBob: Rex is a lucky dog!"
+
+
+def test_entities_are_grounded_distinct_and_reflection_returns_only_new_names():
+    lm = ReplayLM([json.dumps({"entities": ["Ann", "ann", "Rex", "Godzilla"]}),
+                   json.dumps({"entities": ["Rex", "Lakeside shelter", "Bob"]})])
+    stage = PromptedEntityExtractor(lm=lm)
+    first = stage([EntityIn(EPISODE, ("Bob: hi",))])[0]
+    assert first.names == ("Ann", "Rex") and first.error is None  # "Godzilla" is named nowhere
+    again = stage([EntityIn(EPISODE, (), first.names)])[0]
+    assert again.names == ("Lakeside shelter", "Bob")
+    assert "ALREADY EXTRACTED" in lm.requests[1].messages[0]["content"]
+    assert lm.requests[0].json_schema["properties"]["entities"]["maxItems"] == 12
+
+
+def test_entity_failure_is_counted_and_yields_nothing():
+    stage = PromptedEntityExtractor(lm=ReplayLM(["no json", "still none"]))
+    out = stage([EntityIn(EPISODE)])[0]
+    assert out.names == () and out.error and len(stage.failures) == 1
+
+
+def test_describe_matches_names_clips_tags_and_keeps_what_is_left_out():
+    reply = {"entities": [{"name": "rex", "summary": "Ann's new dog from the shelter.",
+                           "tags": ["Dog", "Pet adopted from shelter", "Dog", "a", "b", "c", "d"]}]}
+    stage = PromptedEntityDescriber(lm=ReplayLM([json.dumps(reply)]))
+    out = stage([DescribeIn(EPISODE, ("Ann", "Rex"), ("Ann likes dogs.", ""))])[0]
+    ann, rex = out.descriptions
+    assert (ann.name, ann.summary, ann.tags) == ("Ann", "Ann likes dogs.", ())
+    assert rex.name == "Rex" and rex.summary == "Ann's new dog from the shelter."
+    assert rex.tags == ("Dog", "Pet adopted from", "a", "b", "c")  # at most 5, each at most 3 words
+    assert clip_tags(["one two three four"]) == ("one two three",)
+    assert stage([DescribeIn(EPISODE, ())])[0].descriptions == ()  # nothing to describe: no call
+
+
+def test_facts_link_given_entities_and_get_their_dates_resolved_in_code():
+    reply = {"facts": [{"source": "ann", "target": "Rex", "fact": "Ann adopted Rex last week."},
+                       {"source": "Ann", "target": "Zeus", "fact": "Ann met Zeus."},
+                       {"source": "Ann", "target": "Ann", "fact": "Ann likes dogs."}]}
+    stage = PromptedFactExtractor(lm=ReplayLM([json.dumps(reply)]), normalizer=RuleTemporalNormalizer())
+    out = stage([FactIn(EPISODE, ("Ann", "Rex"), reference=datetime(2023, 5, 8))])[0]
+    assert [(f.source, f.target) for f in out.facts] == [("Ann", "Rex"), ("Ann", "Ann")]
+    adopted, likes = out.facts
+    assert "last week (" in adopted.text and adopted.valid_at == date(2023, 5, 1)  # 8 May 2023 is a Monday
+    assert likes.valid_at is None  # no time expression: the pipeline uses the episode's date
+
+
+def test_fact_reflection_drops_facts_already_found():
+    reply = {"facts": [{"source": "Ann", "target": "Rex", "fact": "Ann adopted Rex."},
+                       {"source": "Bob", "target": "Rex", "fact": "Bob thinks Rex is lucky."}]}
+    lm = ReplayLM([json.dumps(reply)])
+    out = PromptedFactExtractor(lm=lm)([FactIn(EPISODE, ("Ann", "Bob", "Rex"),
+                                              found=(Fact("Ann", "Rex", "Ann adopted Rex."),))])[0]
+    assert [f.text for f in out.facts] == ["Bob thinks Rex is lucky."]
+    assert "ALREADY EXTRACTED:\n- Ann adopted Rex." in lm.requests[0].messages[0]["content"]
+
+
+def test_contradictions_map_one_based_numbers_onto_indexes():
+    lm = ReplayLM([json.dumps({"contradicted": [2, 2, 9]})])
+    stage = PromptedContradictionDetector(lm=lm)
+    out = stage([ContradictIn(("Ann moved to Berlin.",), ("Ann has a dog.", "Ann lives in Paris.")),
+                 ContradictIn(("Ann moved to Berlin.",), ())])
+    assert out[0].contradicted == (1,) and out[1].contradicted == ()
+    assert len(lm.requests) == 1  # no existing fact: no call
+    assert "2. Ann lives in Paris." in lm.requests[0].messages[0]["content"]
+
+
+def test_categorizer_sends_appendix_d_as_system_and_user_and_merges_categories():
+    reply = {"categories": [{"category": "Pets", "indexes": [0, 2, 7]}, {"category": "pets", "indexes": [2]},
+                            {"category": "Places", "indexes": [1]}, {"category": "Nothing", "indexes": [9]}]}
+    lm = ReplayLM([json.dumps(reply)])
+    nodes = (NodeCard("Rex", ("Dog",)), NodeCard("Paris", ("City",)), NodeCard("Tom", ("Cat",)))
+    out = PromptedCategorizer(lm=lm)([CategorizeIn(2, nodes, (NodeCard("Places"),), "- Rex, Tom -> Pets")])[0]
+    assert [(c.name, c.members) for c in out.categories] == [("Pets", (0, 2)), ("Places", (1,))]
+    system, user = lm.requests[0].messages
+    assert system["role"] == "system" and "semantic categorization of nodes" in system["content"]
+    assert "0. Rex: [Dog]" in user["content"] and "- Places: []" in user["content"]
+    assert "You are currently at Layer 2" in user["content"] and "Previous Layer 1 categories" in user["content"]
+
+
+def test_categorizer_reads_the_published_bare_list_too():
+    lm = ReplayLM(['[{"category": "Pets", "indexes": [0, 1]}]'])
+    out = PromptedCategorizer(lm=lm)([CategorizeIn(1, (NodeCard("Rex"), NodeCard("Tom")))])[0]
+    assert [(c.name, c.members) for c in out.categories] == [("Pets", (0, 1))]
+
+
+def test_global_selector_keeps_known_keys_with_their_take_all_flag():
+    reply = {"selected": [{"name": "Pets", "uuid": "C1", "get_all_children": True},
+                          {"name": "??", "uuid": "C9", "get_all_children": False},
+                          {"name": "Rex", "uuid": "E0", "get_all_children": False}]}
+    lm = ReplayLM([json.dumps(reply)])
+    nodes = (HierarchyNode("C1", "Pets", ("Animals",), layer=1), HierarchyNode("E0", "Rex", ("Dog",)))
+    out = PromptedGlobalSelector(lm=lm)([GlobalSelectIn("What is Ann's dog called?", nodes)])[0]
+    assert [(s.key, s.all_children) for s in out.selected] == [("C1", True), ("E0", False)]
+    prompt = lm.requests[0].messages[0]["content"]
+    assert "- uuid: C1 | name: Pets | tags: Animals" in prompt and '"What is Ann\'s dog called?"' in prompt
+    assert lm.requests[0].json_schema["properties"]["selected"]["items"]["properties"]["uuid"]["enum"] == ["C1", "E0"]
