@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=1e-4 output_dir=checkpoints/x")
 
     evaluate = commands.add_parser("evaluate-stage", help="evaluate a saved stage (reranker, router, event segmenter, "
-                                   "relation extractor, explorer policy) on data")
+                                   "relation extractor, explorer policy, System-2 selector) on data")
     evaluate.add_argument("checkpoint", help="folder written by Stage.save (e.g. checkpoints/reranker-minilm-turns)")
     evaluate.add_argument("--data", help="LoCoMo JSON (default: the embedded sample)")
     evaluate.add_argument("--conversations", type=_names, help="comma-separated conversation ids to keep")
@@ -68,7 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--depth", type=_positive, default=50,
                           help="reranker: first-stage candidates re-ranked per question (default 50)")
     evaluate.add_argument("--pipeline", help="explorer policy: the CompassMem config whose memories it is scored on "
-                          "(e.g. configs/pipelines/compassmem.yaml; its construction LM is called)")
+                          "(e.g. configs/pipelines/compassmem.yaml; its construction LM is called); System-2 "
+                          "selector: the Mnemis config whose memories it is scored on (its build replayed from the "
+                          "response cache)")
 
     commands.add_parser("models", help="list the known local models and whether they are installed")
 
@@ -167,12 +169,14 @@ def cmd_evaluate_stage(args: argparse.Namespace) -> int:
     from memlab.stage import Stage, StageError
     from memlab.stages.rerank import Reranker
     from memlab.stages.route import IntentRouter
+    from memlab.stages.global_select import GlobalSelector
     from memlab.stages.navigate import Navigator
     from memlab.stages.relate import RelationExtractor
     from memlab.stages.segment import Segmenter
     from memlab.training.navigation import evaluate_explorer_policy_on
     from memlab.training.relations import evaluate_relation_extractor_on
     from memlab.training.segmentation import evaluate_segmenter_on
+    from memlab.training.selection import evaluate_global_selector_on
     from memlab.training.stage_eval import evaluate_reranker, evaluate_router, reranker_candidates
 
     try:
@@ -201,9 +205,19 @@ def cmd_evaluate_stage(args: argparse.Namespace) -> int:
                       args.checkpoint)
             return 2
         result = evaluate_explorer_policy_on(stage, conversations, args.pipeline)
+    elif isinstance(stage, GlobalSelector):
+        if not args.pipeline:
+            log.error("%s: a System-2 selector is scored on built Mnemis memories: give --pipeline CONFIG",
+                      args.checkpoint)
+            return 2
+        try:
+            result = evaluate_global_selector_on(stage, conversations, args.pipeline)
+        except ValueError as e:  # a build the response cache does not hold, a pipeline without hierarchy
+            log.error("%s", e)
+            return 2
     else:
-        log.error("%s: evaluate-stage knows rerankers, routers, event segmenters, relation extractors and explorer "
-                  "policies, not %s", args.checkpoint, type(stage).__name__)
+        log.error("%s: evaluate-stage knows rerankers, routers, event segmenters, relation extractors, explorer "
+                  "policies and System-2 selectors, not %s", args.checkpoint, type(stage).__name__)
         return 2
     result = {"checkpoint": str(args.checkpoint), "stage": type(stage).__name__,
               "data": args.data or "embedded sample", "conversations": [c.id for c in conversations], **result}

@@ -8,7 +8,8 @@
 * ``memlab.training.teacher``: CompassMem's prompted construction replayed from the response
   cache (the teacher labels), and from it ``memlab.training.segmentation`` (event boundaries)
   and ``memlab.training.relations`` (event-pair relations); ``memlab.training.navigation``:
-  the explorer policy's evidence labels on built event memories.
+  the explorer policy's evidence labels on built event memories; ``memlab.training.selection``:
+  Mnemis's System-2 selector's evidence labels on built hierarchies, and its evaluation.
 """
 
 from __future__ import annotations

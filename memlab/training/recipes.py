@@ -221,21 +221,25 @@ def run_recipe(name: str, config: dict[str, Any]) -> dict[str, Any]:
     return load_recipe(name).main(config)
 
 
-def load_conversations(path: str | os.PathLike, ids: list[str] | tuple[str, ...] | None = None):
+def load_conversations(path: str | os.PathLike, ids: list[str] | tuple[str, ...] | None = None,
+                       sessions: int | None = None):
     """The conversations of the LoCoMo file ``path``; with ``ids``, only those (in the file's order),
-    and a ConfigError naming any id the file does not hold and the ones it does."""
+    and a ConfigError naming any id the file does not hold and the ones it does; with ``sessions``,
+    each cut to its first ``sessions`` sessions (``memlab.data.prefix.first_sessions``)."""
     from memlab.data import DataError, load_dataset, select_conversations
+    from memlab.data.prefix import first_sessions
 
     conversations = load_dataset(path)
     try:
-        return select_conversations(conversations, ids, source=path)
+        chosen = select_conversations(conversations, ids, source=path)
+        return chosen if sessions is None else [first_sessions(c, sessions) for c in chosen]
     except DataError as e:  # a config's mistake, reported like the config's others
         raise ConfigError(str(e)) from None
 
 
 #: The ``data`` section of the recipes that split conversations (``recipe_conversations``).
 DATA_DEFAULTS: dict[str, Any] = {"path": None, "eval_ids": None, "validation_ids": None, "conversations": None,
-                                 "max_questions": None}
+                                 "max_questions": None, "sessions": None}
 
 
 def recipe_conversations(data: dict[str, Any]):
@@ -243,7 +247,8 @@ def recipe_conversations(data: dict[str, Any]):
 
     ``data.path``: a LoCoMo file, required (the embedded sample holds a single conversation, which
     cannot be split three ways); ``data.conversations`` keeps only those ids, ``data.max_questions``
-    the first questions of each. ``data.eval_ids``: the held-out evaluation conversations (default
+    the first questions of each, ``data.sessions`` the first sessions of each (and the questions
+    whose evidence lies in them: an LLM-built memory is affordable on a prefix). ``data.eval_ids``: the held-out evaluation conversations (default
     ``FIXED_EVAL_IDS``, the fixed 5/2 split). ``data.validation_ids``: training conversations set
     aside for early stopping (default: the last training one), so model selection never looks at
     the evaluation conversations, which are scored once, at the end. A config that names
@@ -255,7 +260,7 @@ def recipe_conversations(data: dict[str, Any]):
         raise ConfigError("data.path is required: a LoCoMo file with at least three conversations (train, "
                           "validation, evaluation), e.g. ../shared/data/locomo/locomo10_dev.json; the embedded "
                           "sample has only one")
-    conversations = load_conversations(data["path"], data.get("conversations"))
+    conversations = load_conversations(data["path"], data.get("conversations"), data.get("sessions"))
     if limit := data.get("max_questions"):  # a quick run (tests, smoke checks): the first questions of each
         conversations = [dataclasses.replace(c, questions=c.questions[:limit]) for c in conversations]
     try:

@@ -48,6 +48,14 @@ class TeacherSession:
         return self.segment_failed or self.relations_failed
 
 
+def replay_only(*stages: Any) -> None:
+    """Give each prompted stage among ``stages`` a ``CacheOnlyLM`` over its LM: it replays what
+    its prompted run was answered and never calls a model (None and LM-less stages are left)."""
+    for stage in stages:
+        if stage is not None and isinstance(getattr(stage, "lm", None), LM) and not isinstance(stage.lm, CacheOnlyLM):
+            stage.lm = CacheOnlyLM(stage.lm)
+
+
 def call_windows(segmenter: Any, conversation_id: str, session: Session) -> tuple[tuple[str, ...], ...]:
     """The turn ids of each of ``segmenter``'s calls on ``session`` (one window when it has no ``windows``)."""
     windows = getattr(segmenter, "windows", None)
@@ -62,9 +70,7 @@ def teacher_sessions(conversations: Sequence[Conversation], config: str | os.Pat
     what was skipped (``not_cached``) or had failed calls (``failed``). The CompassMem pipeline
     is built from ``config`` + ``overrides`` unless one is given (``pipeline``)."""
     pipeline = pipeline if pipeline is not None else build_pipeline(config, list(overrides))[0]
-    for stage in (pipeline.segmenter, pipeline.relation_extractor):
-        if stage is not None and isinstance(getattr(stage, "lm", None), LM) and not isinstance(stage.lm, CacheOnlyLM):
-            stage.lm = CacheOnlyLM(stage.lm)
+    replay_only(pipeline.segmenter, pipeline.relation_extractor)
     found: list[TeacherSession] = []
     counts: Counter = Counter()
     for conversation in conversations:

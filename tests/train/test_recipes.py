@@ -33,7 +33,7 @@ def three_conversations(tmp_path_factory) -> Path:
 
 
 RECIPES = ("finetune_reranker", "finetune_router", "train_traversal_policy", "distill_stage", "train_event_segmenter",
-           "train_relation_extractor", "train_explorer_policy")
+           "train_relation_extractor", "train_explorer_policy", "train_global_selector")
 
 
 def tiny_data(path: Path) -> dict:

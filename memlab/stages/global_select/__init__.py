@@ -1,6 +1,7 @@
 from memlab.stages.global_select.base import (GlobalSelectIn, GlobalSelectOut, GlobalSelector, HierarchyNode,
                                               Selection)
+from memlab.stages.global_select.neural import SelectionTarget, TrainedGlobalSelector
 from memlab.stages.global_select.prompted import PromptedGlobalSelector
 
 __all__ = ["GlobalSelectIn", "GlobalSelectOut", "GlobalSelector", "HierarchyNode", "PromptedGlobalSelector",
-           "Selection"]
+           "Selection", "SelectionTarget", "TrainedGlobalSelector"]

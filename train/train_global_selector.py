@@ -1,0 +1,179 @@
+"""Train Mnemis's System-2 selector (global_select family) from evidence supervision.
+
+    memlab train train_global_selector --config configs/train/global_selector.yaml [key=value ...]
+
+Read top to bottom: ``setup`` (conversations split by conversation, one Mnemis memory per
+conversation built by the ``pipeline`` config from the response cache, the selector calls of a
+teacher-forced descent for every part, the selector to train), ``train`` (an explicit loop;
+validation select-F1 every ``eval_every`` steps, early stopping), ``save_checkpoint`` (the best
+selector), then one evaluation of the descents it makes on the held-out conversations, written
+next to the checkpoint as ``training.json``.
+
+Supervision (``memlab.training.selection.selection_examples``): gold evidence + each episode's
+turns label the hierarchy's nodes (an entity reaching an evidence episode without being
+everywhere; a category above one). The memories are those of the prompted Mnemis build, replayed
+from the response cache (``build_memories``): building them takes the 1.5B model about 45 s an
+episode, so the recipe never does; a build the cache lacks is an error naming the command that
+fills it.
+
+Objective: ``TrainedGlobalSelector.loss``: binary cross-entropy on select (positives weighted by
+``positive_weight``) plus on take-all-children for the categories.
+
+Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress``, ``data {...}`` (as the other
+recipes, with ``sessions``: the prefix whose build is cached), ``pipeline`` (config path),
+``pipeline_overrides``, ``stage`` (the ``TrainedGlobalSelector`` ``_component_`` node),
+``supervision {max_share, all_children_share}``, ``optim {lr, head_lr, weight_decay, epochs,
+batch_size (calls per step), warmup_fraction, max_steps}``, ``positive_weight``, ``eval_every``
+(steps), ``patience`` (evaluations).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from memlab.clock import active_seconds
+from memlab.config import build_pipeline, instantiate
+from memlab.stage import Stage
+from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
+                             recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training.selection import (build_memories, evaluate_global_selector, row_inputs, row_target, score_rows,
+                                       selection_examples)
+
+DEFAULTS: dict[str, Any] = {
+    "seed": 0,
+    "precision": "no",
+    "progress": True,
+    "data": DATA_DEFAULTS,
+    "pipeline": "configs/pipelines/mnemis.yaml",
+    "pipeline_overrides": [],
+    "stage": {"_component_": "memlab.stages.global_select.TrainedGlobalSelector"},
+    "supervision": {"max_share": 0.5, "all_children_share": 0.5},
+    "optim": {"lr": 5e-4, "head_lr": 3e-3, "weight_decay": 0.01, "epochs": 20, "batch_size": 8,
+              "warmup_fraction": 0.1, "max_steps": None},
+    "positive_weight": 3.0,
+    "eval_every": 20,
+    "patience": 10,
+}
+
+
+@dataclass
+class Run:
+    config: dict[str, Any]
+    out: Path
+    pipeline: Any = None
+    stage: Any = None
+    memories: dict[str, dict[str, Any]] = field(default_factory=dict)  # part -> conversation id -> memory
+    conversations: dict[str, list] = field(default_factory=dict)
+    datasets: dict[str, Any] = field(default_factory=dict)  # train / validation / evaluation rows
+    split: dict[str, list[str]] = field(default_factory=dict)
+    accelerator: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    log: MetricsLog | None = None
+
+
+def setup(config: dict[str, Any]) -> Run:
+    config = with_defaults(config, DEFAULTS, "train_global_selector")
+    seed_everything(int(config["seed"]))
+    run = Run(config=config, out=Path(config["output_dir"]))
+    run.conversations = dict(zip(("train", "validation", "evaluation"), recipe_conversations(config["data"])))
+    run.split = {part: [c.id for c in conversations] for part, conversations in run.conversations.items()}
+    run.pipeline, _, _ = build_pipeline(config["pipeline"], list(config["pipeline_overrides"] or []))
+    if run.pipeline.categorizer is None:
+        raise ValueError(f"{config['pipeline']}: the selector learns on a hierarchy; the pipeline builds none "
+                         "(system2: false)")
+    for part, conversations in run.conversations.items():
+        run.memories[part] = build_memories(run.pipeline, conversations)
+        run.datasets[part] = selection_examples(run.memories[part], conversations, run.pipeline.selection_batch,
+                                                **config["supervision"])
+        if not len(run.datasets[part]):
+            raise ValueError(f"the {part} conversations {run.split[part]} give no selector call (no question of "
+                             "categories 1-4 with evidence): choose other data")
+    run.stage = instantiate(config["stage"])
+    optim = config["optim"]
+    run.optimizer = adamw(run.stage, optim)  # optim.head_lr for the head
+    run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.datasets["train"]), optim),
+                                    float(optim["warmup_fraction"]))
+    run.accelerator = make_accelerator(config["precision"])
+    run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
+    run.log = MetricsLog.for_checkpoint(run.out)
+    return run
+
+
+def batches(run: Run, rng: random.Random) -> list[list[tuple[Any, Any]]]:
+    rows = [(row_inputs(row), row_target(row)) for row in run.datasets["train"]]
+    rng.shuffle(rows)
+    size = int(run.config["optim"]["batch_size"])
+    return [rows[start:start + size] for start in range(0, len(rows), size)]
+
+
+def validate(run: Run, part: str = "validation") -> dict[str, Any]:
+    return score_rows(run.accelerator.unwrap_model(run.stage), run.datasets[part])
+
+
+def train(run: Run) -> dict[str, Any]:
+    optim = run.config["optim"]
+    n_steps = total_steps(len(run.datasets["train"]), optim)
+    eval_every, weight = int(run.config["eval_every"]), float(run.config["positive_weight"])
+    stopper = EarlyStopping(patience=int(run.config["patience"]))
+    rng = random.Random(int(run.config["seed"]))
+    initial = validate(run)
+    stopper.step(initial["select_f1"])
+    save_checkpoint(run)  # the initial weights stay the answer unless training beats them
+    run.log.write(step=0, validation=initial)
+    step, calls, train_seconds, best = 0, 0, 0.0, {"step": 0, "validation": initial}
+    progress = tqdm(total=n_steps, desc="global selector", disable=not run.config["progress"])
+    run.stage.train()
+    while step < n_steps and not stopper.should_stop:
+        for batch in batches(run, rng):
+            started = active_seconds()
+            items = [inputs for inputs, _ in batch]
+            with run.accelerator.autocast():
+                loss = run.stage.loss(run.stage.node_logits(items), [target for _, target in batch], items, weight)
+            run.accelerator.backward(loss)
+            run.optimizer.step()
+            run.scheduler.step()
+            run.optimizer.zero_grad()
+            train_seconds += active_seconds() - started
+            calls += len(batch)
+            step += 1
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss.item():.3f}")
+            if step % eval_every == 0 or step == n_steps:
+                scores = validate(run)
+                improved = stopper.step(scores["select_f1"])
+                run.log.write(step=step, loss=loss.item(), validation=scores, best=stopper.best)
+                if improved:
+                    best = {"step": step, "validation": scores}
+                    save_checkpoint(run)
+                run.stage.train()
+                if stopper.should_stop:
+                    break
+            if step >= n_steps:
+                break
+    progress.close()
+    return {"steps": step, "train_seconds": round(train_seconds, 1), "calls": calls, "best": best}
+
+
+def save_checkpoint(run: Run) -> Path:
+    return run.accelerator.unwrap_model(run.stage).save(run.out)
+
+
+def main(config: dict[str, Any]) -> dict[str, Any]:
+    run = setup(config)
+    summary = train(run)
+    best = Stage.load(run.out)  # the early-stopped best, exactly as a user will load it
+    best.eval()
+    final = evaluate_global_selector(best, run.memories["evaluation"], run.conversations["evaluation"],
+                                     run.pipeline.selection_batch, run.config["supervision"]["max_share"])
+    summary.update(split=run.split, checkpoint=str(run.out), device=str(run.accelerator.device), evaluation=final,
+                   teacher_forced_evaluation=score_rows(best, run.datasets["evaluation"]),
+                   supervision={part: data.info.description for part, data in run.datasets.items()})
+    record_training(run.out, run.config, summary)
+    return summary
