@@ -184,3 +184,17 @@ def test_evaluate_stage_refuses_a_selector_without_pipeline_or_cached_build(tmp_
     assert main(["evaluate-stage", str(tmp_path / "selector"), "--sessions", "1", "--pipeline",
                  str(REPO / "configs" / "pipelines" / "mnemis.yaml")]) == 2
     assert "not in the response cache" in caplog.text
+
+
+def test_selection_script_refuses_a_build_the_cache_lacks(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("selection_script", REPO / "eval" / "mnemis_selection.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path / "empty.sqlite"))
+    assert script.main(["--pipeline", str(REPO / "configs" / "pipelines" / "mnemis.yaml"), "--sessions", "1",
+                        "--data", str(REPO / "memlab" / "data" / "samples" / "sample_locomo.json"),
+                        "--conversations", "sample-1"]) == 2
+    assert "not in the response cache" in capsys.readouterr().err
+    assert script.main(["--data", "nowhere.json", "--conversations", "x"]) == 2
