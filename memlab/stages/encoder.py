@@ -20,9 +20,10 @@ under full fine-tuning.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -216,3 +217,35 @@ class EncoderStage:
                 yield
         finally:
             self.train(was_training)
+
+
+class VectorCache:
+    """An LRU map text -> vector of at most ``size`` texts, for stages that embed the same texts
+    again and again (a memory's nodes, met by every question). The owner clears it when its
+    encoder's weights change."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._vectors: OrderedDict[str, torch.Tensor] = OrderedDict()
+
+    def lookup(self, texts: list[str], encode: Callable[[list[str]], torch.Tensor], chunk: int) -> list[torch.Tensor]:
+        """The vector of each of ``texts``; those not held are ``encode``d, ``chunk`` at a time,
+        as ordinary tensors without gradient (so a cached vector can enter a training graph)."""
+        missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
+        with torch.inference_mode(False), torch.no_grad():
+            for start in range(0, len(missing), chunk):
+                part = missing[start:start + chunk]
+                self._vectors.update(zip(part, encode(part)))
+        found = []
+        for text in texts:
+            self._vectors.move_to_end(text)
+            found.append(self._vectors[text])
+        while len(self._vectors) > self.size:
+            self._vectors.popitem(last=False)
+        return found
+
+    def clear(self) -> None:
+        self._vectors.clear()
+
+    def __len__(self) -> int:
+        return len(self._vectors)

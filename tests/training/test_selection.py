@@ -112,6 +112,9 @@ def test_trained_selector_decides_within_its_limits_and_its_loss_goes_down():
     selector = TrainedGlobalSelector(hidden=16, max_selected=2, min_selected=1, select_threshold=1.0)
     out = selector([item, GlobalSelectIn("nothing to choose", ())])
     assert len(out[0].selected) == 1 and out[1].selected == ()  # min_selected when nothing reaches the threshold
+    assert len(selector._cache) == 4  # the question and the three cards, encoded once ...
+    selector([item])
+    assert len(selector._cache) == 4  # ... and met again from the cache
     target = SelectionTarget((True, False, True), (True, False, False))
     optimiser = torch.optim.Adam(selector.head.parameters(), lr=1e-2)
     losses = []

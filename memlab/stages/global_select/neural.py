@@ -27,7 +27,6 @@ children for the categories), ``probabilities(items)``.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -35,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
-from memlab.stages.encoder import EncoderStage, TextEncoder, check_frozen_encoder
+from memlab.stages.encoder import EncoderStage, TextEncoder, VectorCache, check_frozen_encoder
 from memlab.stages.global_select.base import (GlobalSelectIn, GlobalSelectOut, GlobalSelector, HierarchyNode,
                                               checked_selections)
 
@@ -107,7 +106,7 @@ class TrainedGlobalSelector(EncoderStage, GlobalSelector):
         self.device = device
         self.head: nn.Module | None = None
         # text -> vector of the frozen encoder (never stale: its weights do not change)
-        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._cache = VectorCache(cache_size)
 
     def _build_heads(self, hidden_size: int) -> None:
         self.head = nn.Sequential(nn.Linear(2 * hidden_size + 1 + self.max_layer + 1, self.hidden), nn.GELU(),
@@ -118,16 +117,8 @@ class TrainedGlobalSelector(EncoderStage, GlobalSelector):
         """Unit vectors ``[len(texts), hidden_size]``; a frozen encoder's come from the cache."""
         if not self.freeze_encoder or self.cache_size == 0:
             return F.normalize(self.encode_texts(texts), dim=-1)
-        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        if missing:
-            with torch.inference_mode(False), torch.no_grad():
-                self._cache.update(zip(missing, F.normalize(self.encode_texts(missing), dim=-1)))
-        found = []
-        for text in texts:
-            self._cache.move_to_end(text)
-            found.append(self._cache[text])
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+        found = self._cache.lookup(texts, lambda part: F.normalize(self.encode_texts(part), dim=-1),
+                                   self.batch_size)
         return torch.stack(found) if found else torch.zeros(0, self.encoder.hidden_size, device=self.device)
 
     # -- training API ----------------------------------------------------------------------

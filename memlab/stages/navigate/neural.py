@@ -39,7 +39,6 @@ heads only, on cached embeddings (fast on a CPU).
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -48,7 +47,7 @@ from torch import nn
 
 from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
 from memlab.dates import format_day
-from memlab.stages.encoder import EncoderStage, TextEncoder
+from memlab.stages.encoder import EncoderStage, TextEncoder, VectorCache
 from memlab.stages.event_view import EventView
 from memlab.stages.navigate.base import ACTIONS, NavigateIn, NavigateOut, Navigator, checked_decision
 from memlab.stages.relate.base import RELATION_LABELS, normalise_label
@@ -144,7 +143,7 @@ class ExplorerPolicy(EncoderStage, Navigator):
         self.route: nn.Linear | None = None
         self.action: nn.Module | None = None
         # text -> unit vector, valid while the encoder's weights are those of ``_cache_stamp``.
-        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._cache = VectorCache(cache_size)
         self._cache_stamp: tuple | None = None
 
     def _build_heads(self, hidden_size: int) -> None:
@@ -163,18 +162,7 @@ class ExplorerPolicy(EncoderStage, Navigator):
         if self.cache_size == 0 or (trains and (torch.is_grad_enabled() or self.encoder.training)):
             return self._encode(list(texts))
         self._check_cache()
-        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        # Ordinary tensors even under inference_mode, so a cached vector can enter a training graph.
-        with torch.inference_mode(False), torch.no_grad():
-            for start in range(0, len(missing), self.batch_size):
-                chunk = missing[start:start + self.batch_size]
-                self._cache.update(zip(chunk, self._encode(chunk)))
-        vectors = []
-        for text in texts:
-            self._cache.move_to_end(text)
-            vectors.append(self._cache[text])
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+        vectors = self._cache.lookup(list(texts), self._encode, self.batch_size)
         return torch.stack(vectors) if vectors else self._encode([])
 
     def _encode(self, texts: list[str]) -> torch.Tensor:
