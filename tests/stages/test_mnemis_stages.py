@@ -92,6 +92,9 @@ def test_categorizer_sends_appendix_d_as_system_and_user_and_merges_categories()
     assert system["role"] == "system" and "semantic categorization of nodes" in system["content"]
     assert "0. Rex: [Dog]" in user["content"] and "- Places: []" in user["content"]
     assert "You are currently at Layer 2" in user["content"] and "Previous Layer 1 categories" in user["content"]
+    # the decoder may only write indexes of the given nodes (the 1.5B model counts on past them otherwise)
+    indexes = lm.requests[0].json_schema["properties"]["categories"]["items"]["properties"]["indexes"]
+    assert indexes == {"type": "array", "items": {"enum": [0, 1, 2]}, "maxItems": 3}
 
 
 def test_categorizer_reads_the_published_bare_list_too():

@@ -17,8 +17,15 @@ _ROW = {"type": "object", "properties": {"category": {"type": "string", "maxLeng
         "required": ["category", "indexes"]}
 
 
-def categories_schema(max_categories: int) -> dict:
-    schema = list_schema(_ROW, key="categories")
+def categories_schema(max_categories: int, n_nodes: int | None = None) -> dict:
+    """The reply's schema; with ``n_nodes``, a category's indexes are among the given nodes'
+    (an enum) and at most that many: the 1.5B model otherwise counts on past the last node
+    ("indexes": [23, 24, ... 188, ...]) until the token limit cuts the reply."""
+    row = _ROW
+    if n_nodes is not None:
+        indexes = {"type": "array", "items": {"enum": list(range(n_nodes))}, "maxItems": n_nodes}
+        row = {**_ROW, "properties": {**_ROW["properties"], "indexes": indexes}}
+    schema = list_schema(row, key="categories")
     schema["properties"]["categories"]["maxItems"] = max_categories
     return schema
 
@@ -50,7 +57,6 @@ class PromptedCategorizer(PromptedStage, Categorizer):
         self.system_prompt = load_prompt(system_prompt)
         self.prompt = load_prompt(prompt)
         self.max_categories = max_categories
-        self.schema = categories_schema(max_categories)
 
     def render(self, item: CategorizeIn) -> ChatRequest:
         user = self.prompt.render(
@@ -59,7 +65,8 @@ class PromptedCategorizer(PromptedStage, Categorizer):
             or "(none)",
             layer=item.layer, previous_layer=item.layer - 1, prev_example=item.previous_example or "(none)")
         return self.request([{"role": "system", "content": self.system_prompt.render()},
-                             {"role": "user", "content": user}], json_schema=self.schema)
+                             {"role": "user", "content": user}],
+                            json_schema=categories_schema(self.max_categories, len(item.nodes)))
 
     def parse(self, text: str, item: CategorizeIn) -> CategorizeOut:
         try:
