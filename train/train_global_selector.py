@@ -53,7 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "pipeline": "configs/pipelines/mnemis.yaml",
     "pipeline_overrides": [],
     "stage": {"_component_": "memlab.stages.global_select.TrainedGlobalSelector"},
-    "supervision": {"max_share": 0.5, "all_children_share": 0.5},
+    "supervision": {"max_share": 0.5, "all_children_share": 1.0},
     "optim": {"lr": 5e-4, "head_lr": 3e-3, "weight_decay": 0.01, "epochs": 20, "batch_size": 8,
               "warmup_fraction": 0.1, "max_steps": None},
     "positive_weight": 3.0,

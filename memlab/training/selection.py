@@ -11,7 +11,9 @@ of categories 1-4 with evidence (``evaluable_questions``) labels the hierarchy's
   reaches the evidence by reaching everything: selecting it narrows nothing, so it is not what a
   selection should learn to pick (System-1 and the re-ranker still see every episode).
 * **Category**: positive when an entity below it is positive; **take all children** when, in
-  addition, at least ``all_children_share`` of its children are positive.
+  addition, at least ``all_children_share`` of its children are positive (default all of them:
+  at 0.5 the small hierarchies of two sessions made the top category's take-all nearly always
+  right, and the selector learnt to take everything).
 
 Rows (``selection_examples``) follow the descent the search makes, teacher-forced: the top layer
 first, in calls of ``batch_size`` nodes, then the children of the positive categories (each node
@@ -85,7 +87,7 @@ def evidence_episodes(memory: MnemisMemory, question: Question) -> set[str]:
 
 
 def node_labels(memory: MnemisMemory, evidence: set[str], max_share: float = 0.5,
-                all_children_share: float = 0.5) -> tuple[set[str], set[str]]:
+                all_children_share: float = 1.0) -> tuple[set[str], set[str]]:
     """(positive nodes, categories whose children are all to be taken) for the evidence
     episodes ``evidence`` (module docstring)."""
     limit = max_share * len(memory.episodes)
@@ -123,7 +125,7 @@ def descent_rows(memory: MnemisMemory, question: Question, positive: set[str], t
 
 
 def selection_examples(memories: Mapping[str, MnemisMemory], conversations: Sequence[Conversation],
-                       batch_size: int = 40, max_share: float = 0.5, all_children_share: float = 0.5
+                       batch_size: int = 40, max_share: float = 0.5, all_children_share: float = 1.0
                        ) -> datasets.Dataset:
     """The rows of every evaluable question of ``conversations`` on its conversation's memory,
     with a dataset card naming the label source."""

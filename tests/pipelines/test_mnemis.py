@@ -321,7 +321,7 @@ def test_config_and_each_ablation_run_on_the_sample(config, minilm, monkeypatch)
     from memlab.data import load_sample
     from tests.pipelines.test_no_label_in_prompts import plausible
 
-    assert len(ABLATIONS) == 6
+    assert len(ABLATIONS) == 7
     monkeypatch.chdir(REPO)
     lm = ReplayLM(plausible)
     mnemis = _with_lm(build_pipeline(config)[0], lm)
@@ -334,7 +334,8 @@ def test_config_and_each_ablation_run_on_the_sample(config, minilm, monkeypatch)
     assert all(a.retrieved and isinstance(a.text, str) for a in answers)
     prompts = ["\n".join(m["content"] for m in r.messages) for r in lm.requests]
     selects = any("hierarchical knowledge graph" in p for p in prompts)
-    assert selects == mnemis.system2 and any("semantic categorization" in p for p in prompts) == mnemis.system2
+    categorizes = any("semantic categorization" in p for p in prompts)
+    assert selects == isinstance(mnemis.global_selector, PromptedGlobalSelector) and categorizes == mnemis.system2
 
 
 @pytest.mark.slow

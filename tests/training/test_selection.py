@@ -55,6 +55,8 @@ def test_labels_skip_entities_found_everywhere_and_climb_to_the_top(memory):
     assert evidence == {"episode:session_2:0"}
     positive, take_all = node_labels(memory, evidence)
     assert sorted(name(memory, n) for n in positive) == ["Berlin", "Citys", "Everything"]  # Ann, Rex: everywhere
+    assert take_all == set()  # by default only when every child is positive
+    _, take_all = node_labels(memory, evidence, all_children_share=0.5)
     assert [name(memory, n) for n in take_all] == ["Citys"]  # 1 of its 2 children
     positive, _ = node_labels(memory, evidence, max_share=1.0)
     assert {"Ann", "Bob", "Rex", "Berlin"} <= {name(memory, n) for n in positive}
