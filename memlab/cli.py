@@ -167,9 +167,9 @@ def cmd_evaluate_stage(args: argparse.Namespace) -> int:
     from memlab.data import DataError, load_conversations
     from memlab.embed import SentenceTransformerEmbedder
     from memlab.stage import Stage, StageError
+    from memlab.stages.global_select import GlobalSelector
     from memlab.stages.rerank import Reranker
     from memlab.stages.route import IntentRouter
-    from memlab.stages.global_select import GlobalSelector
     from memlab.stages.navigate import Navigator
     from memlab.stages.relate import RelationExtractor
     from memlab.stages.segment import Segmenter

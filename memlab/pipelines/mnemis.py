@@ -262,7 +262,8 @@ class Mnemis(Pipeline):
             second = system2(memory, descent)
         chosen = ranked(memory, query.text, first, second, self.top_k, self.reranker, self.max_candidates,
                         self.embedder)
-        trace.add("retrieve", system1={k: len(first.of(k)) for k in TYPES}, system2={k: len(second.of(k)) for k in TYPES},
+        trace.add("retrieve", system1={k: len(first.of(k)) for k in TYPES},
+                  system2={k: len(second.of(k)) for k in TYPES},
                   selection_calls=descent.calls, selection_levels=descent.levels,
                   selected=[memory.key_of[n] for n in descent.categories + descent.entities][:50],
                   selection_errors=len(descent.errors))

@@ -248,8 +248,8 @@ def recipe_conversations(data: dict[str, Any]):
     ``data.path``: a LoCoMo file, required (the embedded sample holds a single conversation, which
     cannot be split three ways); ``data.conversations`` keeps only those ids, ``data.max_questions``
     the first questions of each, ``data.sessions`` the first sessions of each (and the questions
-    whose evidence lies in them: an LLM-built memory is affordable on a prefix). ``data.eval_ids``: the held-out evaluation conversations (default
-    ``FIXED_EVAL_IDS``, the fixed 5/2 split). ``data.validation_ids``: training conversations set
+    whose evidence lies in them: an LLM-built memory is affordable on a prefix). ``data.eval_ids``:
+    the held-out evaluation conversations (default ``FIXED_EVAL_IDS``, the fixed 5/2 split). ``data.validation_ids``: training conversations set
     aside for early stopping (default: the last training one), so model selection never looks at
     the evaluation conversations, which are scored once, at the end. A config that names
     conversations the file does not hold is a ConfigError.

@@ -37,7 +37,8 @@ MAY, JUNE = datetime(2023, 5, 8), datetime(2023, 6, 12)
 
 
 def history() -> History:
-    first = (Turn("D1:1", "Ann", "I live in Paris with my dog Rex."), Turn("D1:2", "Bob", "Paris is lovely. How is Rex?"))
+    first = (Turn("D1:1", "Ann", "I live in Paris with my dog Rex."),
+             Turn("D1:2", "Bob", "Paris is lovely. How is Rex?"))
     second = (Turn("D2:1", "Ann", "I moved to Berlin last week."), Turn("D2:2", "Bob", "Berlin! Is Rex happy there?"))
     return History("c0123", ("Ann", "Bob"), (Session("session_1", MAY, first), Session("session_2", JUNE, second)))
 
