@@ -40,7 +40,7 @@ from memlab.clock import active_seconds
 from memlab.pipelines.compassmem_memory import RELATION, EventMemory
 from memlab.stages.event_view import EventView
 from memlab.stages.navigate import ACTIONS, ExplorerTarget, NavigateIn, Navigator, Neighbour
-from memlab.training.supervision import _dataset, evaluable_questions
+from memlab.training.supervision import _dataset, evaluable_questions, ratio
 from memlab.types import Conversation, Question
 
 _VIEW = {"key": datasets.Value("string"), "summary": datasets.Value("string"),
@@ -202,10 +202,6 @@ neighbours: {neighbours}, of which positive next nodes: {positives}."""
 
 
 # -- evaluation --------------------------------------------------------------------------------
-def _ratio(hits: int, total: int) -> float | None:
-    return hits / total if total else None
-
-
 def evaluate_explorer_policy(policy: Navigator, examples, batch_size: int = 64, majority: str | None = None
                              ) -> dict[str, Any]:
     """Action accuracy, per-action recall (and their mean over the actions present,
@@ -227,10 +223,10 @@ def evaluate_explorer_policy(policy: Navigator, examples, batch_size: int = 64, 
 
     def next_scores(chosen: list[tuple[str, ...]]) -> dict[str, float | None]:
         hits = sum(len(set(c) & set(t.next_nodes)) for c, t in zip(chosen, targets))
-        return {"next_precision": _ratio(hits, sum(len(c) for c in chosen)),
-                "next_recall": _ratio(hits, sum(len(t.next_nodes) for t in targets))}
+        return {"next_precision": ratio(hits, sum(len(c) for c in chosen)),
+                "next_recall": ratio(hits, sum(len(t.next_nodes) for t in targets))}
 
-    recall = {a: _ratio(sum(o.action == a == t.action for o, t in zip(outputs, targets)), truth[a]) for a in ACTIONS}
+    recall = {a: ratio(sum(o.action == a == t.action for o, t in zip(outputs, targets)), truth[a]) for a in ACTIONS}
     present = [r for r in recall.values() if r is not None]
     return {
         "states": len(rows),

@@ -41,7 +41,7 @@ from memlab.lm.cache_only import CacheMissError
 from memlab.pipelines.mnemis_memory import CATEGORY, MnemisMemory
 from memlab.pipelines.mnemis_search import global_selection
 from memlab.stages.global_select import GlobalSelectIn, GlobalSelector, HierarchyNode, SelectionTarget
-from memlab.training.supervision import _dataset, evaluable_questions
+from memlab.training.supervision import _dataset, evaluable_questions, ratio
 from memlab.training.teacher import replay_only
 from memlab.types import Conversation, Question
 
@@ -181,7 +181,7 @@ def score_rows(selector: GlobalSelector, examples, batch_size: int = 64) -> dict
             keys = {s.key for s in out.selected}
             gold = {n["key"] for n, flag in zip(row["nodes"], row["select"]) if flag}
             hits, chosen, wanted = hits + len(keys & gold), chosen + len(keys), wanted + len(gold)
-    precision, recall = _ratio(hits, chosen), _ratio(hits, wanted)
+    precision, recall = ratio(hits, chosen), ratio(hits, wanted)
     f1 = 2 * precision * recall / (precision + recall) if precision and recall else 0.0
     return {"calls": len(rows), "select_precision": precision, "select_recall": recall, "select_f1": f1}
 
@@ -221,9 +221,9 @@ def evaluate_global_selector(selector: GlobalSelector, memories: Mapping[str, Mn
         raise ValueError("evaluate_global_selector: no question of categories 1-4 with evidence to score")
     return {
         "questions": n,
-        "entity_precision": _ratio(totals["entity_hits"], totals["selected_entities"]),
-        "entity_recall": _ratio(totals["entity_hits"], totals["positive_entities"]),
-        "evidence_episode_recall": _ratio(totals["evidence_recall"], totals["with_evidence"]),
+        "entity_precision": ratio(totals["entity_hits"], totals["selected_entities"]),
+        "entity_recall": ratio(totals["entity_hits"], totals["positive_entities"]),
+        "evidence_episode_recall": ratio(totals["evidence_recall"], totals["with_evidence"]),
         "episodes_reached_per_question": totals["episodes_reached"] / n,
         "episode_share_per_question": totals["episode_share"] / n,
         "selected_entities_per_question": totals["selected_entities"] / n,
@@ -232,10 +232,6 @@ def evaluate_global_selector(selector: GlobalSelector, memories: Mapping[str, Mn
         "failed_calls": totals["errors"],
         "seconds_per_question": seconds / n,
     }
-
-
-def _ratio(hits: float, total: float) -> float | None:
-    return hits / total if total else None
 
 
 def evaluate_global_selector_on(selector: GlobalSelector | None, conversations: Sequence[Conversation],

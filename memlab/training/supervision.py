@@ -430,6 +430,11 @@ def distillation_dropped(dataset: datasets.Dataset) -> dict[str, int]:
     raise ValueError("distillation_dropped: the dataset was not made by distillation_examples (no counts in its card)")
 
 
+def ratio(hits: float, total: float) -> float | None:
+    """``hits / total`` for a score with something to count, else None (not 0: nothing was scored)."""
+    return hits / total if total else None
+
+
 def _dataset(rows: list[dict[str, Any]], features: datasets.Features, card: str) -> datasets.Dataset:
     info = datasets.DatasetInfo(description=card, features=features)
     if not rows:  # from_list cannot infer the columns of an empty list
