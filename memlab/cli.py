@@ -5,6 +5,7 @@
                     [--allow-training-overlap] [key=value ...]
   memlab train RECIPE --config PATH [key=value ...]
   memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...] [--sessions N] [--pipeline CONFIG]
+  memlab report RUN_DIR [RUN_DIR ...] --out DIR
   memlab models
   memlab cache export [--model M] [--contains TEXT] [--cache PATH] FILE.jsonl.gz
   memlab cache import [--cache PATH] FILE.jsonl.gz
@@ -71,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
                           "(e.g. configs/pipelines/compassmem.yaml; its construction LM is called); System-2 "
                           "selector: the Mnemis config whose memories it is scored on (its build replayed from the "
                           "response cache)")
+
+    report = commands.add_parser("report", help="compare finished runs over the same questions in an HTML page "
+                                 "with plots, and its markdown twin")
+    report.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                        help="folders written by memlab run (the first is the reference of the paired comparisons)")
+    report.add_argument("--out", required=True, help="folder for report.html, report.md and the figures "
+                        "(replaced whole; refused if it holds other files)")
 
     commands.add_parser("models", help="list the known local models and whether they are installed")
 
@@ -231,6 +239,18 @@ def cmd_evaluate_stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from memlab.reporting import ReportError, write_report
+
+    try:
+        page = write_report(args.runs, args.out)
+    except ReportError as e:
+        log.error("%s", e)
+        return 2
+    print(f"wrote {page} and {page.with_name('report.md')}")
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from memlab.lm.models import model_status
 
@@ -284,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     # full disk: the environment, and its message names the path). Any other exception
     # (TypeError, KeyError, a plain ValueError ...) is a bug and keeps its traceback.
     try:
-        commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage, "models": cmd_models,
-                    "cache": cmd_cache}
+        commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage, "report": cmd_report,
+                    "models": cmd_models, "cache": cmd_cache}
         return commands[args.command](args)
     except (ConfigError, DataError) as e:
         log.error("%s", e)

@@ -1,0 +1,207 @@
+"""The report itself: ``report.html`` (tables and the PNG figures it embeds) and ``report.md``,
+its markdown twin for BENCHMARKS.md, written into one folder that replaces the previous report whole."""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memlab.fileio import atomic_folder
+from memlab.reporting import figures
+from memlab.reporting.paired import changed_questions, paired_difference
+from memlab.reporting.runs import ReportError, RunResult, load_runs
+
+REPORT_FILES = ("report.html", "report.md", "category_f1.png", "category_judge.png", "category_recall.png",
+                "cost_quality.png", "recall_at_k.png")
+PAIRED_METRICS = ("f1_locomo", "f1_amem", "judge", "recall@10")
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[Any]] = field(default_factory=list)
+    note: str = ""
+
+
+def write_report(run_folders: Sequence[str | os.PathLike], out: str | os.PathLike) -> Path:
+    """Compare the runs in ``run_folders`` (the first is the reference of the paired comparisons)
+    into the folder ``out``; returns the path of ``report.html``. Bad input (a folder that is not a
+    finished run, runs over different questions, an ``out`` holding other files or not writable)
+    raises ``ReportError`` before anything is written."""
+    runs = load_runs(run_folders)
+    out = Path(out)
+    _check_out(out)
+    with atomic_folder(out) as staging:
+        drawn = _draw(runs, staging)
+        tables = [_metrics_table(runs), _category_table(runs), _stage_table(runs)]
+        for other in runs[1:]:
+            tables.extend(_paired_tables(runs[0], other))
+        title = f"memlab report: {', '.join(run.name for run in runs)}"
+        (staging / "report.html").write_text(_html(title, runs, tables, drawn), encoding="utf-8")
+        (staging / "report.md").write_text(_markdown(title, runs, tables, drawn), encoding="utf-8")
+    return out / "report.html"
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out {out} is a file, not a folder")
+    if out.is_dir():
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in REPORT_FILES)
+        if foreign:
+            raise ReportError(f"--out {out} holds files that are not a memlab report ({', '.join(foreign[:5])}): "
+                              "a report replaces its folder whole, so choose a new or empty one")
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ReportError(f"--out {out}: cannot create a folder under {parent}")
+
+
+def _draw(runs: list[RunResult], folder: Path) -> dict[str, str]:
+    """The figures drawn, caption by file name."""
+    plans = {
+        "category_f1.png": (lambda p: figures.category_bars(runs, "f1_locomo", p), "F1 (LoCoMo) by category"),
+        "category_judge.png": (lambda p: figures.category_bars(runs, "judge", p), "judge by category"),
+        "category_recall.png": (lambda p: figures.category_bars(runs, "recall@10", p), "recall@10 by category"),
+        "cost_quality.png": (lambda p: figures.cost_quality(runs, p), "quality against cost per query"),
+        "recall_at_k.png": (lambda p: figures.recall_curves(runs, p), "evidence recall@k"),
+    }
+    return {name: caption for name, (draw, caption) in plans.items() if draw(folder / name)}
+
+
+def _metrics_table(runs: list[RunResult]) -> Table:
+    table = Table("Metrics", ["run", "n", "F1 (LoCoMo)", "F1 (A-Mem)", "BLEU-1", "judge", "R@1", "R@5", "R@10",
+                              "R@20", "R@tok1000", "context tokens", "tokens / query", "build LLM calls",
+                              "build prompt tokens", "query LLM calls / q", "query prompt tokens", "build s",
+                              "query s p50"],
+                  note="Overall over LoCoMo categories 1-4 (all questions on other data). Seconds are model "
+                       "time from a cold response cache.")
+    for run in runs:
+        o, usage, timing = run.metrics["overall"], run.metrics["usage"], run.metrics["timing"]
+        table.rows.append([run.name, o.get("n"), o.get("f1_locomo"), o.get("f1_amem"), o.get("bleu1"),
+                           o.get("judge"), o.get("recall@1"), o.get("recall@5"), o.get("recall@10"),
+                           o.get("recall@20"), o.get("recall@tok1000"), _count(o.get("context_tokens")),
+                           _count(usage.get("tokens_per_query")), _count(usage["build"].get("llm_calls")),
+                           _count(usage["build"].get("prompt_tokens")), usage.get("llm_calls_per_query"),
+                           _count(usage["query"].get("prompt_tokens")), _seconds(timing.get("build_seconds")),
+                           _seconds(timing.get("query_seconds_p50"))])
+    return table
+
+
+def _category_table(runs: list[RunResult]) -> Table:
+    categories = list(dict.fromkeys(c for run in runs for c in run.metrics["by_category"]))
+    table = Table("By category: F1 (LoCoMo) / judge / recall@10", ["run", *[
+        f"{c} (n={runs[0].metrics['by_category'].get(c, {}).get('n', 0)})" for c in categories]])
+    for run in runs:
+        cells = []
+        for c in categories:
+            block = run.metrics["by_category"].get(c, {})
+            cells.append(" / ".join(_fmt(block.get(m)) for m in ("f1_locomo", "judge", "recall@10")))
+        table.rows.append([run.name, *cells])
+    return table
+
+
+def _stage_table(runs: list[RunResult]) -> Table:
+    table = Table("Cost by stage (building and answering)", ["run", "stage", "LLM calls", "prompt tokens",
+                                                             "completion tokens", "model s"])
+    for run in runs:
+        for stage, usage in run.metrics["usage"].get("stages", {}).items():
+            table.rows.append([run.name, stage, _count(usage.get("llm_calls")), _count(usage.get("prompt_tokens")),
+                               _count(usage.get("completion_tokens")), _seconds(usage.get("llm_seconds"))])
+    return table
+
+
+def _paired_tables(a: RunResult, b: RunResult) -> list[Table]:
+    paired = Table(f"{b.name} against {a.name}, question by question",
+                   ["metric", "n", a.name, b.name, "difference", "95% CI (bootstrap)", "better / worse / same",
+                    "sign test p"],
+                   note="Percentile bootstrap over questions (10,000 resamples, seed 0); two-sided sign test "
+                        "over the questions whose score differs.")
+    for metric in PAIRED_METRICS:
+        d = paired_difference(a, b, metric)
+        if d is not None:
+            paired.rows.append([metric, d.n, d.mean_a, d.mean_b, f"{d.difference:+.3f}",
+                                f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]", f"{d.wins} / {d.losses} / {d.ties}",
+                                d.sign_test_p])
+    metric = "f1_locomo" if a.overall("f1_locomo") is not None and b.overall("f1_locomo") is not None else "recall@10"
+    changed = changed_questions(a, b, metric)
+    questions = Table(f"Questions whose {metric} changed: {a.name} -> {b.name} ({len(changed)})",
+                      ["question", "category", "text", "gold", f"answer: {a.name}", f"answer: {b.name}",
+                       f"{metric}"])
+    for c in changed:
+        questions.rows.append([c["question_id"], c["category"], c["question"], c["gold"], c["answer_a"],
+                               c["answer_b"], f"{_fmt(c['score_a'])} -> {_fmt(c['score_b'])}"])
+    return [paired, questions]
+
+
+def _count(value):
+    return None if value is None else f"{value:,.0f}"
+
+
+def _seconds(value):
+    return None if value is None else f"{value:,.1f}"
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _runs_list(runs: list[RunResult]) -> list[str]:
+    return [f"{run.name}: {run.folder} (config {run.metrics.get('config', '?')}, data {run.metrics.get('data', '?')}, "
+            f"conversations {', '.join(run.metrics.get('conversations') or [])}"
+            + (f", sessions {run.metrics['sessions']}" if run.metrics.get("sessions") else "") + ")" for run in runs]
+
+
+def _html(title: str, runs: list[RunResult], tables: list[Table], drawn: dict[str, str]) -> str:
+    e = html.escape
+    parts = [
+        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{e(title)}</title>",
+        "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
+        "margin:0.5em 0 1.5em;font-size:13px}th,td{border:1px solid #ccc;padding:3px 6px;text-align:right;"
+        "vertical-align:top}td:first-child,th:first-child{text-align:left}td.text{text-align:left;max-width:28em}"
+        "figure{display:inline-block;margin:0 1em 1em 0}figcaption{font-size:13px;color:#555}"
+        ".note{font-size:13px;color:#555}</style></head><body>",
+        f"<h1>{e(title)}</h1>", "<ul>", *[f"<li>{e(line)}</li>" for line in _runs_list(runs)], "</ul>",
+    ]
+    for table in tables:
+        parts.append(f"<h2>{e(table.title)}</h2>")
+        if table.note:
+            parts.append(f'<p class="note">{e(table.note)}</p>')
+        parts.append("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in table.headers) + "</tr></thead><tbody>")
+        for row in table.rows:
+            cells = []
+            for value in row:
+                text = _fmt(value)
+                cls = ' class="text"' if isinstance(value, str) and len(text) > 24 else ""
+                cells.append(f"<td{cls}>{e(text)}</td>")
+            parts.append("<tr>" + "".join(cells) + "</tr>")
+        parts.append("</tbody></table>")
+        if table.title == "Metrics" and drawn:
+            parts.append("<h2>Figures</h2>")
+            parts.extend(f'<figure><img src="{e(name)}" alt="{e(caption)}"><figcaption>{e(caption)}</figcaption>'
+                         "</figure>" for name, caption in drawn.items())
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _markdown(title: str, runs: list[RunResult], tables: list[Table], drawn: dict[str, str]) -> str:
+    lines = [f"# {title}", "", *[f"- {line}" for line in _runs_list(runs)], ""]
+    for table in tables:
+        lines += [f"## {table.title}", ""]
+        if table.note:
+            lines += [table.note, ""]
+        lines.append("| " + " | ".join(table.headers) + " |")
+        lines.append("|" + "---|" * len(table.headers))
+        for row in table.rows:
+            lines.append("| " + " | ".join(_fmt(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |")
+        lines.append("")
+        if table.title == "Metrics" and drawn:
+            lines += [f"![{caption}]({name})" for name, caption in drawn.items()] + [""]
+    return "\n".join(lines)

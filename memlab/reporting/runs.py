@@ -1,0 +1,99 @@
+"""Finished run folders (``metrics.json`` + ``predictions.jsonl``, as ``memlab run`` writes them), loaded and checked."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class ReportError(ValueError):
+    """A run folder that cannot be reported, or runs that cannot be compared; the message names which and why."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One finished run: its label (the folder name, made unique), ``metrics.json`` and its question rows."""
+
+    name: str
+    folder: Path
+    metrics: dict[str, Any]
+    rows: tuple[dict[str, Any], ...]
+
+    @property
+    def question_ids(self) -> tuple[str, ...]:
+        return tuple(row["question_id"] for row in self.rows)
+
+    def by_question(self) -> dict[str, dict[str, Any]]:
+        return {row["question_id"]: row for row in self.rows}
+
+    def overall(self, metric: str) -> float | None:
+        return self.metrics.get("overall", {}).get(metric)
+
+
+def load_run(folder: str | os.PathLike, name: str | None = None) -> RunResult:
+    """The run in ``folder``; ``ReportError`` naming the folder and the file when it is not a
+    complete run (no ``metrics.json``, an interrupted ``predictions.jsonl.partial``, unparseable files)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ReportError(f"{folder}: not a folder (give the folders `memlab run --out` wrote)")
+    metrics_path, rows_path = folder / "metrics.json", folder / "predictions.jsonl"
+    if not metrics_path.is_file():
+        hint = " (the run was interrupted: predictions.jsonl.partial is there)" \
+            if (folder / "predictions.jsonl.partial").exists() else ""
+        raise ReportError(f"{folder}: no metrics.json, so not a finished memlab run{hint}")
+    try:
+        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{metrics_path}: unreadable ({type(e).__name__}: {e})") from None
+    if not isinstance(metrics, dict) or not isinstance(metrics.get("overall"), dict) \
+            or not isinstance(metrics.get("by_category"), dict):
+        raise ReportError(f"{metrics_path}: not a memlab metrics.json (no 'overall' and 'by_category' blocks)")
+    if not rows_path.is_file():
+        raise ReportError(f"{folder}: metrics.json without predictions.jsonl")
+    rows = []
+    with rows_path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise ReportError(f"{rows_path}, line {number}: not JSON ({e})") from None
+            if not isinstance(row, dict) or "question_id" not in row:
+                raise ReportError(f"{rows_path}, line {number}: a row without 'question_id'")
+            rows.append(row)
+    if len(rows) != metrics.get("n_questions", len(rows)):
+        raise ReportError(f"{folder}: predictions.jsonl holds {len(rows)} questions, metrics.json counts "
+                          f"{metrics.get('n_questions')}")
+    return RunResult(name or folder.name, folder, metrics, tuple(rows))
+
+
+def load_runs(folders: Sequence[str | os.PathLike]) -> list[RunResult]:
+    """The runs in ``folders``, labelled by folder name (with the parent's when two names clash),
+    refused when they are not over the same questions: a table or a plot that averages different
+    question sets compares nothing."""
+    if not folders:
+        raise ReportError("no run folders given")
+    paths = [Path(f) for f in folders]
+    if len({p.resolve() for p in paths}) != len(paths):
+        raise ReportError("a run folder is given twice")
+    names = [p.name for p in paths]
+    names = [f"{p.parent.name}/{p.name}" if names.count(p.name) > 1 else p.name for p in paths]
+    runs = [load_run(p, name) for p, name in zip(paths, names)]
+    reference = runs[0]
+    expected = set(reference.question_ids)
+    for run in runs[1:]:
+        got = set(run.question_ids)
+        if got != expected:
+            missing, extra = sorted(expected - got), sorted(got - expected)
+            detail = "; ".join(part for part in (
+                f"{len(missing)} of {reference.name}'s questions missing (e.g. {', '.join(missing[:3])})" if missing else "",
+                f"{len(extra)} questions {reference.name} lacks (e.g. {', '.join(extra[:3])})" if extra else "",
+            ) if part)
+            raise ReportError(f"{run.name} ({run.folder}) is not over the same questions as {reference.name} "
+                              f"({reference.folder}): {detail}. Report runs over one question set together")
+    return runs

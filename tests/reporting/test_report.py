@@ -1,0 +1,119 @@
+import json
+import re
+
+import pytest
+
+from memlab.cli import main
+from memlab.data import load_sample
+from memlab.eval.runner import RunOptions, run_benchmark
+from memlab.pipelines.fullcontext import FullContext
+from memlab.reporting import ReportError, load_runs, write_report
+from memlab.reporting.paired import changed_questions, paired_difference
+from memlab.reporting.runs import RunResult
+from memlab.stages.answer import PromptedAnswerer
+from tests.fakes import ReplayLM
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _run(folder, respond, max_questions=6):
+    pipeline = FullContext(answerer=PromptedAnswerer(lm=ReplayLM(respond)), max_context_tokens=400)
+    run_benchmark(pipeline, load_sample(), folder, RunOptions(max_questions=max_questions, progress=False))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    plain = _run(root / "plain", lambda r: "an answer")
+    dated = _run(root / "dated", lambda r: "7 May 2023" if "When" in r.messages[0]["content"] else "an answer")
+    return plain, dated
+
+
+def test_report_writes_the_page_its_markdown_and_figures_with_the_runs_numbers(two_runs, tmp_path):
+    page = write_report(two_runs, tmp_path / "report")
+    folder = page.parent
+    for name in ("category_f1.png", "cost_quality.png", "recall_at_k.png", "category_recall.png"):
+        assert (folder / name).read_bytes().startswith(PNG), name
+        assert f'src="{name}"' in page.read_text() and f"]({name})" in (folder / "report.md").read_text()
+    assert not (folder / "category_judge.png").exists()  # no run was judged
+    markdown = (folder / "report.md").read_text()
+    html = page.read_text()
+    for run in two_runs:
+        metrics = json.loads((run / "metrics.json").read_text())
+        overall = metrics["overall"]
+        row = next(line for line in markdown.splitlines() if line.startswith(f"| {run.name} | {overall['n']} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2] == f"{overall['f1_locomo']:.3f}" and cells[3] == f"{overall['f1_amem']:.3f}"
+        assert cells[8] == f"{overall['recall@10']:.3f}"
+        assert f"<td>{overall['f1_locomo']:.3f}</td>" in html
+
+
+def test_paired_section_counts_the_changed_questions_with_both_answers(two_runs, tmp_path):
+    plain, dated = load_runs(two_runs)
+    changed = changed_questions(plain, dated, "f1_locomo")
+    differing = [q for q in plain.by_question()
+                 if plain.by_question()[q]["f1_locomo"] != dated.by_question()[q]["f1_locomo"]
+                 and plain.by_question()[q]["category"] != "adversarial"]
+    assert sorted(c["question_id"] for c in changed) == sorted(differing) and changed
+    assert all(c["answer_a"] == "an answer" and c["answer_b"] == "7 May 2023" for c in changed)
+    markdown = (write_report(two_runs, tmp_path / "r").parent / "report.md").read_text()
+    assert f"## Questions whose f1_locomo changed: plain -> dated ({len(changed)})" in markdown
+
+
+def _result(name, scores):
+    rows = tuple({"question_id": f"q{i}", "category": "single-hop", "f1_locomo": s, "prediction": str(s)}
+                 for i, s in enumerate(scores))
+    return RunResult(name, None, {"overall_over": "LoCoMo categories 1-4", "overall": {}, "by_category": {}}, rows)
+
+
+def test_paired_difference_bootstrap_interval_and_sign_test():
+    a = _result("a", [0.0] * 10)
+    b = _result("b", [1.0] * 8 + [0.0] * 2)
+    d = paired_difference(a, b, "f1_locomo")
+    assert d.n == 10 and d.difference == pytest.approx(0.8)
+    assert (d.wins, d.losses, d.ties) == (8, 0, 2)
+    assert d.sign_test_p == pytest.approx(2 / 2 ** 8)  # two-sided binomial, 8 of 8
+    assert d.ci_low <= 0.8 <= d.ci_high and d.ci_low > 0.3
+    same = paired_difference(a, a, "f1_locomo")
+    assert same.difference == 0 and same.sign_test_p == 1.0 and (same.ci_low, same.ci_high) == (0, 0)
+    assert paired_difference(a, b, "judge") is None  # neither run has it
+
+
+def test_runs_over_different_questions_are_refused(two_runs, tmp_path):
+    fewer = _run(tmp_path / "fewer", lambda r: "x", max_questions=3)
+    with pytest.raises(ReportError, match="not over the same questions as plain"):
+        write_report([two_runs[0], fewer], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_folders_and_outputs_get_one_clear_error(two_runs, tmp_path, caplog):
+    interrupted = tmp_path / "interrupted"
+    interrupted.mkdir()
+    (interrupted / "predictions.jsonl.partial").write_text("")
+    with pytest.raises(ReportError, match="no metrics.json.*interrupted"):
+        write_report([interrupted], tmp_path / "out")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "metrics.json").write_text('{"overall": ')
+    with pytest.raises(ReportError, match="metrics.json: unreadable"):
+        write_report([broken], tmp_path / "out")
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "notes.txt").write_text("mine")
+    with pytest.raises(ReportError, match="holds files that are not a memlab report"):
+        write_report(two_runs, occupied)
+    assert (occupied / "notes.txt").read_text() == "mine"
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ReportError, match="cannot create a folder"):
+        write_report(two_runs, tmp_path / "a-file" / "report")
+    assert main(["report", str(two_runs[0]), str(interrupted), "--out", str(tmp_path / "cli")]) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and re.search(r"interrupted: no metrics.json", errors[0])
+
+
+def test_report_replaces_its_previous_report(two_runs, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["report", *map(str, two_runs), "--out", str(out)]) == 0
+    assert main(["report", str(two_runs[1]), "--out", str(out)]) == 0
+    assert "dated" in (out / "report.md").read_text() and "| plain |" not in (out / "report.md").read_text()
