@@ -2,10 +2,11 @@
 
   memlab run CONFIG [--data PATH] [--conversations ID,...] [--sessions N] [--max-questions N]
                     [--categories NAMES] [--retrieval-only] [--batch-size N] [--out DIR]
-                    [--allow-training-overlap] [key=value ...]
+                    [--allow-training-overlap] [--save-memory DIR | --memory DIR] [key=value ...]
   memlab train RECIPE --config PATH [key=value ...]
   memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...] [--sessions N] [--pipeline CONFIG]
   memlab report RUN_DIR [RUN_DIR ...] --out DIR
+  memlab export-memory DIR --format graphml|jsonl|html [--out PATH]
   memlab models
   memlab cache export [--model M] [--contains TEXT] [--cache PATH] FILE.jsonl.gz
   memlab cache import [--cache PATH] FILE.jsonl.gz
@@ -53,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--retrieval-only", action="store_true",
                      help="stop after retrieval: evidence recall only, no answering call")
     run.add_argument("--out", help="output folder (default: runs/<config>-<time>)")
+    run.add_argument("--save-memory", metavar="DIR", help="save each conversation's built memory into DIR "
+                     "(answer from it later with --memory DIR)")
+    run.add_argument("--memory", metavar="DIR", help="answer from the memories saved in DIR instead of building "
+                     "(refused if they were built by another pipeline, build configuration or sessions)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     train = commands.add_parser("train", help="run a training recipe (train/<RECIPE>.py) with its config")
@@ -79,6 +84,14 @@ def _parser() -> argparse.ArgumentParser:
                         help="folders written by memlab run (the first is the reference of the paired comparisons)")
     report.add_argument("--out", required=True, help="folder for report.html, report.md and the figures "
                         "(replaced whole; refused if it holds other files)")
+
+    export_memory = commands.add_parser("export-memory", help="export a saved memory (memlab run --save-memory) "
+                                        "as GraphML, JSON lines, or an interactive HTML view")
+    export_memory.add_argument("folder", metavar="DIR", help="a folder of saved memories (one file per conversation "
+                               "is written) or one conversation's memory folder")
+    export_memory.add_argument("--format", required=True, choices=("graphml", "jsonl", "html"))
+    export_memory.add_argument("--out", help="the file to write (for a folder of memories, the folder to write "
+                               "them into); default: beside DIR, DIR.<format> or DIR-<format>/")
 
     commands.add_parser("models", help="list the known local models and whether they are installed")
 
@@ -130,7 +143,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     try:  # ConfigError and DataError are ValueErrors, as is a bad ``sessions``: bad input, reported
         out, metrics = run_config(args.config, args.overrides, data=args.data, conversations=args.conversations,
-                                  sessions=args.sessions, options=options, out=args.out)
+                                  sessions=args.sessions, options=options, out=args.out,
+                                  save_memory=args.save_memory, memory=args.memory)
     except ValueError as e:
         log.error("%s", e)
         return 2
@@ -153,6 +167,9 @@ def _failure_summary(metrics: dict) -> str | None:
     parts = [f"{questions} question{'s' * (questions != 1)}"] if questions else []
     if builds:
         parts.append(f"{len(builds)} build{'s' * (len(builds) != 1)} ({', '.join(builds)})")
+    saves = sorted(metrics.get("memory_save_errors") or {})
+    if saves:
+        parts.append(f"saving {len(saves)} memor{'ies' if len(saves) != 1 else 'y'} ({', '.join(saves)})")
     line = f"{' and '.join(parts)} failed" if parts else ""
     if metrics.get("stopped"):
         line = f"{line + '; ' if line else ''}run stopped early: {metrics['stopped']}"
@@ -251,6 +268,35 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_memory(args: argparse.Namespace) -> int:
+    from memlab.eval.saved_memories import INDEX_FILE, SavedMemories, SavedMemoryError
+    from memlab.memory.export import read_saved_graph, write_jsonl
+    from memlab.memory.store import MemoryStoreError
+    from memlab.memory.viewer import write_viewer
+
+    folder = Path(args.folder)
+    writers = {"graphml": lambda graph, path, title: graph.to_graphml(path), "jsonl": lambda g, p, t: write_jsonl(g, p),
+               "html": write_viewer}
+    try:
+        if (folder / INDEX_FILE).is_file():  # a folder of saved memories: one file per conversation
+            saved = SavedMemories.open(folder)
+            out = Path(args.out or f"{folder}-{args.format}")
+            out.mkdir(parents=True, exist_ok=True)
+            jobs = [(entry["folder"], out / f"{entry['folder']}.{args.format}", conversation)
+                    for conversation, entry in sorted(saved.index["memories"].items())]
+        else:
+            jobs = [(folder.name, Path(args.out or f"{folder}.{args.format}"), folder.name)]
+            folder = folder.parent
+        for name, path, title in jobs:
+            graph = read_saved_graph(folder / name)
+            writers[args.format](graph, path, f"{title} ({len(graph.nodes())} nodes)")
+            print(f"wrote {path}")
+    except (MemoryStoreError, SavedMemoryError) as e:
+        log.error("%s", e)
+        return 2
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from memlab.lm.models import model_status
 
@@ -305,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     # (TypeError, KeyError, a plain ValueError ...) is a bug and keeps its traceback.
     try:
         commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage, "report": cmd_report,
+                    "export-memory": cmd_export_memory,
                     "models": cmd_models, "cache": cmd_cache}
         return commands[args.command](args)
     except (ConfigError, DataError) as e:

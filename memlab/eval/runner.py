@@ -19,6 +19,11 @@ retries) stops the run cleanly, keeping what was done. ``metrics.json`` counts w
 (``failed_questions``, ``build_errors``, ``failures`` per stage, ``stopped``) so that the CLI
 exits non-zero when anything did.
 
+``save_to`` (``memlab run --save-memory``) saves each built memory once its questions are answered
+(released, so a MAGMA memory is saved consolidated); ``load_from`` (``--memory``) answers from
+saved memories instead of building (``memlab.eval.saved_memories``; build time is then the load
+time, and ``metrics.json`` says where the memories came from).
+
 ``run_config`` refuses bad input before anything runs: unknown categories, an ``out`` that is
 a file or holds something other than a run, and a pipeline holding a trained stage whose
 checkpoint learnt from the conversations to be run (unless
@@ -42,6 +47,7 @@ from tqdm.auto import tqdm
 
 from memlab.clock import active_seconds
 from memlab.eval import metrics as M
+from memlab.eval.saved_memories import SavedMemories
 from memlab.fileio import atomic_folder, write_json_atomic
 from memlab.lm.base import LM, UsageMeter
 from memlab.lm.errors import LMUnavailableError
@@ -84,15 +90,19 @@ def run_config(
     sessions: int | None = None,
     options: RunOptions = RunOptions(),
     out: str | os.PathLike | None = None,
+    save_memory: str | os.PathLike | None = None,
+    memory: str | os.PathLike | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run the pipeline config ``config`` (with dotted ``overrides``) on ``data`` (None: the
     embedded sample; ``conversations``, ``sessions`` as in ``memlab.data.load_conversations``)
     into ``out`` (default ``runs/<config>-<time>``, with the resolved ``config.yaml``); returns
-    the folder and the metrics. Bad input (config, data, categories, ``out``, a trained stage
+    the folder and the metrics. ``save_memory`` / ``memory``: a folder to save the built memories
+    into / to answer from (module docstring). Bad input (config, data, categories, ``out``, a trained stage
     scored on its own training conversations) raises a ``ValueError`` (``ConfigError``,
     ``DataError`` ...) before anything runs."""
-    from memlab.config import build_pipeline, dump_config, instantiate
+    from memlab.config import build_pipeline, dump_config, instantiate, split_runner_keys
     from memlab.data import load_conversations
+    from memlab.eval.saved_memories import build_config
 
     overrides = list(overrides)
     folder = Path(out or f"runs/{Path(config).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -106,19 +116,27 @@ def run_config(
             "trained stages would be scored on conversations they learnt from ("
             + "; ".join(f"{stage}: {', '.join(ids)}" for stage, ids in overlap.items())
             + "): choose other conversations, or pass --allow-training-overlap to run anyway")
+    if save_memory is not None and memory is not None:
+        raise ValueError("give --save-memory or --memory, not both: a loaded memory is saved already")
+    config_of_build = build_config(split_runner_keys(tree)[0], pipeline)
+    answered = [c for c in selected if select_questions(c, options)]
+    save_to = SavedMemories.for_saving(save_memory, config_of_build) if save_memory is not None else None
+    load_from = SavedMemories.for_loading(memory, config_of_build, answered) if memory is not None else None
     judge_node = (runner_settings.get("eval") or {}).get("judge")
     judge = instantiate(judge_node) if judge_node and not options.retrieval_only else None
     try:
         with atomic_folder(folder) as staging:
             log.info("writing the run into %s; it replaces %s when the run ends", staging, folder)
             (staging / "config.yaml").write_text(dump_config(tree), encoding="utf-8")
-            metrics = run_benchmark(pipeline, selected, staging, options, judge=judge, run_info={
+            metrics = run_benchmark(pipeline, selected, staging, options, judge=judge, save_to=save_to,
+                                    load_from=load_from, run_info={
                 "pipeline": Path(config).stem,
                 "config": str(config),
                 "overrides": overrides,
                 "data": str(data) if data else "embedded sample",
                 "conversations": [c.id for c in selected],
                 "sessions": sessions,
+                "memory_from": str(memory) if memory is not None else None,
             })
     finally:
         for lm in pipeline.lms() + ([judge.lm] if judge is not None and hasattr(judge, "lm") else []):
@@ -214,8 +232,11 @@ def run_benchmark(
     options: RunOptions = RunOptions(),
     judge=None,
     run_info: dict[str, Any] | None = None,
+    save_to: SavedMemories | None = None,
+    load_from: SavedMemories | None = None,
 ) -> dict[str, Any]:
-    """Run ``pipeline`` on every conversation and write predictions and metrics; returns metrics."""
+    """Run ``pipeline`` on every conversation and write predictions and metrics; returns metrics.
+    ``save_to`` / ``load_from``: saved memories to write / to answer from (module docstring)."""
     from memlab.embed import default_token_counter
     from memlab.eval.report import summarise
 
@@ -228,6 +249,7 @@ def run_benchmark(
     build_seconds = 0.0
     build_usage: dict[str, float] = {}
     build_errors: dict[str, str] = {}
+    save_errors: dict[str, str] = {}
     memory_stats: dict[str, dict[str, Any]] = {}
     stopped: str | None = None
     partial = out / "predictions.jsonl.partial"
@@ -241,7 +263,7 @@ def run_benchmark(
             bar.set_postfix_str(f"building {conversation.id}")
             before, t0 = pipeline_usage.snapshot(), active_seconds()
             try:
-                memory = pipeline.build(conversation.history())
+                memory = load_from.load(pipeline, conversation) if load_from else pipeline.build(conversation.history())
             except LMUnavailableError as e:
                 stopped = f"building {conversation.id}: {e}"
                 break
@@ -270,6 +292,12 @@ def run_benchmark(
                     bar.update(len(batch))
             finally:
                 pipeline.release(memory)
+                if save_to is not None:
+                    try:
+                        save_to.save(pipeline, conversation, memory)
+                    except Exception as e:  # the answers stand; the run still ends non-zero
+                        log.exception("saving the memory of %s failed", conversation.id)
+                        save_errors[conversation.id] = f"{type(e).__name__}: {e}"
             # A memory still consolidating while questions ran ends different from how it began.
             final = pipeline.memory_stats(memory)
             memory_stats[conversation.id] = final if final == at_build else {**final, "before_answering": at_build}
@@ -292,6 +320,7 @@ def run_benchmark(
             **(run_info or {}),
             "failures": failures,
             "build_errors": build_errors,
+            "memory_save_errors": save_errors,
             "memory": memory_stats,
             "stopped": stopped,
             "training_overlap": training_overlap(pipeline, conversations),

@@ -27,6 +27,11 @@ Contract
   counts, a consolidation backlog, failed background steps ...) in ``metrics.json``.
 * ``release(memory)`` is called once the memory's questions are answered; a memory that still
   works in the background (MAGMA's consolidation worker) finishes and stops there.
+* ``save_memory(memory, folder)`` / ``load_memory(folder)`` write a built memory through the
+  store (atomic, versioned, checked on load) and read it back, so that a run can answer from
+  a memory built earlier (``memlab run --save-memory`` / ``--memory``). ``query_settings``
+  names the constructor arguments that only matter when answering: a saved memory serves any
+  configuration that differs from its builder's in those alone.
 * Stages that call an LM take it injected; ``lms()`` lists the distinct LMs so the runner can
   read their usage meters, and ``failures()`` collects the prompted stages' failed calls.
 """
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from torch import nn
@@ -68,6 +74,9 @@ def _history_only(build: Callable[..., Any]) -> Callable[..., Any]:
 class Pipeline(nn.Module):
     """Base class of memory pipelines; the contract is in this module's docstring."""
 
+    #: Constructor arguments that do not change what ``build`` makes (module docstring).
+    query_settings: tuple[str, ...] = ()
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "build" in cls.__dict__:
@@ -95,6 +104,14 @@ class Pipeline(nn.Module):
 
     def release(self, memory: Any) -> None:
         """Done with ``memory`` (contract above); nothing to do for memories without background work."""
+
+    def save_memory(self, memory: Any, folder: Path) -> None:
+        """Write ``memory`` into ``folder`` (contract above); memories that save themselves do."""
+        memory.save(folder)
+
+    def load_memory(self, folder: Path) -> Any:  # pragma: no cover - abstract
+        """A memory written by ``save_memory``, checked on load (``MemoryStoreError`` when it cannot be used)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot load saved memories")
 
     def named_stages(self) -> Iterator[tuple[str, Stage]]:
         for name, module in self.named_modules():

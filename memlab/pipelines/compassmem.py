@@ -48,6 +48,10 @@ from memlab.types import Answer, History, MemoryUnit, Query, Retrieved
 class CompassMem(Pipeline):
     """The CompassMem pipeline (module docstring); every stage is a swappable slot."""
 
+    query_settings = ("navigator", "answerer", "planner", "refiner", "selector", "cluster_selector", "top_k",
+                      "topic_clusters", "topic_depth", "cluster_candidates", "per_cluster", "explorers", "max_steps",
+                      "max_kept", "max_next", "refinement_rounds")
+
     def __init__(
         self,
         embedder: Embedder,
@@ -110,6 +114,9 @@ class CompassMem(Pipeline):
         self.seed = seed
 
     # -- construction --------------------------------------------------------------------
+    def load_memory(self, folder):
+        return EventMemory.load(folder, self.embedder)
+
     def build(self, history: History) -> EventMemory:
         topics = TopicLayer(self.topic_threshold, self.recluster_every, self.seed) if self.use_topics else None
         memory = EventMemory(self.embedder, topics)

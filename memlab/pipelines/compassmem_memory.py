@@ -12,6 +12,8 @@
 * **Topics** (``TopicLayer``, optional): which topic each event belongs to.
 
 ``EventMemory`` holds state only; the pipeline decides what to add (``CompassMem.build``).
+``save`` / ``load`` go through the bundle store (``memlab.memory.bundle``: atomic, versioned,
+checked on load): the event index, the graph, the keys and the topic layer's state.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from memlab.embed.base import Embedder
+from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
-from memlab.memory.store import UnitMemory
+from memlab.memory.store import MemoryStoreError, UnitMemory
 from memlab.pipelines.compassmem_topics import TopicLayer
 from memlab.stages.event_view import EventView
 from memlab.stages.navigate import Neighbour
@@ -28,6 +31,8 @@ from memlab.types import MemoryUnit
 
 EVENT = "event"
 RELATION = "relation"
+FORMAT = "memlab.CompassMemMemory"
+FORMAT_VERSION = 1
 
 
 class EventMemory:
@@ -104,6 +109,40 @@ class EventMemory:
         return {"events": len(self.index), "relations": self.graph.num_edges(RELATION), "merged_events": self.merges,
                 "topics": 0 if self.topics is None else self.topics.n_topics,
                 "reclusterings": 0 if self.topics is None else self.topics.reclusterings}
+
+    # -- saving --------------------------------------------------------------------------
+    def save(self, folder) -> None:
+        topics = None if self.topics is None else {
+            "threshold": self.topics.threshold, "recluster_every": self.topics.recluster_every,
+            "seed": self.topics.seed, "topic_of": dict(self.topics.topic_of),
+            "centroids": self.topics.centroids.tolist(), "steps": self.topics.steps,
+            "reclusterings": self.topics.reclusterings}
+        save_bundle(folder, format=FORMAT, format_version=FORMAT_VERSION, embedder=self.index.embedder,
+                    parts={"events": self.index}, graph=self.graph,
+                    state={"key_of": self.key_of, "merges": self.merges, "topics": topics})
+
+    @classmethod
+    def load(cls, folder, embedder: Embedder) -> "EventMemory":
+        bundle = load_bundle(folder, format=FORMAT, format_version=FORMAT_VERSION, embedder=embedder)
+        try:
+            state, topics = bundle.state, bundle.state["topics"]
+            layer = None
+            if topics is not None:
+                layer = TopicLayer(float(topics["threshold"]), int(topics["recluster_every"]), int(topics["seed"]))
+                layer.topic_of = {str(k): int(v) for k, v in topics["topic_of"].items()}
+                layer.centroids = np.asarray(topics["centroids"], dtype=np.float32)
+                layer.steps, layer.reclusterings = int(topics["steps"]), int(topics["reclusterings"])
+            memory = cls(embedder, layer)
+            memory.index = bundle.parts["events"]
+            memory.graph = memory.index.graph = bundle.graph  # one graph, as when it was built
+            memory.key_of = {str(k): str(v) for k, v in state["key_of"].items()}
+            memory.merges = int(state["merges"])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise MemoryStoreError(f"{folder}: not a CompassMem memory: {type(e).__name__}: {e}") from None
+        memory.id_of = {key: node for node, key in memory.key_of.items()}
+        if set(memory.key_of) != set(memory.index.units) or set(bundle.graph.nodes(EVENT)) != set(memory.index.units):
+            raise MemoryStoreError(f"{folder}: not a CompassMem memory: its event keys, index and graph differ")
+        return memory
 
 
 def event_view(key: str, unit: MemoryUnit) -> EventView:

@@ -64,6 +64,8 @@ class EventMemoryPipeline(Pipeline):
     ``qa_top_k`` caps the EDUs given to the answerer (None: all that are selected).
     """
 
+    query_settings = ("answerer", "edu_filter", "linking_top_k", "qa_top_k")
+
     def __init__(
         self,
         extractor: Segmenter,
@@ -90,6 +92,9 @@ class EventMemoryPipeline(Pipeline):
         self.argument_batch = argument_batch
         self.synonym_threshold = synonym_threshold
         self.synonym_cap = synonym_cap
+
+    def load_memory(self, folder):
+        return EventMemory.load(folder, self.embedder)
 
     def build(self, history: History) -> EventMemory:
         return build_event_memory(
@@ -167,6 +172,9 @@ class EMemG(EventMemoryPipeline):
     unfiltered dense candidates seed PPR (it needs one). The other arguments are
     ``EventMemoryPipeline``'s (``qa_top_k`` defaults to 10 here).
     """
+
+    query_settings = EventMemoryPipeline.query_settings + (
+        "mention_detector", "argument_filter", "argument_top_k", "seed_arguments", "damping", "ppr_iterations")
 
     @extends_signature(EventMemoryPipeline)
     def __init__(

@@ -9,6 +9,7 @@ from memlab.lm.base import LM
 from memlab.pipelines.base import Pipeline, render_units
 from memlab.stages.answer import AnswerIn, Answerer
 from memlab.stages.segment import SegmentIn, Segmenter, TurnSegmenter
+from memlab.memory.unit_list import load_units, save_units
 from memlab.types import Answer, History, MemoryUnit, Query, Retrieved, Trace
 
 
@@ -20,6 +21,8 @@ class FullContext(Pipeline):
     answering model's tokenizer. ``retrieve`` ranks turns newest first: the order in which
     they are kept.
     """
+
+    query_settings = ("answerer", "max_context_tokens", "reserve_tokens")
 
     def __init__(
         self,
@@ -33,6 +36,12 @@ class FullContext(Pipeline):
         self.segmenter = segmenter if segmenter is not None else TurnSegmenter()
         self.max_context_tokens = max_context_tokens
         self.reserve_tokens = reserve_tokens
+
+    def save_memory(self, memory: list[MemoryUnit], folder) -> None:
+        save_units(folder, memory)
+
+    def load_memory(self, folder) -> list[MemoryUnit]:
+        return load_units(folder)
 
     def build(self, history: History) -> list[MemoryUnit]:
         outputs = self.segmenter([SegmentIn(history.id, s) for s in history.sessions])

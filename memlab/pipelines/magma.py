@@ -49,6 +49,9 @@ from memlab.types import Answer, History, Query, Retrieved, Trace
 class MAGMA(Pipeline):
     """The MAGMA pipeline (see the module docstring); every stage is a swappable slot."""
 
+    query_settings = ("router", "traverser", "answerer", "vector_top_k", "keyword_weight", "rrf_k", "anchor_k",
+                      "context_tokens")
+
     def __init__(
         self,
         segmenter: Segmenter,
@@ -121,6 +124,14 @@ class MAGMA(Pipeline):
 
     def release(self, memory: MagmaMemory) -> None:
         memory.close()
+
+    def save_memory(self, memory: MagmaMemory, folder) -> None:
+        """Saved consolidated: the slow path's backlog is drained first."""
+        memory.wait_until_consolidated()
+        memory.save(folder)
+
+    def load_memory(self, folder) -> MagmaMemory:
+        return MagmaMemory.load(folder, self.embedder, self.normalizer, self.event_extractor, self.consolidator)
 
     # -- query -----------------------------------------------------------------------------
     def routes(self, memory: MagmaMemory, queries: list[Query]) -> list[RouteOut]:

@@ -68,6 +68,9 @@ from memlab.types import Answer, History, MemoryUnit, Query, Retrieved, Session,
 class Mnemis(Pipeline):
     """The Mnemis pipeline (module docstring); every stage is a swappable slot."""
 
+    query_settings = ("answerer", "global_selector", "reranker", "system1", "system2", "context", "top_k",
+                      "selection_batch", "max_candidates")
+
     def __init__(
         self,
         embedder: Embedder,
@@ -133,6 +136,9 @@ class Mnemis(Pipeline):
         self.max_candidates = max_candidates
 
     # -- base graph ----------------------------------------------------------------------
+    def load_memory(self, folder):
+        return MnemisMemory.load(folder, self.embedder)
+
     def build(self, history: History) -> MnemisMemory:
         memory = MnemisMemory(self.embedder)
         sessions = [s for s in history.sessions if s.turns]

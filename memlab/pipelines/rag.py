@@ -26,6 +26,8 @@ class RAG(Pipeline):
     ``reranker`` re-scores the first ``rerank_depth`` units of the ranking.
     """
 
+    query_settings = ("answerer", "retrieval", "top_k", "candidates", "rrf_k", "reranker", "rerank_depth")
+
     def __init__(
         self,
         segmenter: Segmenter,
@@ -52,6 +54,9 @@ class RAG(Pipeline):
         self.candidates = candidates
         self.rrf_k = rrf_k
         self.rerank_depth = rerank_depth
+
+    def load_memory(self, folder):
+        return UnitMemory.load(folder, self.embedder)
 
     def build(self, history: History) -> UnitMemory:
         outputs = self.segmenter([SegmentIn(history.id, session) for session in history.sessions])

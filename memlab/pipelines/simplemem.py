@@ -94,6 +94,8 @@ class SimpleMem(Pipeline):
     * ``planner=None``: fixed-depth retrieval (``FixedPlanner(depth=fixed_depth)``).
     """
 
+    query_settings = ("answerer", "planner", "fixed_depth")
+
     def __init__(
         self,
         embedder: Embedder,
@@ -130,6 +132,9 @@ class SimpleMem(Pipeline):
             return units
         out = self.synthesizer.run_one(SynthesizeIn(history.id, session.id, session.timestamp, tuple(units)))
         return list(out.units) + list(out.abstracts)
+
+    def load_memory(self, folder):
+        return UnitMemory.load(folder, self.embedder)
 
     def build(self, history: History) -> UnitMemory:
         memory = UnitMemory(self.embedder)
