@@ -2,9 +2,10 @@
 
 Any folder the memory store wrote is read without the pipeline or the embedder that made it:
 its manifest is checked first (format, version, every checksum), then its graph
-(``graph.json``) and its units (``units.jsonl``, and those of each saved part) become one
-``MemoryGraph``; a unit that is not a graph node (a turn of ``rag_turns``, an entry of SimpleMem)
-becomes a node of its kind with its text, time and source turns. ``write_jsonl`` writes that
+(``graph.json``) is the export. A memory without a graph (``rag_turns``' turns, SimpleMem's
+entries, a full-context memory) exports its units (``units.jsonl``, and those of each saved
+part), each a node of its kind with its text, time and source turns. (A memory with a graph is
+not mixed with its units: there a unit may be an edge, as Mnemis's facts are.) ``write_jsonl`` writes that
 graph as JSON lines (one object per node, then one per edge; embeddings left out); GraphML is
 ``MemoryGraph.to_graphml``; the HTML view is ``memlab.memory.viewer``.
 """
@@ -41,7 +42,7 @@ def read_saved_graph(folder: str | os.PathLike) -> MemoryGraph:
             else MemoryGraph()
         unit_files = [UNITS_FILE] * (UNITS_FILE in files) + [
             f"{part}/{UNITS_FILE}" for part in manifest.get("parts") or [] if f"{part}/{UNITS_FILE}" in files]
-        for name in unit_files:
+        for name in unit_files if not graph.nodes() else ():
             for row in _read_jsonl(folder / name):
                 unit = unit_from_dict(row)
                 if not graph.has_node(unit.id):

@@ -2,7 +2,8 @@
 
 Nodes are coloured by type and edges by type (with their label on hover); a click on a node
 shows its text, time, source turns, attributes and neighbours; the search box highlights the
-nodes whose id or text contains the words typed; drag pans, the wheel zooms. The layout is
+nodes whose id or text contains the words typed; drag pans, the wheel zooms. A link ending in
+``#node=<id>`` opens with that node shown. The layout is
 computed here (``networkx.spring_layout``, seeded, so the same memory draws the same way) and
 the page only draws it, with no script or style fetched from anywhere.
 """
@@ -54,7 +55,7 @@ svg{width:100%;height:100%;cursor:grab}
 #legend i{display:inline-block;width:10px;height:10px;border-radius:5px;margin-right:3px}
 .node{stroke:#fff;stroke-width:0.6;cursor:pointer}
 .node.dim{opacity:0.12}.node.hit{stroke:#000;stroke-width:2}.node.selected{stroke:#d00;stroke-width:3}
-.edge{stroke-width:0.8;opacity:0.55}.edge.dim{opacity:0.05}
+.edge{stroke-width:1.2;opacity:0.6}.edge.dim{opacity:0.05}
 #details .text{white-space:pre-wrap;background:#f3f3f3;padding:6px;margin:6px 0}
 #details dt{font-weight:bold;margin-top:4px}
 </style></head><body>
@@ -71,11 +72,12 @@ svg{width:100%;height:100%;cursor:grab}
   "use strict";
   var data = JSON.parse(document.getElementById("memory-data").textContent);
   var SVG = "http://www.w3.org/2000/svg";
-  var palette = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e377c2","#7f7f7f","#bcbd22","#17becf"];
-  function colours(values) { var map = {}; values.forEach(function (v, i) { map[v] = palette[i % palette.length]; }); return map; }
+  var nodePalette = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e377c2","#bcbd22","#17becf"];
+  var edgePalette = ["#555555","#b07aa1","#59a14f","#e15759","#76b7b2","#edc948","#9c755f","#4e79a7"];
+  function colours(values, palette) { var map = {}; values.forEach(function (v, i) { map[v] = palette[i % palette.length]; }); return map; }
   var nodeTypes = Array.from(new Set(data.nodes.map(function (n) { return n.type; }))).sort();
   var edgeTypes = Array.from(new Set(data.edges.map(function (e) { return e.type; }))).sort();
-  var nodeColour = colours(nodeTypes), edgeColour = colours(edgeTypes.slice().reverse());
+  var nodeColour = colours(nodeTypes, nodePalette), edgeColour = colours(edgeTypes, edgePalette);
   var byId = {}; data.nodes.forEach(function (n) { byId[n.id] = n; });
   var size = 1000, radius = Math.max(2.5, Math.min(9, 260 / Math.sqrt(data.nodes.length + 1)));
   function px(n) { return (n.x + 1.1) / 2.2 * size; } function py(n) { return (n.y + 1.1) / 2.2 * size; }
@@ -102,6 +104,7 @@ svg{width:100%;height:100%;cursor:grab}
   var legend = document.getElementById("legend");
   function addLegend(label, colour, kind) {
     var s = document.createElement("span"), i = document.createElement("i"); i.style.background = colour;
+    if (kind === "edge") { i.style.height = "3px"; i.style.borderRadius = "0"; i.style.verticalAlign = "middle"; }
     s.appendChild(i); s.appendChild(document.createTextNode(kind + " " + label)); legend.appendChild(s);
   }
   nodeTypes.forEach(function (t) { addLegend(t, nodeColour[t], "node"); });
@@ -157,6 +160,12 @@ svg{width:100%;height:100%;cursor:grab}
     e.preventDefault(); var f = e.deltaY < 0 ? 1.15 : 1 / 1.15;
     view.x = e.offsetX - (e.offsetX - view.x) * f; view.y = e.offsetY - (e.offsetY - view.y) * f; view.k *= f; apply();
   }, {passive: false});
+  function showLinked() {
+    var linked = decodeURIComponent(location.hash.replace(/^#node=/, ""));
+    if (location.hash.indexOf("#node=") === 0 && byId[linked]) show(linked);
+  }
+  window.addEventListener("hashchange", showLinked);
+  showLinked();
   document.body.setAttribute("data-ready", "true");
 })();
 </script></body></html>

@@ -114,6 +114,8 @@ def test_the_viewer_draws_every_node_and_a_click_shows_its_text(tmp_path):
         assert browser.find("#hits").text == "1 matching nodes"
         assert [c.attribute("data-id") for c in browser.find_all("circle.hit")] == ["e1"]
         shot = browser.screenshot()
+        browser.get(page.as_uri() + "#node=ann")  # a link to one node opens with it shown
+        assert browser.find("#node-text").text == "Ann"
     (tmp_path / "view.png").write_bytes(shot)
     import matplotlib.image
 

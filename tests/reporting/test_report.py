@@ -117,3 +117,16 @@ def test_report_replaces_its_previous_report(two_runs, tmp_path, capsys):
     assert main(["report", *map(str, two_runs), "--out", str(out)]) == 0
     assert main(["report", str(two_runs[1]), "--out", str(out)]) == 0
     assert "dated" in (out / "report.md").read_text() and "| plain |" not in (out / "report.md").read_text()
+
+
+def test_the_committed_conv26_runs_report(tmp_path):
+    from pathlib import Path
+
+    runs = sorted(p for p in (Path(__file__).resolve().parents[2] / "eval/runs/conv26-s2").iterdir() if p.is_dir())
+    assert len(runs) >= 3
+    page = write_report(runs, tmp_path / "report")
+    html = page.read_text()
+    for run in runs:
+        overall = json.loads((run / "metrics.json").read_text())["overall"]
+        assert f"<td>{run.name}</td><td>{overall['n']}</td><td>{overall['f1_locomo']:.3f}</td>" in html
+    assert (page.parent / "category_judge.png").read_bytes().startswith(PNG)  # these runs were judged
