@@ -59,7 +59,8 @@ svg{width:100%;height:100%;cursor:grab}
 #details .text{white-space:pre-wrap;background:#f3f3f3;padding:6px;margin:6px 0}
 #details dt{font-weight:bold;margin-top:4px}
 </style></head><body>
-<div id="main"><svg id="canvas" xmlns="http://www.w3.org/2000/svg"><g id="viewport"><g id="edges"></g><g id="nodes"></g></g></svg></div>
+<div id="main"><svg id="canvas" xmlns="http://www.w3.org/2000/svg">
+<g id="viewport"><g id="edges"></g><g id="nodes"></g></g></svg></div>
 <div id="side">
 <h2 id="title"></h2><div id="summary"></div>
 <input id="search" type="search" placeholder="search text or id"><div id="hits"></div>
@@ -74,7 +75,9 @@ svg{width:100%;height:100%;cursor:grab}
   var SVG = "http://www.w3.org/2000/svg";
   var nodePalette = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e377c2","#bcbd22","#17becf"];
   var edgePalette = ["#555555","#b07aa1","#59a14f","#e15759","#76b7b2","#edc948","#9c755f","#4e79a7"];
-  function colours(values, palette) { var map = {}; values.forEach(function (v, i) { map[v] = palette[i % palette.length]; }); return map; }
+  function colours(values, palette) {
+    var map = {}; values.forEach(function (v, i) { map[v] = palette[i % palette.length]; }); return map;
+  }
   var nodeTypes = Array.from(new Set(data.nodes.map(function (n) { return n.type; }))).sort();
   var edgeTypes = Array.from(new Set(data.edges.map(function (e) { return e.type; }))).sort();
   var nodeColour = colours(nodeTypes, nodePalette), edgeColour = colours(edgeTypes, edgePalette);
@@ -87,9 +90,11 @@ svg{width:100%;height:100%;cursor:grab}
   var edgeLayer = document.getElementById("edges"), nodeLayer = document.getElementById("nodes");
   var edgeElements = data.edges.map(function (e) {
     var a = byId[e.src], b = byId[e.dst], line = document.createElementNS(SVG, "line");
-    line.setAttribute("x1", px(a)); line.setAttribute("y1", py(a)); line.setAttribute("x2", px(b)); line.setAttribute("y2", py(b));
+    line.setAttribute("x1", px(a)); line.setAttribute("y1", py(a));
+    line.setAttribute("x2", px(b)); line.setAttribute("y2", py(b));
     line.setAttribute("class", "edge"); line.setAttribute("stroke", edgeColour[e.type]);
-    var tip = document.createElementNS(SVG, "title"); tip.textContent = e.type + (e.label ? ": " + e.label : ""); line.appendChild(tip);
+    var tip = document.createElementNS(SVG, "title");
+    tip.textContent = e.type + (e.label ? ": " + e.label : ""); line.appendChild(tip);
     edgeLayer.appendChild(line); return line;
   });
   var nodeElements = {};
@@ -97,7 +102,8 @@ svg{width:100%;height:100%;cursor:grab}
     var c = document.createElementNS(SVG, "circle");
     c.setAttribute("cx", px(n)); c.setAttribute("cy", py(n)); c.setAttribute("r", radius);
     c.setAttribute("fill", nodeColour[n.type]); c.setAttribute("class", "node"); c.setAttribute("data-id", n.id);
-    var tip = document.createElementNS(SVG, "title"); tip.textContent = n.type + ": " + n.text.slice(0, 120); c.appendChild(tip);
+    var tip = document.createElementNS(SVG, "title");
+    tip.textContent = n.type + ": " + n.text.slice(0, 120); c.appendChild(tip);
     c.addEventListener("click", function (event) { event.stopPropagation(); show(n.id); });
     nodeLayer.appendChild(c); nodeElements[n.id] = c;
   });
@@ -120,7 +126,8 @@ svg{width:100%;height:100%;cursor:grab}
     selected = id; nodeElements[id].classList.add("selected");
     details.textContent = "";
     var h = document.createElement("h2"); h.textContent = n.type + " " + n.id; details.appendChild(h);
-    var text = document.createElement("div"); text.className = "text"; text.id = "node-text"; text.textContent = n.text; details.appendChild(text);
+    var text = document.createElement("div");
+    text.className = "text"; text.id = "node-text"; text.textContent = n.text; details.appendChild(text);
     var list = document.createElement("dl");
     field(list, "time", n.time || "-");
     field(list, "source turns", (n.provenance || []).join(", ") || "-");
@@ -133,7 +140,9 @@ svg{width:100%;height:100%;cursor:grab}
     var ul = document.createElement("ul");
     links.slice(0, 200).forEach(function (e) {
       var other = e.src === id ? e.dst : e.src, li = document.createElement("li"), a = document.createElement("a");
-      a.href = "#"; a.textContent = (e.src === id ? "-> " : "<- ") + e.type + (e.label ? " (" + e.label + ")" : "") + ": " + byId[other].text.slice(0, 80);
+      a.href = "#";
+      a.textContent = (e.src === id ? "-> " : "<- ") + e.type + (e.label ? " (" + e.label + ")" : "") + ": "
+        + byId[other].text.slice(0, 80);
       a.addEventListener("click", function (event) { event.preventDefault(); show(other); });
       li.appendChild(a); ul.appendChild(li);
     });
@@ -142,7 +151,8 @@ svg{width:100%;height:100%;cursor:grab}
   document.getElementById("search").addEventListener("input", function () {
     var words = this.value.toLowerCase().split(/\\s+/).filter(Boolean), hits = 0;
     data.nodes.forEach(function (n) {
-      var hay = (n.id + " " + n.text).toLowerCase(), hit = words.length && words.every(function (w) { return hay.indexOf(w) >= 0; });
+      var hay = (n.id + " " + n.text).toLowerCase();
+      var hit = words.length && words.every(function (w) { return hay.indexOf(w) >= 0; });
       nodeElements[n.id].classList.toggle("hit", !!hit);
       nodeElements[n.id].classList.toggle("dim", words.length > 0 && !hit);
       if (hit) hits += 1;
@@ -151,10 +161,14 @@ svg{width:100%;height:100%;cursor:grab}
     document.getElementById("hits").textContent = words.length ? hits + " matching nodes" : "";
   });
   var view = {x: 0, y: 0, k: 1}, drag = null;
-  function apply() { viewport.setAttribute("transform", "translate(" + view.x + "," + view.y + ") scale(" + view.k + ")"); }
+  function apply() {
+    viewport.setAttribute("transform", "translate(" + view.x + "," + view.y + ") scale(" + view.k + ")");
+  }
   svg.setAttribute("viewBox", "0 0 " + size + " " + size);
   svg.addEventListener("mousedown", function (e) { drag = {x: e.clientX - view.x, y: e.clientY - view.y}; });
-  window.addEventListener("mousemove", function (e) { if (drag) { view.x = e.clientX - drag.x; view.y = e.clientY - drag.y; apply(); } });
+  window.addEventListener("mousemove", function (e) {
+    if (drag) { view.x = e.clientX - drag.x; view.y = e.clientY - drag.y; apply(); }
+  });
   window.addEventListener("mouseup", function () { drag = null; });
   svg.addEventListener("wheel", function (e) {
     e.preventDefault(); var f = e.deltaY < 0 ? 1.15 : 1 / 1.15;
