@@ -2,6 +2,7 @@
 
     python eval/served_concurrency.py --server PATH/llama-server [--parallel 1,2,4] [--max-questions 12]
         [--config configs/pipelines/rag_turns.yaml] [--model qwen2.5-coder-1.5b-instruct-q4_k_m] [--threads 2]
+        [--workload questions|generation]
 
 For each N in ``--parallel`` it starts llama.cpp's server on 127.0.0.1 with N slots (``--parallel
 N``, continuous batching; ``-c`` = N x 4096 so each slot keeps a 4096-token context), runs
@@ -10,6 +11,10 @@ N``, continuous batching; ``-c`` = N x 4096 so each slot keeps a 4096-token cont
 call reaches the server), and stops the server. It prints, per N, the run's wall time, the
 speed-up over N = 1 and how many answers equal the N = 1 run's (greedy decoding; batched
 matrix products can round differently from single ones).
+
+``--workload generation`` isolates what slots can win on a CPU: 8 short prompts that each ask for
+about 100 generated tokens (memory-bandwidth bound, where batching shares each weight read),
+sent as one batch through ``OpenAICompatLM`` (no cache), timed per slot count.
 """
 
 from __future__ import annotations
@@ -27,7 +32,11 @@ import requests
 
 from memlab.cli import configure_logging
 from memlab.eval.runner import RunOptions, run_config
+from memlab.lm import ChatRequest, OpenAICompatLM
 from memlab.lm.models import DEFAULT_MODEL, resolve_model
+
+TOPICS = ("a lighthouse keeper", "a lost violin", "a desert bakery", "a chess club", "a night train",
+          "a rooftop garden", "a retired astronaut", "a village library")
 
 
 def free_port() -> int:
@@ -64,6 +73,7 @@ def main() -> int:
     parser.add_argument("--max-questions", type=int, default=12)
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--workload", choices=("questions", "generation"), default="questions")
     args = parser.parse_args()
     configure_logging()
     model = resolve_model(args.model)
@@ -72,6 +82,21 @@ def main() -> int:
     for parallel in [int(p) for p in args.parallel.split(",")]:
         process, url = serve(args.server, model, parallel, args.threads, work / f"server-{parallel}.log")
         try:
+            if args.workload == "generation":
+                requests_ = [ChatRequest.of(f"Write a story of about 80 words about {t}.", max_tokens=100,
+                                            temperature=0.0) for t in TOPICS]
+                start = time.monotonic()
+                replies = OpenAICompatLM("served", base_url=url, max_concurrency=parallel, cache=None).generate(requests_)
+                wall = time.monotonic() - start
+                answers = [r.text for r in replies]
+                reference = reference or (wall, answers)
+                results.append({"parallel": parallel, "questions": len(answers), "wall_s": round(wall, 1),
+                                "speedup": round(reference[0] / wall, 2),
+                                "same_answers": sum(a == b for a, b in zip(answers, reference[1])),
+                                "llm_calls": len(replies), "f1_locomo": None,
+                                "completion_tokens": sum(r.completion_tokens for r in replies)})
+                print(json.dumps(results[-1]), flush=True)
+                continue
             lm = (f"answerer.lm={{_component_: memlab.lm.OpenAICompatLM, model: served, base_url: '{url}', "
                   f"max_concurrency: {parallel}, cache: '{work / f'cache-{parallel}.sqlite'}'}}")
             start = time.monotonic()
@@ -89,7 +114,7 @@ def main() -> int:
                         "llm_calls": metrics["usage"]["query"]["llm_calls"],
                         "f1_locomo": round(metrics["overall"]["f1_locomo"], 3)})
         print(json.dumps(results[-1]), flush=True)
-    print("\n| slots = questions at once | questions | wall s | speed-up | answers equal to 1 slot's | LLM calls | F1 |")
+    print("\n| slots (requests at once) | requests | wall s | speed-up | replies equal to 1 slot's | LLM calls | F1 |")
     print("|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['parallel']} | {r['questions']} | {r['wall_s']} | {r['speedup']}x | {r['same_answers']} / "
