@@ -103,6 +103,29 @@ def swap_in(tmp: str | os.PathLike, target: str | os.PathLike) -> None:
     _fsync_dir(target.parent)
 
 
+def replaceable_folder_problem(folder: str | os.PathLike, own_files: Iterable[str], what: str) -> str | None:
+    """Why ``folder`` may not be replaced whole by a folder of ``what`` (None: it may): it is a
+    file, holds files other than ``own_files``, or cannot be created (``creatable_problem``)."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    if folder.is_dir():
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in set(own_files))
+        if foreign:
+            return (f"{folder} holds files that are not {what} ({', '.join(foreign[:5])}): it would be "
+                    "replaced whole, so choose a new or empty one")
+    return creatable_problem(folder)
+
+
+def creatable_problem(folder: str | os.PathLike) -> str | None:
+    """Why ``folder`` (or a sibling swapped in for it) cannot be created: its nearest existing
+    ancestor is not a writable folder (None: it can)."""
+    parent = next((p for p in Path(folder).absolute().parents if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return f"{folder}: cannot create a folder under {parent}"
+    return None
+
+
 def interrupted_backups(target: str | os.PathLike) -> list[Path]:
     """Previous versions of ``target`` that a ``swap_in`` interrupted by a crash left beside it, oldest name first."""
     target = Path(target)

@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 from memlab.clock import active_seconds
 from memlab.eval import metrics as M
 from memlab.eval.saved_memories import SavedMemories
-from memlab.fileio import atomic_folder, write_json_atomic
+from memlab.fileio import atomic_folder, replaceable_folder_problem, write_json_atomic
 from memlab.lm.base import LM, UsageMeter
 from memlab.lm.errors import LMUnavailableError
 from memlab.pipelines.base import Pipeline
@@ -153,17 +153,9 @@ RUN_FILES = frozenset({"config.yaml", "metrics.json", "predictions.jsonl", "pred
 def check_run_folder(folder: Path) -> None:
     """Refuse an ``out`` that is not a folder a run may replace: a file, a folder holding
     anything but a previous run's files, or a place that cannot be written."""
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"--out {folder} is a file, not a folder")
-    if folder.is_dir():
-        foreign = sorted(p.name for p in folder.iterdir() if p.name not in RUN_FILES)
-        if foreign:
-            raise ValueError(f"--out {folder} holds files that are not a memlab run ({', '.join(foreign[:5])}): "
-                             "a run replaces its folder whole, so choose a new or empty one")
-    # The run is swapped in beside ``folder``: its nearest existing ancestor must be writable.
-    parent = next((p for p in folder.absolute().parents if p.exists()), None)
-    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {folder}: cannot create a folder under {parent}")
+    problem = replaceable_folder_problem(folder, RUN_FILES, "a memlab run")
+    if problem:
+        raise ValueError(f"--out {problem}")
 
 
 def check_categories(conversations: Sequence[Conversation], categories: Sequence[str] | None, source) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from memlab.config import COMPONENT
-from memlab.fileio import write_json_atomic
+from memlab.fileio import creatable_problem, write_json_atomic
 from memlab.pipelines.base import Pipeline
 from memlab.types import Conversation
 
@@ -78,9 +78,9 @@ class SavedMemories:
             saved = cls.open(folder)
             _check_same_config(folder, saved.config, config)
             return saved
-        parent = next((p for p in folder.absolute().parents if p.exists()), None)
-        if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-            raise SavedMemoryError(f"--save-memory {folder}: cannot create a folder under {parent}")
+        problem = creatable_problem(folder)
+        if problem:
+            raise SavedMemoryError(f"--save-memory {problem}")
         return cls(folder, config, {"format": FORMAT, "format_version": FORMAT_VERSION, "build_config": config,
                                     "memories": {}})
 

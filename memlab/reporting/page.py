@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memlab.fileio import atomic_folder
+from memlab.fileio import atomic_folder, replaceable_folder_problem
 from memlab.reporting import figures
 from memlab.reporting.paired import changed_questions, paired_difference
 from memlab.reporting.runs import ReportError, RunResult, load_runs
@@ -48,16 +48,9 @@ def write_report(run_folders: Sequence[str | os.PathLike], out: str | os.PathLik
 
 
 def _check_out(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise ReportError(f"--out {out} is a file, not a folder")
-    if out.is_dir():
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in REPORT_FILES)
-        if foreign:
-            raise ReportError(f"--out {out} holds files that are not a memlab report ({', '.join(foreign[:5])}): "
-                              "a report replaces its folder whole, so choose a new or empty one")
-    parent = next((p for p in out.absolute().parents if p.exists()), None)
-    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise ReportError(f"--out {out}: cannot create a folder under {parent}")
+    problem = replaceable_folder_problem(out, REPORT_FILES, "a memlab report")
+    if problem:
+        raise ReportError(f"--out {problem}")
 
 
 def _draw(runs: list[RunResult], folder: Path) -> dict[str, str]:
