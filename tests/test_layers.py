@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("config",),
     ("stages",),
     ("pipelines",),
-    ("eval",),
+    ("eval", "reporting"),
     ("training",),
     ("cli",),
 )
