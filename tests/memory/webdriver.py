@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import base64
 import shutil
-import socket
 import subprocess
 import time
 from typing import Any
 
 import requests
+
+from tests.conftest import free_port
 
 ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # the W3C element reference key
 
@@ -50,9 +51,7 @@ class HeadlessChromium:
         self.session: str | None = None
 
     def __enter__(self) -> "HeadlessChromium":
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self.base = f"http://127.0.0.1:{port}"
         self.process = subprocess.Popen([self.chromedriver, f"--port={port}"], stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
