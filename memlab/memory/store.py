@@ -133,7 +133,7 @@ class UnitMemory:
 
     def _query_vector(self, query: str | np.ndarray) -> np.ndarray:
         if isinstance(query, str):
-            return self.embedder.encode([query])
+            return self.embedder.encode_queries([query])
         vector = np.asarray(query, dtype=np.float32)
         if vector.ndim != 1:
             raise ValueError(f"a query vector must be 1-D, got shape {vector.shape}")

@@ -115,7 +115,7 @@ def explore(pipeline: Searcher, memory: EventMemory, query: Query) -> Search:
         pipeline_trace = {"subgoals": list(subgoals), "error": plan.error}
     else:
         pipeline_trace = {"subgoals": list(subgoals), "error": None}
-    search = Search(query, subgoals, [False] * len(subgoals), pipeline.embedder.encode(list(subgoals)))
+    search = Search(query, subgoals, [False] * len(subgoals), pipeline.embedder.encode_queries(list(subgoals)))
     search.trace.add("plan", **pipeline_trace)
     text = query.text
     for round_ in range(pipeline.refinement_rounds + 1):

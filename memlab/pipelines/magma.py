@@ -145,7 +145,7 @@ class MAGMA(Pipeline):
         """Steps 1-2: (route, query vector, fused RRF ranking of (id, score), dense ranking);
         ``route``: the query's route when already known."""
         route = route or self.routes(memory, [query])[0]
-        query_vector = self.embedder.encode([query.text])[0]
+        query_vector = self.embedder.encode_queries([query.text])[0]
         depth = max(self.vector_top_k, RECALL_DEPTH)
         dense = memory.index.search_dense(query_vector, k=depth)
         keywords = " ".join(route.keywords) or query.text

@@ -105,7 +105,7 @@ def system2(memory: MnemisMemory, descent: Descent) -> Candidates:
 def ranked(memory: MnemisMemory, question: str, first: Candidates, second: Candidates, k: int,
            reranker: Reranker | None, max_candidates: int, embedder) -> Candidates:
     """The union per type, re-ranked and cut to its budget (module docstring)."""
-    query = embedder.encode([question])[0]
+    query = embedder.encode_queries([question])[0]
     pools: dict[str, list[str]] = {}
     for kind in TYPES:
         extra = [i for i in dict.fromkeys(second.of(kind)) if i not in set(first.of(kind))]

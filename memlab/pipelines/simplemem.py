@@ -156,7 +156,7 @@ class SimpleMem(Pipeline):
 
     def search_views(self, memory: UnitMemory, plan: PlanOut, query: Query) -> dict[str, list[Retrieved]]:
         n = plan.depth
-        vector = memory.embedder.encode([plan.semantic_query])[0]
+        vector = memory.embedder.encode_queries([plan.semantic_query])[0]
         lexical_query = " ".join(plan.lexical_keys) or query.text
 
         def symbolic() -> list[Retrieved]:

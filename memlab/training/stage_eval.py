@@ -118,6 +118,39 @@ def evaluate_reranker(
     return result
 
 
+# -- retrievers ---------------------------------------------------------------------------
+def evaluate_retriever(
+    embedder: "Embedder",
+    conversations: Sequence[Conversation],
+    retrieval: str = "hybrid",
+    rrf_k: int = 10,
+    candidates: int = 50,
+    ks: Sequence[int] = (1, 5, 10, 20),
+) -> dict[str, Any]:
+    """Mean evidence recall@k of the turn-unit ranking with ``embedder`` (as ``rag_turns`` ranks:
+    ``retrieval`` ``"hybrid"``, dense and BM25 fused by RRF, or ``"dense"``), over every question
+    of categories 1-4 with evidence; ``{"recall@k": ..., "questions": n}``."""
+    from memlab.memory.store import UnitMemory
+
+    if retrieval not in ("hybrid", "dense"):
+        raise ValueError(f"retrieval must be 'hybrid' or 'dense', got {retrieval!r}")
+    rankings, items = [], []
+    for conversation in conversations:
+        questions = evaluable_questions(conversation)
+        if not questions:
+            continue
+        memory = UnitMemory.build(turn_units(conversation), embedder)
+        depth = max(ks)
+        for question in questions:
+            found = (memory.search_hybrid(question.text, k=depth, candidates=max(candidates, depth), rrf_k=rrf_k)
+                     if retrieval == "hybrid" else memory.search_dense(question.text, k=depth))
+            rankings.append([r.unit for r in found])
+            items.append({"evidence": tuple(question.evidence)})
+    if not items:
+        raise ValueError("evaluate_retriever: no questions with evidence")
+    return {**_mean_recalls(rankings, items, ks), "questions": len(items)}
+
+
 # -- routers ------------------------------------------------------------------------------
 def predict_question_types(router: "IntentRouter", questions: Sequence[str]) -> list[str]:
     """The router's question type per question (``NO_TYPE`` when it gives none).

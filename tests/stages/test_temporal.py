@@ -369,3 +369,16 @@ def test_locomo_turns_annotate_cleanly():
         assert re.sub(r" \([^()]*\d{4}[^()]*\)", "", annotated) == item.text
         total += len(out.mentions)
     assert total > 200  # LoCoMo speakers say "last week", "yesterday" ... hundreds of times
+
+
+def test_turn_units_can_carry_their_resolved_dates():
+    from memlab.stages.segment import SegmentIn, TurnSegmenter
+    from memlab.stages.temporal.rules import RuleTemporalNormalizer
+    from memlab.types import Session, Turn
+
+    session = Session("s1", datetime(2023, 5, 8, 13, 56), (Turn("D1:1", "Caroline", "I went to a support group yesterday."),))
+    plain, dated = (TurnSegmenter(normalizer=n)([SegmentIn("c", session)])[0].units[0]
+                    for n in (None, RuleTemporalNormalizer()))
+    assert plain.text == "[8 May 2023] Caroline: I went to a support group yesterday."
+    assert dated.text == "[8 May 2023] Caroline: I went to a support group yesterday (7 May 2023)."
+    assert dated.source_ids == plain.source_ids == ("D1:1",)

@@ -9,6 +9,7 @@ with the real packaged MiniLM. Each recipe is run through ``main`` (checkpoint, 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,8 @@ def three_conversations(tmp_path_factory) -> Path:
 
 
 RECIPES = ("finetune_reranker", "finetune_router", "train_traversal_policy", "distill_stage", "train_event_segmenter",
-           "train_relation_extractor", "train_explorer_policy", "train_global_selector")
+           "train_relation_extractor", "train_explorer_policy", "train_global_selector", "finetune_retriever",
+           "fit_tfidf_router")
 
 
 def tiny_data(path: Path) -> dict:
@@ -54,8 +56,9 @@ def test_recipes_are_found_and_configs_load():
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_a_mistyped_key_is_refused_with_the_known_ones(name, tmp_path):
+    known = "min_count" if name == "fit_tfidf_router" else "patience"  # a recipe without early stopping
     config = {"recipe": name, "output_dir": str(tmp_path / "out"), "patiense": 3}
-    with pytest.raises(ConfigError, match=r"unknown config keys \['patiense'\] \(known: .*'patience'"):
+    with pytest.raises(ConfigError, match=rf"unknown config keys \['patiense'\] \(known: .*'{known}'"):
         load_recipe(name).setup(config)
     config = {"recipe": name, "output_dir": str(tmp_path / "out"), "optim": {"learning_rate": 0.1}}
     with pytest.raises(ConfigError, match=r"unknown optim keys \['learning_rate'\] \(known: .*'lr'"):
@@ -173,6 +176,48 @@ def test_reranker_recipe(three_conversations, tmp_path):
     batch = run.groups[:2]
     first, after = fixed_batch_loss_drops(lambda: recipe.group_loss(stage, batch), run.optimizer)
     assert after < first
+
+
+@pytest.mark.slow
+def test_retriever_recipe(three_conversations, tmp_path):
+    recipe = load_recipe("finetune_retriever")
+    config = load_recipe_config(CONFIGS / "retriever.yaml", [
+        f"output_dir={tmp_path / 'retriever'}", "stage.lora_rank=4", "stage.max_length=48", "optim.max_steps=4",
+        "optim.batch_size=4", "optim.lr=1e-3", "eval_every=2", "progress=false",
+    ])
+    config["data"] = tiny_data(three_conversations)
+    summary = recipe.main(config)
+    assert summary["split"] == {"train": ["tiny-a"], "validation": ["tiny-b"], "evaluation": ["tiny-c"]}
+    assert 0.0 <= summary["evaluation"]["recall@10"] <= 1.0 and summary["evaluation"]["questions"] > 0
+    log = [json.loads(line) for line in (tmp_path / "retriever.metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [0, 2, 4]
+    loaded = Stage.load(tmp_path / "retriever")
+    assert type(loaded).__name__ == "BiEncoderEmbedder" and loaded.trained_on == {"tiny-a", "tiny-b"}
+    assert (tmp_path / "retriever" / "model.safetensors").stat().st_size < 1_000_000  # the LoRA adapter only
+
+    run = recipe.setup(config)
+    stage = run.accelerator.unwrap_model(run.stage)
+    batch = run.groups[:4]
+    first, after = fixed_batch_loss_drops(lambda: recipe.batch_loss(stage, batch, random.Random(0)), run.optimizer)
+    assert after < first
+
+
+def test_tfidf_router_recipe(three_conversations, tmp_path):
+    recipe = load_recipe("fit_tfidf_router")
+    config = load_recipe_config(CONFIGS / "router_tfidf.yaml", [f"output_dir={tmp_path / 'router'}", "optim.c_grid=[1.0,10.0]"])
+    config["data"] = tiny_data(three_conversations)
+    summary = recipe.main(config)
+    assert summary["split"] == {"train": ["tiny-a"], "validation": ["tiny-b"], "evaluation": ["tiny-c"]}
+    assert summary["selection"]["c"] in (1.0, 10.0) and summary["vocabulary"] > 10
+    assert 0.0 <= summary["evaluation"]["accuracy"] <= 1.0
+    loaded = Stage.load(tmp_path / "router")
+    assert type(loaded).__name__ == "TfidfRouter" and loaded.trained_on == {"tiny-a", "tiny-b"}
+    # fitted on its own training questions, it labels them better than chance
+    from memlab.training.stage_eval import evaluate_router
+    from memlab.training import recipe_conversations
+
+    train, validation, _ = recipe_conversations(config["data"])
+    assert evaluate_router(loaded, train + validation)["accuracy"] > 0.5
 
 
 @pytest.mark.slow

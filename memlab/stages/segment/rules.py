@@ -5,6 +5,7 @@ from __future__ import annotations
 from memlab.bounds import PositiveInt
 from memlab.dates import format_day
 from memlab.stages.segment.base import SegmentIn, SegmentOut, Segmenter
+from memlab.stages.temporal.base import TemporalIn, TemporalNormalizer
 from memlab.types import MemoryUnit, Session, Turn
 
 
@@ -13,14 +14,24 @@ def format_date(session: Session) -> str:
 
 
 class TurnSegmenter(Segmenter):
-    """One unit per turn, rendered as ``[date] speaker: text`` so each unit carries its time."""
+    """One unit per turn, rendered as ``[date] speaker: text`` so each unit carries its time.
 
-    def __init__(self, with_date: bool = True) -> None:
+    With a ``normalizer`` (a temporal stage, e.g. ``RuleTemporalNormalizer``), relative time
+    expressions are resolved against the session date inside the text: "yesterday (7 May
+    2023)". A unit then says when things happened, not only when they were said, which both
+    the retriever and the answerer can use ("3 days ago" is no answer to "when").
+    """
+
+    def __init__(self, with_date: bool = True, normalizer: TemporalNormalizer | None = None) -> None:
         super().__init__()
         self.with_date = with_date
+        self.normalizer = normalizer
 
     def render_turn(self, session: Session, turn: Turn) -> str:
         text = turn.render()
+        reference = turn.timestamp or session.timestamp
+        if self.normalizer is not None and reference is not None:
+            text = self.normalizer.rewrite([TemporalIn(text, reference)])[0]
         return f"[{format_date(session)}] {text}" if self.with_date else text
 
     def forward(self, batch: list[SegmentIn]) -> list[SegmentOut]:

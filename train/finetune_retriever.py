@@ -1,0 +1,203 @@
+"""Fine-tune a bi-encoder retriever on LoCoMo evidence supervision (issue 25).
+
+    memlab train finetune_retriever --config configs/train/retriever.yaml [key=value ...]
+
+Read top to bottom: ``setup`` (conversations split by conversation, supervision, stage,
+optimiser), ``train`` (an explicit loop with periodic validation and early stopping),
+``save_checkpoint`` (the best stage, via ``Stage.save``), then one evaluation on the held-out
+conversations, written next to the checkpoint as ``training.json``.
+
+Objective: InfoNCE. A batch holds ``optim.batch_size`` questions; each brings one of its evidence
+turns (drawn anew every epoch, so a question with several is one group, never its own in-batch
+negative) and ``negatives`` hard negatives, the best-ranked non-evidence turns of BM25 and of
+the packaged dense ranking (``memlab.training.supervision.rerank_examples``, ``sampling="top"``).
+Each question is scored against every document of the batch (the other questions' evidence
+and negatives are in-batch negatives) and trained to pick its own evidence turn.
+
+Validation and evaluation rank turn units exactly as ``rag_turns`` does with the trained
+embedder in its slot (``retrieval``: hybrid RRF with BM25, or dense alone;
+``memlab.training.stage_eval.evaluate_retriever``); early stopping on ``metric``.
+
+Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+seed, precision, progress``, ``data {path, eval_ids, validation_ids, conversations,
+max_questions, sessions}``, ``embedder`` (the first stage that mines hard negatives), ``stage``
+(the retriever's ``_component_`` node), ``negatives``, ``candidates`` (ranking depth the negatives
+come from), ``retrieval`` (hybrid/dense), ``rrf_k``, ``optim {lr, weight_decay, epochs,
+batch_size, warmup_fraction, max_steps}``, ``eval_every`` (steps), ``patience`` (evaluations),
+``metric`` (e.g. recall@10).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from memlab.clock import active_seconds
+from memlab.config import instantiate
+from memlab.stage import Stage
+from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
+                             recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training.stage_eval import evaluate_retriever
+from memlab.training.supervision import rerank_examples
+
+DEFAULTS: dict[str, Any] = {
+    "seed": 0,
+    "precision": "no",
+    "progress": True,
+    "data": DATA_DEFAULTS,
+    "embedder": {"_component_": "memlab.embed.SentenceTransformerEmbedder"},
+    "stage": {"_component_": "memlab.stages.retrieve.BiEncoderEmbedder"},
+    "negatives": 2,
+    "candidates": 20,
+    "retrieval": "hybrid",
+    "rrf_k": 10,
+    "optim": {"lr": 5e-4, "weight_decay": 0.01, "epochs": 3, "batch_size": 32, "warmup_fraction": 0.1,
+              "max_steps": None},
+    "eval_every": 25,
+    "patience": 3,
+    "metric": "recall@10",
+}
+
+
+@dataclass
+class Group:
+    question: str
+    positives: list[str]
+    negatives: list[str]
+
+
+@dataclass
+class Run:
+    config: dict[str, Any]
+    out: Path
+    stage: Any = None
+    groups: list[Group] = field(default_factory=list)
+    validation: list = field(default_factory=list)
+    evaluation: list = field(default_factory=list)
+    split: dict[str, list[str]] = field(default_factory=dict)
+    accelerator: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    log: MetricsLog | None = None
+
+
+def build_groups(dataset) -> list[Group]:
+    """One group per question: all its evidence turns and its hard negatives."""
+    groups: dict[str, Group] = {}
+    for row in dataset:
+        group = groups.setdefault(row["question_id"], Group(row["question"], [], []))
+        (group.positives if row["label"] == 1 else group.negatives).append(row["text"])
+    return [g for g in groups.values() if g.positives]
+
+
+def setup(config: dict[str, Any]) -> Run:
+    config = with_defaults(config, DEFAULTS, "finetune_retriever")
+    seed_everything(int(config["seed"]))
+    run = Run(config=config, out=Path(config["output_dir"]))
+    train, run.validation, run.evaluation = recipe_conversations(config["data"])
+    run.split = {"train": [c.id for c in train], "validation": [c.id for c in run.validation],
+                 "evaluation": [c.id for c in run.evaluation]}
+    examples = rerank_examples(train, instantiate(config["embedder"]), negatives=int(config["negatives"]),
+                               candidates=int(config["candidates"]), rrf_k=int(config["rrf_k"]),
+                               seed=int(config["seed"]), sampling="top")
+    run.groups = build_groups(examples)
+    if not run.groups:
+        raise ValueError("no training groups: the training conversations have no question with evidence")
+    run.stage = instantiate(config["stage"])
+    optim = config["optim"]
+    run.optimizer = adamw(run.stage, optim)
+    run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.groups), optim), float(optim["warmup_fraction"]))
+    run.accelerator = make_accelerator(config["precision"])
+    run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
+    run.log = MetricsLog.for_checkpoint(run.out)
+    return run
+
+
+def batch_loss(stage, batch: list[Group], rng: random.Random) -> torch.Tensor:
+    """InfoNCE of each question against the batch's documents (its drawn evidence turn is the target)."""
+    documents = [rng.choice(group.positives) for group in batch]
+    documents += [negative for group in batch for negative in group.negatives]
+    queries = stage.embed([group.question for group in batch], is_query=True)
+    vectors = stage.embed(documents, is_query=False)
+    return stage.loss(queries, vectors, torch.arange(len(batch)))
+
+
+def validate(run: Run, conversations) -> dict[str, Any]:
+    stage = run.accelerator.unwrap_model(run.stage)
+    return evaluate_retriever(stage, conversations, retrieval=run.config["retrieval"], rrf_k=int(run.config["rrf_k"]))
+
+
+def train(run: Run) -> dict[str, Any]:
+    batch_size, n_steps = int(run.config["optim"]["batch_size"]), total_steps(len(run.groups), run.config["optim"])
+    eval_every, metric = int(run.config["eval_every"]), run.config["metric"]
+    stopper = EarlyStopping(patience=int(run.config["patience"]))
+    rng = random.Random(int(run.config["seed"]))
+    # Step 0 is the untrained stage (the packaged encoder): training must beat it to replace it.
+    baseline = validate(run, run.validation)
+    stopper.step(baseline[metric])
+    save_checkpoint(run)
+    run.log.write(step=0, validation=baseline)
+    step, questions, train_seconds, best = 0, 0, 0.0, {"step": 0, "validation": baseline}
+    progress = tqdm(total=n_steps, desc="retriever", disable=not run.config["progress"])
+    run.stage.train()
+    while step < n_steps and not stopper.should_stop:
+        order = list(range(len(run.groups)))
+        rng.shuffle(order)
+        for start in range(0, len(order), batch_size):
+            batch = [run.groups[i] for i in order[start:start + batch_size]]
+            if len(batch) < 2:  # InfoNCE needs in-batch negatives
+                continue
+            started = active_seconds()
+            with run.accelerator.autocast():
+                loss = batch_loss(run.stage, batch, rng)
+            run.accelerator.backward(loss)
+            run.optimizer.step()
+            run.scheduler.step()
+            run.optimizer.zero_grad()
+            train_seconds += active_seconds() - started
+            questions += len(batch)
+            step += 1
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss.item():.3f}")
+            if step % eval_every == 0 or step == n_steps:
+                scores = validate(run, run.validation)
+                improved = stopper.step(scores[metric])
+                run.log.write(step=step, loss=loss.item(), validation=scores, best=stopper.best,
+                              questions_per_second=questions / train_seconds)
+                if improved:
+                    best = {"step": step, "validation": scores}
+                    save_checkpoint(run)
+                run.stage.train()
+                if stopper.should_stop:
+                    break
+            if step >= n_steps:
+                break
+    progress.close()
+    return {"steps": step, "train_seconds": round(train_seconds, 1), "questions": questions,
+            "questions_per_second": round(questions / max(train_seconds, 1e-9), 2), "best": best,
+            "validation_untrained": baseline}
+
+
+def save_checkpoint(run: Run) -> Path:
+    return run.accelerator.unwrap_model(run.stage).save(run.out)
+
+
+def main(config: dict[str, Any]) -> dict[str, Any]:
+    run = setup(config)
+    summary = train(run)
+    best = Stage.load(run.out)  # the early-stopped best, exactly as a user will load it
+    untrained = instantiate(run.config["stage"])
+    summary.update(split=run.split, groups=len(run.groups), checkpoint=str(run.out),
+                   device=str(run.accelerator.device),
+                   evaluation=evaluate_retriever(best, run.evaluation, retrieval=run.config["retrieval"],
+                                                 rrf_k=int(run.config["rrf_k"])),
+                   evaluation_untrained=evaluate_retriever(untrained, run.evaluation, retrieval=run.config["retrieval"],
+                                                           rrf_k=int(run.config["rrf_k"])))
+    record_training(run.out, run.config, summary)
+    return summary
