@@ -76,8 +76,15 @@ def tiny():
 
 @pytest.mark.parametrize("config", PIPELINES, ids=lambda p: p.stem)
 def test_no_prompt_names_an_evidence_session_or_an_abstention(config, tiny, monkeypatch):
+    from memlab.embed import EmbedderError
+
     monkeypatch.chdir(REPO)  # checkpoint paths in configs are relative to the repository root
-    prompts = prompts_of(config, tiny)
+    try:
+        prompts = prompts_of(config, tiny)
+    except EmbedderError as e:  # an optional packaged embedder (rag_turns_gemma) that is not installed
+        if "memlab models install" not in str(e):
+            raise
+        pytest.skip(str(e))
     assert prompts, f"{config.stem} sent no prompt"
     leaks = [LABELS.search(p).group(0) for p in prompts if LABELS.search(p)]
     assert not leaks, f"{config.stem}: {len(leaks)} prompts carry source ids ({sorted(set(leaks))})"
