@@ -30,7 +30,6 @@ batch_size, warmup_fraction, max_steps}``, ``eval_every`` (steps), ``patience`` 
 from __future__ import annotations
 
 import random
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

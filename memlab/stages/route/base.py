@@ -83,3 +83,15 @@ def query_signals(
     words = [w for w in re.findall(r"[A-Za-z0-9']+", item.question) if w.lower() not in _QUESTION_WORDS]
     keywords = tuple(dict.fromkeys(w for w in words if tokenize(w)))
     return window, keywords
+
+
+def route_from_labels(item: RouteIn, labels: dict[str, str], normalizer: TemporalNormalizer | None,
+                      default_intent: str) -> RouteOut:
+    """A classifier router's output: its predicted heads' labels (``intent``, ``question_type``,
+    ``complexity``; a type that is no answer-prompt type routes as None) and the question's
+    time window and keywords from ``query_signals``."""
+    window, keywords = query_signals(item, normalizer)
+    question_type = labels.get("question_type")
+    return RouteOut(intent=labels.get("intent", default_intent),
+                    question_type=question_type if question_type in QUESTION_TYPES else None,
+                    time_window=window, keywords=keywords, complexity=labels.get("complexity"))

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from memlab.bounds import PositiveInt
-from memlab.stages.route.base import INTENTS, QUESTION_TYPES, IntentRouter, RouteIn, RouteOut, query_signals
+from memlab.stages.route.base import INTENTS, QUESTION_TYPES, IntentRouter, RouteIn, RouteOut, route_from_labels
 from memlab.stages.route.neural import IGNORE_INDEX
 from memlab.stages.temporal import TemporalNormalizer
 
@@ -57,7 +57,7 @@ class TfidfRouter(IntentRouter):
 
     def __init__(
         self,
-        vocabulary: list[str],
+        vocabulary: list[str] | None = None,
         heads: dict[str, list[str]] | None = None,
         default_intent: str = "ENTITY",
         normalizer: TemporalNormalizer | None = None,
@@ -65,7 +65,9 @@ class TfidfRouter(IntentRouter):
     ) -> None:
         super().__init__()
         if not vocabulary or len(set(vocabulary)) != len(vocabulary):
-            raise ValueError("TfidfRouter: the vocabulary must be a non-empty list of distinct terms")
+            # None only so that a recipe's stage node can leave it to the recipe, which fits it
+            raise ValueError("TfidfRouter: the vocabulary must be a non-empty list of distinct terms "
+                             "(fit_vocabulary; memlab train fit_tfidf_router fits it)")
         heads = DEFAULT_HEADS if heads is None else heads
         if "intent" in heads and default_intent not in heads["intent"]:
             raise ValueError(f"TfidfRouter: default_intent {default_intent!r} is not one of {heads['intent']}")
@@ -119,11 +121,5 @@ class TfidfRouter(IntentRouter):
         return out
 
     def forward(self, batch: list[RouteIn]) -> list[RouteOut]:
-        out = []
-        for item, labels in zip(batch, self.predict([item.question for item in batch])):
-            window, keywords = query_signals(item, self.normalizer)
-            question_type = labels.get("question_type")
-            out.append(RouteOut(intent=labels.get("intent", self.default_intent),
-                                question_type=question_type if question_type in QUESTION_TYPES else None,
-                                time_window=window, keywords=keywords, complexity=labels.get("complexity")))
-        return out
+        return [route_from_labels(item, labels, self.normalizer, self.default_intent)
+                for item, labels in zip(batch, self.predict([item.question for item in batch]))]

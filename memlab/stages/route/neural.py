@@ -10,7 +10,7 @@ from torch import nn
 
 from memlab.bounds import NonNegativeInt, PositiveInt
 from memlab.stages.encoder import EncoderStage, TextEncoder
-from memlab.stages.route.base import INTENTS, QUESTION_TYPES, IntentRouter, RouteIn, RouteOut, query_signals
+from memlab.stages.route.base import INTENTS, IntentRouter, RouteIn, RouteOut, route_from_labels
 from memlab.stages.temporal import TemporalNormalizer
 
 #: Head name -> class labels. "adversarial" (LoCoMo's unanswerable category) is learnable but
@@ -123,15 +123,5 @@ class QueryRouter(EncoderStage, IntentRouter):
         return out
 
     def forward(self, batch: list[RouteIn]) -> list[RouteOut]:
-        out = []
-        for item, labels in zip(batch, self.predict([item.question for item in batch])):
-            window, keywords = query_signals(item, self.normalizer)
-            question_type = labels.get("question_type")
-            out.append(RouteOut(
-                intent=labels.get("intent", self.default_intent),
-                question_type=question_type if question_type in QUESTION_TYPES else None,
-                time_window=window,
-                keywords=keywords,
-                complexity=labels.get("complexity"),
-            ))
-        return out
+        return [route_from_labels(item, labels, self.normalizer, self.default_intent)
+                for item, labels in zip(batch, self.predict([item.question for item in batch]))]
