@@ -41,16 +41,19 @@ def reranker_candidates(
     depth: int = 50,
     rrf_k: int = 10,
     candidates: int = 50,
+    retrieval: str = "hybrid",
 ) -> list[dict[str, Any]]:
     """First-stage candidates per question (see the module docstring); one memory per conversation.
 
     Each item: ``question_id, conversation_id, question, category, evidence, candidates``
-    (the top ``depth`` turn units, best first).
+    (the top ``depth`` turn units, best first). ``retrieval="dense"`` ranks by the embedder alone.
     """
     from memlab.memory.store import UnitMemory
 
     if depth < 1:
         raise ValueError(f"depth must be positive, got {depth}")
+    if retrieval not in ("hybrid", "dense"):
+        raise ValueError(f"retrieval must be 'hybrid' or 'dense', got {retrieval!r}")
     items = []
     for conversation in conversations:
         questions = evaluable_questions(conversation)
@@ -59,7 +62,8 @@ def reranker_candidates(
         memory = UnitMemory.build(turn_units(conversation), embedder)
         for question in questions:
             # As RAG.retrieve: each side contributes at least ``depth`` candidates.
-            ranking = memory.search_hybrid(question.text, k=depth, candidates=max(candidates, depth), rrf_k=rrf_k)
+            ranking = (memory.search_hybrid(question.text, k=depth, candidates=max(candidates, depth), rrf_k=rrf_k)
+                       if retrieval == "hybrid" else memory.search_dense(question.text, k=depth))
             items.append({
                 "question_id": question.id, "conversation_id": conversation.id, "question": question.text,
                 "category": question.category, "evidence": tuple(question.evidence),
@@ -130,25 +134,11 @@ def evaluate_retriever(
     """Mean evidence recall@k of the turn-unit ranking with ``embedder`` (as ``rag_turns`` ranks:
     ``retrieval`` ``"hybrid"``, dense and BM25 fused by RRF, or ``"dense"``), over every question
     of categories 1-4 with evidence; ``{"recall@k": ..., "questions": n}``."""
-    from memlab.memory.store import UnitMemory
-
-    if retrieval not in ("hybrid", "dense"):
-        raise ValueError(f"retrieval must be 'hybrid' or 'dense', got {retrieval!r}")
-    rankings, items = [], []
-    for conversation in conversations:
-        questions = evaluable_questions(conversation)
-        if not questions:
-            continue
-        memory = UnitMemory.build(turn_units(conversation), embedder)
-        depth = max(ks)
-        for question in questions:
-            found = (memory.search_hybrid(question.text, k=depth, candidates=max(candidates, depth), rrf_k=rrf_k)
-                     if retrieval == "hybrid" else memory.search_dense(question.text, k=depth))
-            rankings.append([r.unit for r in found])
-            items.append({"evidence": tuple(question.evidence)})
+    items = reranker_candidates(conversations, embedder, depth=max(ks), rrf_k=rrf_k, candidates=candidates,
+                                retrieval=retrieval)
     if not items:
         raise ValueError("evaluate_retriever: no questions with evidence")
-    return {**_mean_recalls(rankings, items, ks), "questions": len(items)}
+    return {**_mean_recalls([item["candidates"] for item in items], items, ks), "questions": len(items)}
 
 
 # -- routers ------------------------------------------------------------------------------
