@@ -1,8 +1,9 @@
 """Search indexes over memory units: dense (faiss), lexical (BM25), their fusion, filters.
 
-* ``VectorIndex``: exact inner-product search over L2-normalised vectors (cosine), string
-  ids, optional restriction to a set of allowed ids that still returns up to ``k`` allowed
-  results (faiss ID selectors filter *inside* the search, not after a global top-k).
+* ``VectorIndex``: inner-product search over L2-normalised vectors (cosine), string ids,
+  optional restriction to a set of allowed ids that still returns up to ``k`` allowed results
+  (faiss ID selectors filter *inside* the search, not after a global top-k). Exact up to
+  ``EXACT_UP_TO`` vectors, approximate (IVF) above.
 * ``BM25Index``: BM25 (bm25s) over lowercase word tokens, English stopwords removed,
   Porter-stemmed by default. Scores every document, so allowed-id filtering is exact too.
 * ``rrf_fuse``: reciprocal-rank fusion of several rankings.
@@ -41,24 +42,52 @@ class IndexFileError(ValueError):
 # --------------------------------------------------------------------------------------
 # Dense
 # --------------------------------------------------------------------------------------
+#: Above this many vectors a ``VectorIndex`` turns approximate. Exact search costs ~1.5 ms per
+#: query per 100k 384-d vectors on 2 cores and grows linearly (BENCHMARKS.md, "The memory layer at
+#: scale"); below this size it stays exact, which is what every conversation-sized memory is.
+EXACT_UP_TO = 100_000
+#: Inverted lists an approximate index probes per query (of ~sqrt(n) lists).
+NPROBE = 32
+
+
 class VectorIndex:
-    """Exact cosine search (faiss ``IndexFlatIP`` inside an ``IndexIDMap2``) with string ids.
+    """Cosine search with string ids: exact, or approximate above ``exact_up_to`` vectors.
 
     Vectors are L2-normalised on the way in (queries too), so scores are cosines. Adding an
     id that is already present replaces its vector.
+
+    Up to ``exact_up_to`` vectors the index is faiss ``IndexFlatIP`` (inside an
+    ``IndexIDMap2``): exact. When an ``add`` takes it past that size it becomes an IVF index
+    (``IndexIVFFlat``, spherical k-means into ~sqrt(n) lists, ``nprobe`` of them searched per
+    query), and its lists are re-clustered each time the count doubles since the last
+    clustering, so a list stays ~sqrt(n) long as memory grows. ``exact_up_to=None`` keeps it
+    exact at any size. A search restricted to ``allowed`` ids stays exact while those ids are
+    at most ``exact_up_to`` (their vectors are compared directly), so filters lose nothing.
     """
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, exact_up_to: int | None = EXACT_UP_TO, nprobe: int = NPROBE) -> None:
         import faiss
 
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
+        if exact_up_to is not None and exact_up_to < 1:
+            raise ValueError(f"exact_up_to must be >= 1 or None, got {exact_up_to}")
+        if nprobe < 1:
+            raise ValueError(f"nprobe must be >= 1, got {nprobe}")
         self.dim = int(dim)
+        self.exact_up_to = exact_up_to
+        self.nprobe = int(nprobe)
         self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+        #: Vectors in the index when its lists were last clustered (0 while exact).
+        self._clustered_at = 0
         self._to_int: dict[str, int] = {}
         self._to_str: dict[int, str] = {}
         self._next = 0
         self._lock = threading.RLock()
+
+    @property
+    def approximate(self) -> bool:
+        return self._clustered_at > 0
 
     def _check(self, vectors: np.ndarray, what: str) -> np.ndarray:
         from memlab.embed.base import l2_normalize
@@ -88,6 +117,26 @@ class VectorIndex:
             for name, number in zip(ids, numbers.tolist()):
                 self._to_int[name] = number
                 self._to_str[number] = name
+            if self.exact_up_to is not None and len(self) > self.exact_up_to and len(self) >= 2 * self._clustered_at:
+                self._cluster()
+
+    def _cluster(self) -> None:
+        """Rebuild as an IVF index over the current vectors (caller holds the lock)."""
+        import faiss
+
+        numbers = np.fromiter(self._to_str, dtype=np.int64, count=len(self._to_str))
+        vectors = self._index.reconstruct_batch(numbers)
+        lists = max(1, int(round(len(numbers) ** 0.5)))
+        # 64 points per list is plenty for k-means; a fixed seed keeps builds reproducible.
+        sample = np.random.default_rng(0).choice(len(numbers), size=min(len(numbers), 64 * lists), replace=False)
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(self.dim), self.dim, lists, faiss.METRIC_INNER_PRODUCT)
+        index.cp.spherical = True
+        index.cp.niter = 10
+        index.train(vectors[np.sort(sample)])
+        index.set_direct_map_type(faiss.DirectMap.Hashtable)  # reconstruct and remove by id
+        index.add_with_ids(vectors, numbers)
+        self._index = index
+        self._clustered_at = len(numbers)
 
     def remove(self, ids: Iterable[str]) -> None:
         import faiss
@@ -101,7 +150,8 @@ class VectorIndex:
             for number in numbers.tolist():
                 del self._to_str[number]
             if len(numbers):
-                self._index.remove_ids(faiss.IDSelectorBatch(numbers))
+                # IVF's id hashtable removes only by an explicit array of ids.
+                self._index.remove_ids(faiss.IDSelectorArray(numbers))
 
     def search(
         self, vectors: np.ndarray, k: int, allowed: set[str] | None = None
@@ -111,17 +161,24 @@ class VectorIndex:
 
         queries = self._check(vectors, "VectorIndex.search")
         with self._lock:
-            params = None
+            numbers = None
             limit = len(self._to_int)
             if allowed is not None:
                 numbers = np.array([self._to_int[i] for i in allowed if i in self._to_int], dtype=np.int64)
                 limit = len(numbers)
-                selector = faiss.IDSelectorBatch(numbers)  # kept referenced until the search ends
-                params = faiss.SearchParameters(sel=selector) if limit else None
             k = min(int(k), limit)
             if k <= 0:
                 return [[] for _ in range(len(queries))]
-            scores, numbers = self._index.search(queries, k, params=params)
+            if self.approximate and numbers is not None and len(numbers) <= (self.exact_up_to or 0):
+                scores, numbers = _exact_top_k(queries, self._index.reconstruct_batch(numbers), numbers, k)
+            else:
+                params = None
+                if numbers is not None:
+                    selector = faiss.IDSelectorBatch(numbers)  # kept referenced until the search ends
+                    params = faiss.SearchParameters(sel=selector)
+                if self.approximate:
+                    params = faiss.SearchParametersIVF(sel=params.sel if params else None, nprobe=self.nprobe)
+                scores, numbers = self._index.search(queries, k, params=params)
             return [
                 [(self._to_str[int(n)], float(s)) for s, n in zip(row_s, row_n) if n >= 0]
                 for row_s, row_n in zip(scores, numbers)
@@ -131,12 +188,13 @@ class VectorIndex:
         """The stored (normalised) vectors of ``ids``, shape ``(len(ids), dim)``."""
         with self._lock:
             ids = list(ids)
-            out = np.zeros((len(ids), self.dim), dtype=np.float32)
-            for row, name in enumerate(ids):
+            for name in ids:
                 if name not in self._to_int:
                     raise KeyError(f"VectorIndex.get: unknown id {name!r}")
-                out[row] = self._index.reconstruct(self._to_int[name])
-            return out
+            if not ids:
+                return np.zeros((0, self.dim), dtype=np.float32)
+            numbers = np.array([self._to_int[name] for name in ids], dtype=np.int64)
+            return np.asarray(self._index.reconstruct_batch(numbers), dtype=np.float32).reshape(len(ids), self.dim)
 
     def ids(self) -> list[str]:
         with self._lock:
@@ -155,7 +213,8 @@ class VectorIndex:
         folder = Path(folder)
         with self._lock:
             faiss.write_index(self._index, str(folder / DENSE_FILE))
-            meta = {"dim": self.dim, "next": self._next, "ids": [[s, n] for s, n in self._to_int.items()]}
+            meta = {"dim": self.dim, "next": self._next, "exact_up_to": self.exact_up_to, "nprobe": self.nprobe,
+                    "clustered_at": self._clustered_at, "ids": [[s, n] for s, n in self._to_int.items()]}
             (folder / DENSE_IDS_FILE).write_text(json.dumps(meta))
         return [folder / DENSE_FILE, folder / DENSE_IDS_FILE]
 
@@ -167,7 +226,9 @@ class VectorIndex:
         try:
             meta = json.loads((folder / DENSE_IDS_FILE).read_text())
             index = faiss.read_index(str(folder / DENSE_FILE))
-            out = cls(meta["dim"])
+            # Indexes saved before the approximate switch carry no settings: the defaults.
+            out = cls(meta["dim"], meta.get("exact_up_to", EXACT_UP_TO), meta.get("nprobe", NPROBE))
+            clustered_at = int(meta.get("clustered_at", 0))
             meta["ids"], meta["next"]
         except (OSError, ValueError, RuntimeError, KeyError, TypeError) as e:
             raise IndexFileError(f"cannot read the dense index in {folder}: {type(e).__name__}: {e}") from None
@@ -176,12 +237,25 @@ class VectorIndex:
                 f"{folder / DENSE_FILE}: {index.ntotal} vectors of dim {index.d}, "
                 f"but {DENSE_IDS_FILE} lists {len(meta['ids'])} ids of dim {out.dim}"
             )
+        if isinstance(index, faiss.IndexIVF) != (clustered_at > 0):
+            raise IndexFileError(f"{folder / DENSE_FILE}: a {type(index).__name__}, but {DENSE_IDS_FILE} says "
+                                 f"the index was {'approximate' if clustered_at else 'exact'}")
         out._index = index
+        out._clustered_at = clustered_at
         out._next = meta["next"]
         for name, number in meta["ids"]:
             out._to_int[name] = number
             out._to_str[number] = name
         return out
+
+
+def _exact_top_k(
+    queries: np.ndarray, vectors: np.ndarray, numbers: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``k`` of ``vectors`` (ids ``numbers``) per query by inner product, as faiss returns them."""
+    scores = queries @ vectors.T
+    best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, best, axis=1), numbers[best]
 
 
 # --------------------------------------------------------------------------------------
@@ -235,6 +309,7 @@ class BM25Index:
         self._tokens: dict[str, list[str]] = {}
         self._retriever = None
         self._order: list[str] = []
+        self._position: dict[str, int] = {}
         self._lock = threading.RLock()
 
     def build(self, ids: list[str], texts: list[str]) -> "BM25Index":
@@ -273,6 +348,7 @@ class BM25Index:
         logging.getLogger("bm25s").setLevel(logging.WARNING)
 
         self._order = list(self._texts)
+        self._position = {name: i for i, name in enumerate(self._order)}
         retriever = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
         if self._order:
             retriever.index([self._tokens[name] for name in self._order], show_progress=False)
@@ -285,13 +361,13 @@ class BM25Index:
             if not query_tokens or not self._texts or k <= 0:
                 return []
             self._ensure_built()
-            scores = np.asarray(self._retriever.get_scores(query_tokens), dtype=np.float64)
+            scores = np.asarray(self._retriever.get_scores(query_tokens))
             if allowed is not None:
-                mask = np.fromiter((name in allowed for name in self._order), dtype=bool, count=len(self._order))
-                scores = np.where(mask, scores, 0.0)
-            candidates = np.flatnonzero(scores > 0)
-            # Stable sort by descending score keeps insertion order among ties (deterministic).
-            best = candidates[np.argsort(-scores[candidates], kind="stable")][:k]
+                kept = np.fromiter((self._position[i] for i in allowed if i in self._position), dtype=np.int64)
+                masked = np.zeros_like(scores)
+                masked[kept] = scores[kept]
+                scores = masked
+            best = _top_k_positive(scores, k)
             return [(self._order[i], float(scores[i])) for i in best]
 
     def __len__(self) -> int:
@@ -319,6 +395,21 @@ class BM25Index:
             raise IndexFileError(f"cannot read the BM25 index {path}: {type(e).__name__}: {e}") from None
         out.add([d[0] for d in docs], [d[1] for d in docs])
         return out
+
+
+def _top_k_positive(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` best positive scores, best first, ties by position.
+
+    A partition finds the k-th best score, so a query with a very common word over a million
+    documents sorts ``k`` of them, not every match.
+    """
+    candidates = np.flatnonzero(scores > 0)
+    if len(candidates) > k:
+        values = scores[candidates]
+        kth = np.partition(values, len(values) - k)[len(values) - k]
+        above = candidates[values > kth]
+        candidates = np.concatenate([above, candidates[values == kth][: k - len(above)]])
+    return candidates[np.lexsort((candidates, -scores[candidates]))]
 
 
 # --------------------------------------------------------------------------------------

@@ -45,8 +45,8 @@ from memlab import fileio
 from memlab.embed.base import Embedder
 from memlab.fileio import MANIFEST_FILE, ManifestError, atomic_folder, interrupted_backups
 from memlab.memory.graph import GraphError, MemoryGraph
-from memlab.memory.index import (BM25_FILE, DENSE_FILE, DENSE_IDS_FILE, BM25Index, IndexFileError, MetadataFilter,
-                                 VectorIndex, rrf_fuse)
+from memlab.memory.index import (BM25_FILE, DENSE_FILE, DENSE_IDS_FILE, EXACT_UP_TO, NPROBE, BM25Index,
+                                 IndexFileError, MetadataFilter, VectorIndex, rrf_fuse)
 from memlab.memory.jsoncodec import unit_from_dict, unit_to_dict
 from memlab.types import MemoryUnit, Retrieved
 from memlab.versions import package_versions
@@ -69,9 +69,13 @@ class UnitMemory:
     See the module docstring for searching and for the saved folder.
     """
 
-    def __init__(self, embedder: Embedder, graph: MemoryGraph | None = None) -> None:
+    def __init__(self, embedder: Embedder, graph: MemoryGraph | None = None,
+                 exact_up_to: int | None = EXACT_UP_TO, nprobe: int = NPROBE) -> None:
+        """``exact_up_to``, ``nprobe``: the dense index's switch to approximate search (``VectorIndex``)."""
         self.embedder = embedder
         self.graph = graph
+        self.exact_up_to = exact_up_to
+        self.nprobe = nprobe
         #: Units by id, in insertion order.
         self.units: dict[str, MemoryUnit] = {}
         self._dense: VectorIndex | None = None
@@ -105,7 +109,7 @@ class UnitMemory:
 
     def _dense_index(self) -> VectorIndex:
         if self._dense is None:
-            self._dense = VectorIndex(self.embedder.dim)
+            self._dense = VectorIndex(self.embedder.dim, self.exact_up_to, self.nprobe)
         return self._dense
 
     # -- reading -------------------------------------------------------------------------
@@ -218,7 +222,7 @@ class UnitMemory:
             )
         if dense.dim != embedder.dim:
             raise MemoryStoreError(f"{folder}: vectors have dim {dense.dim}, the embedder gives {embedder.dim}")
-        memory = cls(embedder, graph)
+        memory = cls(embedder, graph, dense.exact_up_to, dense.nprobe)
         memory.units = {u.id: u for u in units}
         memory._dense = dense
         memory._bm25 = bm25

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from memlab.memory import BM25Index, IndexFileError, MetadataFilter, VectorIndex, rrf_fuse, tokenize
+from memlab.memory import UnitMemory
 from memlab.types import MemoryUnit
+from tests.memory.helpers import HashingEmbedder
 
 
 def unit_vectors(n: int, dim: int, seed: int = 0) -> np.ndarray:
@@ -76,6 +78,78 @@ def test_vector_save_load_gives_identical_results(tmp_path):
         VectorIndex.load(tmp_path)
 
 
+def clustered_vectors(n: int, dim: int, centres: int = 40, seed: int = 0) -> np.ndarray:
+    """Unit vectors around a few centres, like sentence embeddings (not uniform noise, on which
+    no inverted index can be both fast and exact)."""
+    rng = np.random.default_rng(seed)
+    means = unit_vectors(centres, dim, seed=seed + 100)
+    x = means[rng.integers(centres, size=n)] + 0.35 * rng.normal(size=(n, dim)).astype(np.float32) / dim**0.5
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_index_turns_approximate_above_the_threshold_with_the_same_top_results():
+    vectors = clustered_vectors(3000, 16)
+    ids = [f"v{i}" for i in range(3000)]
+    exact = VectorIndex(16, exact_up_to=None)
+    exact.add(ids, vectors)
+    switched = VectorIndex(16, exact_up_to=1000, nprobe=8)
+    switched.add(ids[:1000], vectors[:1000])
+    assert not switched.approximate  # at the threshold: still exact
+    switched.add(ids[1000:], vectors[1000:])
+    assert switched.approximate and not exact.approximate and len(switched) == 3000
+    queries = clustered_vectors(50, 16, seed=7)
+    want, got = exact.search(queries, k=10), switched.search(queries, k=10)
+    overlap = np.mean([len({i for i, _ in a} & {i for i, _ in b}) / 10 for a, b in zip(want, got)])
+    assert overlap >= 0.95
+    assert [h[0] for h in got[0][:3]] == [h[0] for h in want[0][:3]]
+    # nprobe = every list: the approximate index is exact.
+    everything = VectorIndex(16, exact_up_to=1000, nprobe=10_000)
+    everything.add(ids, vectors)
+    assert everything.approximate and [[i for i, _ in r] for r in everything.search(queries, k=10)] == [
+        [i for i, _ in r] for r in want]
+
+
+def test_approximate_index_replaces_removes_filters_exactly_and_saves(tmp_path):
+    vectors = clustered_vectors(600, 8)
+    ids = [f"v{i}" for i in range(600)]
+    index = VectorIndex(8, exact_up_to=200, nprobe=4)
+    index.add(ids[:300], vectors[:300])
+    assert index.approximate
+    index.add(ids[300:], vectors[300:])  # 600 >= 2 x 300: re-clustered
+    assert index._clustered_at == 600
+    index.add(["v1"], vectors[500:501])  # replaces
+    np.testing.assert_allclose(index.get(["v1", "v2"]), np.stack([vectors[500], vectors[2]]), atol=1e-6)
+    index.remove(["v2"])
+    assert len(index) == 599 and "v2" not in index
+    with pytest.raises(KeyError, match="v2"):
+        index.get(["v2"])
+    query = vectors[0]
+    order = [ids[i] for i in np.argsort(-(vectors @ query)) if ids[i] not in {"v1", "v2"}]
+    allowed = set(order[-20:])  # far from the query: outside every probed list
+    assert [h[0] for h in index.search(query, k=5, allowed=allowed)[0]] == [i for i in order if i in allowed][:5]
+    index.save(tmp_path)
+    loaded = VectorIndex.load(tmp_path)
+    assert loaded.approximate and (loaded.exact_up_to, loaded.nprobe) == (200, 4)
+    queries = clustered_vectors(5, 8, seed=3)
+    assert loaded.search(queries, k=7) == index.search(queries, k=7)
+    meta = (tmp_path / "dense_ids.json").read_text().replace('"clustered_at": 600', '"clustered_at": 0')
+    (tmp_path / "dense_ids.json").write_text(meta)
+    with pytest.raises(IndexFileError, match="approximate|exact"):
+        VectorIndex.load(tmp_path)
+
+
+def test_memory_picks_the_approximate_index_above_its_size(tmp_path):
+    units = [MemoryUnit(id=f"u{i}", text=f"note {i} about topic {i % 7}", source_ids=(f"D1:{i}",)) for i in range(60)]
+    memory = UnitMemory(HashingEmbedder(), exact_up_to=50)
+    memory.add(units)
+    assert memory._dense_index().approximate
+    memory.save(tmp_path / "m")
+    loaded = UnitMemory.load(tmp_path / "m", HashingEmbedder())
+    assert loaded._dense_index().approximate and loaded._dense_index().exact_up_to == 50
+    assert [r.unit.id for r in loaded.search_dense("note 3 about topic 3", k=3)] == [
+        r.unit.id for r in memory.search_dense("note 3 about topic 3", k=3)]
+
+
 # -- BM25 ----------------------------------------------------------------------------------
 DOCS = {
     "camp": "Melanie took her kids camping in the mountains last summer.",
@@ -100,6 +174,14 @@ def test_bm25_ranks_matching_documents_and_filters():
     assert [h[0] for h in index.search("Melanie painting", k=5, allowed={"camp", "adopt"})] == ["camp"]
     assert index.search("the and of", k=5) == []
     assert BM25Index().search("anything", k=3) == []
+
+
+def test_bm25_top_k_keeps_insertion_order_among_ties_past_k():
+    index = BM25Index(stem=False)
+    index.add([f"d{i}" for i in range(40)], ["green tea"] * 20 + ["green"] * 5 + ["tea"] * 15)
+    hits = index.search("green", k=7)
+    assert [h[0] for h in hits] == [f"d{i}" for i in range(20, 25)] + ["d0", "d1"]  # shorter first, then order
+    assert [h[0] for h in index.search("green", k=3, allowed={"d3", "d30", "d24", "d9"})] == ["d24", "d3", "d9"]
 
 
 def test_bm25_add_remove_and_save_load(tmp_path):
