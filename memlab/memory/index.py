@@ -42,10 +42,11 @@ class IndexFileError(ValueError):
 # --------------------------------------------------------------------------------------
 # Dense
 # --------------------------------------------------------------------------------------
-#: Above this many vectors a ``VectorIndex`` turns approximate. Exact search costs ~1.5 ms per
-#: query per 100k 384-d vectors on 2 cores and grows linearly (BENCHMARKS.md, "The memory layer at
-#: scale"); below this size it stays exact, which is what every conversation-sized memory is.
-EXACT_UP_TO = 100_000
+#: Above this many vectors a ``VectorIndex`` turns approximate. Exact search of 384-d vectors costs
+#: ~5.5 ms per query at 100k on 2 cores and grows linearly, IVF ~0.6 ms for 3% of the exact top 10
+#: (BENCHMARKS.md, "The memory layer at scale"); at 50k exact search is still ~3 ms, and every
+#: conversation-sized memory (a LoCoMo conversation ~600 turns, a LongMemEval-S haystack ~550) stays exact.
+EXACT_UP_TO = 50_000
 #: Inverted lists an approximate index probes per query (of ~sqrt(n) lists).
 NPROBE = 32
 

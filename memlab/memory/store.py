@@ -6,8 +6,10 @@ Units are indexed by ``unit.text`` as it is (a pipeline that wants speakers or d
 searchable puts them in the text, as ``Turn.render`` does). ``search_dense``,
 ``search_bm25`` and ``search_hybrid`` (dense + BM25 fused by reciprocal rank) return
 ``Retrieved`` lists, best first, optionally restricted by a ``MetadataFilter``; a filter is
-applied inside the index search, so it still returns up to ``k`` matching units. ``add`` may
-run in one thread while others search; each call is atomic.
+applied inside the index search, so it still returns up to ``k`` matching units. Dense search
+is exact up to ``exact_up_to`` units and approximate above (``VectorIndex``: IVF, ~97% of the
+exact top 10 at 1M units); a filter that leaves at most ``exact_up_to`` units is searched
+exactly at any size. ``add`` may run in one thread while others search; each call is atomic.
 
 Saved folder
 ------------
