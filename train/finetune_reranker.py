@@ -8,8 +8,8 @@ optimiser), ``train`` (an explicit loop with periodic validation and early stopp
 held-out conversations, written next to the checkpoint as ``training.json``.
 
 Objective: for each (question, positive unit) the stage scores the positive against the
-question's negatives (drawn from the BM25 and dense top ``rerank_depth``, the list the reranker
-re-scores at inference; ``memlab.training.supervision.rerank_examples``) and
+question's negatives (drawn from the first stage's top ``rerank_depth``, BM25 and dense or dense
+alone, the list the reranker re-scores at inference; ``memlab.training.supervision.rerank_examples``) and
 is trained with a softmax cross-entropy over that group (the positive is the target): a
 ranking loss, since recall@k only depends on the order of the candidates.
 
@@ -17,7 +17,8 @@ Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recip
 seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress`` (a progress bar),
 ``data {path, eval_ids, validation_ids, conversations, max_questions}``, ``embedder`` (a
 ``_component_`` node: first-stage retrieval and hard negatives), ``stage`` (the reranker's
-``_component_`` node), ``negatives, negative_sampling`` (uniform/top), ``rerank_depth, rrf_k``, ``optim {lr, weight_decay, epochs,
+``_component_`` node), ``negatives, negative_sampling`` (uniform/top), ``rerank_depth, rrf_k``, ``retrieval``
+(the first stage: ``hybrid``, dense + BM25 as ``rag_turns``, or ``dense``, the embedder alone), ``optim {lr, weight_decay, epochs,
 batch_size (groups per step), warmup_fraction, max_steps}``, ``eval_every`` (steps),
 ``patience`` (evaluations), ``validation_questions`` (cap), ``metric`` (validation metric for
 early stopping, e.g. recall@10).
@@ -53,6 +54,7 @@ DEFAULTS: dict[str, Any] = {
     "negatives": 8,
     "negative_sampling": "uniform",
     "rerank_depth": 50,
+    "retrieval": "hybrid",
     "rrf_k": 10,
     "optim": {"lr": 2e-5, "weight_decay": 0.01, "epochs": 2, "batch_size": 16, "warmup_fraction": 0.1,
               "max_steps": None},
@@ -95,16 +97,16 @@ def setup(config: dict[str, Any]) -> Run:
     run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
                  "evaluation": [c.id for c in evaluation]}
     embedder = instantiate(config["embedder"])
-    rrf_k, depth = int(config["rrf_k"]), int(config["rerank_depth"])
-    examples = rerank_examples(train, embedder, negatives=int(config["negatives"]), rrf_k=rrf_k,
-                               candidates=depth, seed=int(config["seed"]), sampling=config["negative_sampling"])
+    rrf_k, depth, retrieval = int(config["rrf_k"]), int(config["rerank_depth"]), config["retrieval"]
+    examples = rerank_examples(train, embedder, negatives=int(config["negatives"]), rrf_k=rrf_k, candidates=depth,
+                               seed=int(config["seed"]), sampling=config["negative_sampling"], retrieval=retrieval)
     run.groups = build_groups(examples)
     if not run.groups:
         raise ValueError("no training groups: the training conversations have no question with evidence")
     # Validation runs several times: ``validation_questions`` caps its cost (the first N questions).
-    run.validation = reranker_candidates(validation, embedder, depth=depth, rrf_k=rrf_k)
+    run.validation = reranker_candidates(validation, embedder, depth=depth, rrf_k=rrf_k, retrieval=retrieval)
     run.validation = run.validation[: int(config["validation_questions"] or len(run.validation))]
-    run.evaluation = reranker_candidates(evaluation, embedder, depth=depth, rrf_k=rrf_k)
+    run.evaluation = reranker_candidates(evaluation, embedder, depth=depth, rrf_k=rrf_k, retrieval=retrieval)
 
     run.stage = instantiate(config["stage"])
     optim = config["optim"]

@@ -162,6 +162,7 @@ def rerank_examples(
     categories: Sequence[str] = ANSWERABLE_CATEGORIES,
     seed: int = 0,
     sampling: str = "top",
+    retrieval: str = "hybrid",
 ) -> datasets.Dataset:
     """Labelled (question, unit) pairs for a reranker (see the module docstring).
 
@@ -177,12 +178,17 @@ def rerank_examples(
     top ``candidates`` instead of taking the best-ranked: a reranker that re-scores the whole
     first-stage list must also see the weaker candidates it will meet there, not only the
     hardest ones (trained on the hardest alone, it learns to prefer weak, unrelated units).
+
+    ``retrieval="dense"``: the first stage is the embedder alone (``rag_turns_gemma.yaml``), so
+    every negative comes from its ranking and a positive's ``rank`` is its rank there.
     """
     from memlab.memory.index import rrf_fuse
     from memlab.memory.store import UnitMemory
 
     if sampling not in ("top", "uniform"):
         raise ValueError(f"sampling must be 'top' or 'uniform', got {sampling!r}")
+    if retrieval not in ("hybrid", "dense"):
+        raise ValueError(f"retrieval must be 'hybrid' or 'dense', got {retrieval!r}")
     if negatives < 0 or candidates < 1:
         raise ValueError(f"need negatives >= 0 and candidates >= 1, got {negatives} and {candidates}")
     unknown = sorted(set(categories) - set(LOCOMO_CATEGORIES.values()))
@@ -204,9 +210,9 @@ def rerank_examples(
                 counts["no_positive_unit"] += 1
                 continue
             counts["questions"] += 1
-            bm25 = [r.unit.id for r in memory.search_bm25(question.text, k=candidates)]
             dense = [r.unit.id for r in memory.search_dense(question.text, k=candidates)]
-            hybrid = [i for i, _ in rrf_fuse([dense, bm25], k=rrf_k)]
+            bm25 = [r.unit.id for r in memory.search_bm25(question.text, k=candidates)] if retrieval == "hybrid" else []
+            first_stage = [i for i, _ in rrf_fuse([dense, bm25], k=rrf_k)] if retrieval == "hybrid" else dense
             positive_ids = {u.id for u in positives}
 
             def row(unit: MemoryUnit, label: int, source: str, rank: int) -> dict[str, Any]:
@@ -216,10 +222,10 @@ def rerank_examples(
                 }
 
             for unit in positives:
-                rows.append(row(unit, 1, "positive", hybrid.index(unit.id) if unit.id in hybrid else -1))
+                rows.append(row(unit, 1, "positive", first_stage.index(unit.id) if unit.id in first_stage else -1))
             rng = random.Random(f"{seed}:{question.id}")
             pools = {"bm25": [i for i in bm25 if i not in positive_ids], "dense": [i for i in dense if i not in positive_ids]}
-            extra_to = rng.choice(["bm25", "dense"])
+            extra_to = rng.choice(["bm25", "dense"])  # drawn either way: hybrid rows stay as they were
             if sampling == "uniform":
                 for pool in pools.values():
                     rng.shuffle(pool)
@@ -232,8 +238,9 @@ def rerank_examples(
     card = f"""memlab reranking supervision (memlab.training.supervision.rerank_examples).
 Rows: one (question, memory unit) pair; label 1 when the unit's source_ids contain a gold evidence turn id, else 0.
 Units: {"turn units (TurnSegmenter, as rag_turns)" if units is None else getattr(units, "__name__", repr(units))}.
-Positives: every unit holding gold evidence (source "positive", rank = rank in the hybrid RRF ranking, -1 if outside).
-Negatives: up to {negatives} per question, non-positive units of the BM25 and dense rankings (top {candidates} each,
+First stage: {retrieval} ({"dense and BM25 fused by RRF" if retrieval == "hybrid" else "the embedder's ranking alone"}).
+Positives: every unit holding gold evidence (source "positive", rank = rank in the first-stage ranking, -1 if outside).
+Negatives: up to {negatives} per question, non-positive units of the {"BM25 and dense rankings" if retrieval == "hybrid" else "dense ranking"} (top {candidates} each,
 split evenly, odd one by seed={seed}) of a UnitMemory over the same units (rrf_k={rrf_k}); sampling={sampling!r}
 ("top": the best-ranked, hardest ones; "uniform": drawn at random within the top {candidates}).
 Categories: {list(categories)}. Conversations: {[c.id for c in conversations]}.

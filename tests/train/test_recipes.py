@@ -176,6 +176,8 @@ def test_reranker_recipe(three_conversations, tmp_path):
     batch = run.groups[:2]
     first, after = fixed_batch_loss_drops(lambda: recipe.group_loss(stage, batch), run.optimizer)
     assert after < first
+    dense = recipe.setup({**config, "retrieval": "dense"})  # the first stage of rag_turns_gemma / _best
+    assert dense.groups and dense.validation and dense.evaluation
 
 
 @pytest.mark.slow

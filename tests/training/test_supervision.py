@@ -146,6 +146,18 @@ def test_uniform_sampling_reaches_beyond_the_hardest_negatives(sample, rerank_da
         rerank_examples([sample], HashingEmbedder(), sampling="hard")
 
 
+def test_dense_first_stage_draws_every_negative_from_the_dense_ranking(sample, rerank_data):
+    dense = rerank_examples([sample], HashingEmbedder(), retrieval="dense")
+    negatives = [r for r in dense if r["label"] == 0]
+    assert negatives and {r["source"] for r in negatives} == {"dense"}
+    for qid in set(dense["question_id"]):
+        assert sum(1 for r in negatives if r["question_id"] == qid) == 8
+    assert dense.filter(lambda r: r["label"] == 1)["unit_id"] == rerank_data.filter(lambda r: r["label"] == 1)["unit_id"]
+    assert "First stage: dense" in dense.info.description
+    with pytest.raises(ValueError, match="retrieval"):
+        rerank_examples([sample], HashingEmbedder(), retrieval="bm25")
+
+
 def test_rerank_examples_over_custom_units(sample):
     def pairs(conversation):
         turns = [t for _, t in conversation.turns()]
