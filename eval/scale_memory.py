@@ -120,6 +120,13 @@ def varied_units(n: int, turns: list[str], turn_vectors: np.ndarray, seed: int =
     return units, vectors
 
 
+def lookup_embedder(units, vectors: np.ndarray, questions: list[str], question_vectors: np.ndarray) -> LookupEmbedder:
+    """The units' and the questions' vectors, looked up by their text."""
+    lookup = {u.text: v for u, v in zip(units, vectors)}
+    lookup.update(zip(questions, question_vectors))
+    return LookupEmbedder(lookup, vectors.shape[1])
+
+
 # -- measurements ----------------------------------------------------------------------------
 def rss_mb() -> float:
     import psutil
@@ -144,9 +151,7 @@ def timed(fn, inputs) -> tuple[list[float], list[Any]]:
 def run_memory(n: int, mode: str, corpus, queries: int) -> dict[str, Any]:
     turns, turn_vectors, questions, question_vectors = corpus
     units, vectors = varied_units(n, turns, turn_vectors)
-    lookup = {u.text: v for u, v in zip(units, vectors)}
-    lookup.update(zip(questions, question_vectors))
-    embedder = LookupEmbedder(lookup, vectors.shape[1])
+    embedder = lookup_embedder(units, vectors, questions, question_vectors)
     exact_up_to = {"exact": None, "approximate": 1, "default": EXACT_UP_TO}[mode]
     tokenize("warm up")  # loads the stemmer: a one-off second that is not ingestion
     gc.collect()
@@ -199,8 +204,7 @@ def exact_overlap(vectors: np.ndarray, queries: np.ndarray, hits) -> float:
 def run_graph(n: int, corpus, queries: int) -> dict[str, Any]:
     turns, turn_vectors, questions, question_vectors = corpus
     units, vectors = varied_units(n, turns, turn_vectors)
-    embedder = LookupEmbedder({**{u.text: v for u, v in zip(units, vectors)}, **dict(zip(questions, question_vectors))},
-                              vectors.shape[1])
+    embedder = lookup_embedder(units, vectors, questions, question_vectors)
     memory = UnitMemory(embedder)
     for i in range(0, n, BATCH):
         memory.add(units[i:i + BATCH])
@@ -229,7 +233,8 @@ def run_graph(n: int, corpus, queries: int) -> dict[str, Any]:
     seconds, walks = timed(lambda item: policy([TraverseIn(graph, item[0], "ENTITY", item[1])])[0], anchored)
     return {"units": n, "index": "graph", "graph_nodes": graph.num_nodes(), "graph_edges": graph.num_edges(),
             "graph_build_s": round(build, 1), "graph_rss_mb": round(resident),
-            "expansion_ms": percentiles(seconds), "visited_mean": round(float(np.mean([len(w.visited) for w in walks])), 1)}
+            "expansion_ms": percentiles(seconds),
+            "visited_mean": round(float(np.mean([len(w.visited) for w in walks])), 1)}
 
 
 def encoder_speed(corpus) -> dict[str, Any]:
@@ -247,8 +252,8 @@ def encoder_speed(corpus) -> dict[str, Any]:
 
 # -- driver ----------------------------------------------------------------------------------
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| units | index | ingest units/s | BM25 build s | RSS MB | disk MB | save s | load s | dense p50 / p99 ms "
-             "| BM25 p50 / p99 ms | hybrid p50 / p99 ms | dense recall@10 vs exact |",
+    lines = ["| units | index | ingest units/s | BM25 build s | RSS MB | disk MB | save s | load s "
+             "| dense p50 / p99 ms | BM25 p50 / p99 ms | hybrid p50 / p99 ms | dense recall@10 vs exact |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if r["index"] in ("exact", "approximate", "default"):
@@ -261,7 +266,8 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"| {r.get('dense_recall@10_vs_exact', 1.0)} |")
     graphs = [r for r in rows if r["index"] == "graph"]
     if graphs:
-        lines += ["", "| units | graph nodes | graph edges | build s | RSS MB | expansion p50 / p99 ms | nodes visited |",
+        lines += ["", "| units | graph nodes | graph edges | build s | RSS MB | expansion p50 / p99 ms "
+                      "| nodes visited |",
                   "|---:|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['units']:,} | {r['graph_nodes']:,} | {r['graph_edges']:,} | {r['graph_build_s']} "
                   f"| {r['graph_rss_mb']:,} | {r['expansion_ms']['p50']} / {r['expansion_ms']['p99']} "

@@ -78,11 +78,12 @@ class CachedEmbedder(Embedder, nn.Module):
             try:
                 for start in range(0, len(keys), 500):  # SQLite's bound-parameter limit
                     chunk = list(dict.fromkeys(keys[start:start + 500]))
-                    rows = self._db.execute(f"SELECT key, vector FROM vectors WHERE key IN ({','.join('?' * len(chunk))})",
-                                            chunk).fetchall()
+                    marks = ",".join("?" * len(chunk))
+                    rows = self._db.execute(f"SELECT key, vector FROM vectors WHERE key IN ({marks})", chunk).fetchall()
                     found.update((key, np.frombuffer(blob, dtype=np.float32)) for key, blob in rows)
             except sqlite3.DatabaseError as e:
-                raise EmbedderError(f"{self.path}: cannot read the vector cache ({e}); delete it to start again") from None
+                raise EmbedderError(f"{self.path}: cannot read the vector cache ({e}); "
+                                    "delete it to start again") from None
         if any(v.shape != (dim,) for v in found.values()):
             raise EmbedderError(f"{self.path}: a cached vector is not of dim {dim}; delete the cache to start again")
         missing = list(dict.fromkeys((k, t) for k, t in zip(keys, texts) if k not in found))
@@ -92,8 +93,8 @@ class CachedEmbedder(Embedder, nn.Module):
             with self._lock:
                 try:
                     with self._db:  # one transaction: all of these or none
-                        self._db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)",
-                                             [(k, v.astype(np.float32).tobytes()) for (k, _), v in zip(missing, vectors)])
+                        rows = [(k, v.astype(np.float32).tobytes()) for (k, _), v in zip(missing, vectors)]
+                        self._db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", rows)
                 except sqlite3.DatabaseError as e:
                     raise EmbedderError(f"{self.path}: cannot write the vector cache ({e})") from None
             found.update((k, v) for (k, _), v in zip(missing, vectors))

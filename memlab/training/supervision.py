@@ -235,12 +235,13 @@ def rerank_examples(
                 rows.append(row(memory.get(unit_id), 0, source, rank))
             counts["positives"] += len(positives)
             counts["negatives"] += len(picked)
+    sides = "BM25 and dense rankings" if retrieval == "hybrid" else "dense ranking"
     card = f"""memlab reranking supervision (memlab.training.supervision.rerank_examples).
 Rows: one (question, memory unit) pair; label 1 when the unit's source_ids contain a gold evidence turn id, else 0.
 Units: {"turn units (TurnSegmenter, as rag_turns)" if units is None else getattr(units, "__name__", repr(units))}.
 First stage: {retrieval} ({"dense and BM25 fused by RRF" if retrieval == "hybrid" else "the embedder's ranking alone"}).
 Positives: every unit holding gold evidence (source "positive", rank = rank in the first-stage ranking, -1 if outside).
-Negatives: up to {negatives} per question, non-positive units of the {"BM25 and dense rankings" if retrieval == "hybrid" else "dense ranking"} (top {candidates} each,
+Negatives: up to {negatives} per question, non-positive units of the {sides} (top {candidates} each,
 split evenly, odd one by seed={seed}) of a UnitMemory over the same units (rrf_k={rrf_k}); sampling={sampling!r}
 ("top": the best-ranked, hardest ones; "uniform": drawn at random within the top {candidates}).
 Categories: {list(categories)}. Conversations: {[c.id for c in conversations]}.
