@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Any
 
 from memlab.memory.index import tokenize
 from memlab.stage import Stage
@@ -61,6 +62,30 @@ class IntentRouter(Stage[RouteIn, RouteOut]):
 
     In = RouteIn
     Out = RouteOut
+
+
+class ClassifierRouter(IntentRouter):
+    """A router that classifies the question with one head per label set (``self.labels``:
+    head name -> its labels, in weight order) and routes by ``route_from_labels``; subclasses
+    set ``labels``, ``default_intent`` and ``normalizer`` and implement ``predict``."""
+
+    def predict(self, questions: list[str]) -> list[dict[str, str]]:
+        """The arg-max label of every head for each question."""
+        raise NotImplementedError
+
+    @property
+    def init_kwargs(self) -> dict[str, Any]:
+        # The resolved labels: the saved weights' class order must not depend on what a
+        # default says when the checkpoint is loaded.
+        return {**super().init_kwargs, "heads": {name: list(labels) for name, labels in self.labels.items()}}
+
+    @property
+    def intents(self) -> tuple[str, ...]:
+        return self.labels.get("intent", (self.default_intent,))
+
+    def forward(self, batch: list[RouteIn]) -> list[RouteOut]:
+        return [route_from_labels(item, labels, self.normalizer, self.default_intent)
+                for item, labels in zip(batch, self.predict([item.question for item in batch]))]
 
 
 _QUESTION_WORDS = frozenset(

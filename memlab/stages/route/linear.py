@@ -11,14 +11,13 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from memlab.bounds import PositiveInt
-from memlab.stages.route.base import INTENTS, QUESTION_TYPES, IntentRouter, RouteIn, RouteOut, route_from_labels
+from memlab.stages.route.base import INTENTS, QUESTION_TYPES, ClassifierRouter
 from memlab.stages.route.neural import IGNORE_INDEX
 from memlab.stages.temporal import TemporalNormalizer
 
@@ -46,7 +45,7 @@ def fit_vocabulary(texts: list[str], min_count: int = 1) -> tuple[list[str], lis
     return vocabulary, [math.log((1 + n) / (1 + documents[term])) + 1.0 for term in vocabulary]
 
 
-class TfidfRouter(IntentRouter):
+class TfidfRouter(ClassifierRouter):
     """One linear softmax head per signal over the question's TF-IDF vector (sublinear tf, L2-normed).
 
     ``vocabulary`` is fitted on the training questions (``fit_vocabulary``) and saved with the
@@ -81,14 +80,6 @@ class TfidfRouter(IntentRouter):
         self.heads = nn.ModuleDict({name: nn.Linear(len(self.vocabulary), len(labels))
                                     for name, labels in self.labels.items()})
 
-    @property
-    def init_kwargs(self) -> dict[str, Any]:
-        return {**super().init_kwargs, "heads": {name: list(labels) for name, labels in self.labels.items()}}
-
-    @property
-    def intents(self) -> tuple[str, ...]:
-        return self.labels.get("intent", (self.default_intent,))
-
     def features(self, questions: list[str]) -> torch.Tensor:
         """``[len(questions), len(vocabulary)]``: sublinear tf x idf, each row L2-normalised."""
         rows = torch.zeros(len(questions), len(self.vocabulary))
@@ -119,7 +110,3 @@ class TfidfRouter(IntentRouter):
                 best = {name: values.argmax(-1).tolist() for name, values in self.logits(chunk).items()}
                 out.extend({name: self.labels[name][best[name][row]] for name in best} for row in range(len(chunk)))
         return out
-
-    def forward(self, batch: list[RouteIn]) -> list[RouteOut]:
-        return [route_from_labels(item, labels, self.normalizer, self.default_intent)
-                for item, labels in zip(batch, self.predict([item.question for item in batch]))]

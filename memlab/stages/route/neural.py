@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -10,7 +9,7 @@ from torch import nn
 
 from memlab.bounds import NonNegativeInt, PositiveInt
 from memlab.stages.encoder import EncoderStage, TextEncoder
-from memlab.stages.route.base import INTENTS, IntentRouter, RouteIn, RouteOut, route_from_labels
+from memlab.stages.route.base import INTENTS, ClassifierRouter
 from memlab.stages.temporal import TemporalNormalizer
 
 #: Head name -> class labels. "adversarial" (LoCoMo's unanswerable category) is learnable but
@@ -24,7 +23,7 @@ DEFAULT_HEADS: dict[str, list[str]] = {
 IGNORE_INDEX = -100
 
 
-class QueryRouter(EncoderStage, IntentRouter):
+class QueryRouter(EncoderStage, ClassifierRouter):
     """Predicts each head's label from the question text alone (never a gold category).
 
     ``forward`` reads the ``intent``, ``question_type`` and ``complexity`` heads when present;
@@ -73,16 +72,6 @@ class QueryRouter(EncoderStage, IntentRouter):
         self.normalizer = normalizer
         self.heads: nn.ModuleDict | None = None
 
-    @property
-    def init_kwargs(self) -> dict[str, Any]:
-        # The resolved labels, not ``heads=None``: the saved weights' class order must not
-        # depend on what DEFAULT_HEADS says when the checkpoint is loaded.
-        return {**super().init_kwargs, "heads": {name: list(labels) for name, labels in self.labels.items()}}
-
-    @property
-    def intents(self) -> tuple[str, ...]:
-        return self.labels.get("intent", (self.default_intent,))
-
     def _build_heads(self, hidden_size: int) -> None:
         self.heads = nn.ModuleDict({name: nn.Linear(hidden_size, len(labels)) for name, labels in self.labels.items()})
 
@@ -121,7 +110,3 @@ class QueryRouter(EncoderStage, IntentRouter):
                 for row in range(len(questions[start:start + self.batch_size])):
                     out.append({name: self.labels[name][best[name][row]] for name in best})
         return out
-
-    def forward(self, batch: list[RouteIn]) -> list[RouteOut]:
-        return [route_from_labels(item, labels, self.normalizer, self.default_intent)
-                for item, labels in zip(batch, self.predict([item.question for item in batch]))]
