@@ -15,7 +15,8 @@ ranking loss, since recall@k only depends on the order of the candidates.
 
 Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
 seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress`` (a progress bar),
-``data {path, eval_ids, validation_ids, conversations, max_questions}``, ``embedder`` (a
+``data {path, eval_ids, validation_ids, conversations, max_questions, final_fit}`` (``final_fit``: train on
+every conversation for the configured length, with no validation and no held-out score), ``embedder`` (a
 ``_component_`` node: first-stage retrieval and hard negatives), ``stage`` (the reranker's
 ``_component_`` node), ``negatives, negative_sampling`` (uniform/top), ``rerank_depth, rrf_k``, ``retrieval``
 (the first stage: ``hybrid``, dense + BM25 as ``rag_turns``, or ``dense``, the embedder alone), ``optim {lr, weight_decay, epochs,
@@ -93,7 +94,7 @@ def setup(config: dict[str, Any]) -> Run:
     config = with_defaults(config, DEFAULTS, "finetune_reranker")
     seed_everything(int(config["seed"]))
     run = Run(config=config, out=Path(config["output_dir"]))
-    train, validation, evaluation = recipe_conversations(config["data"])
+    train, validation, evaluation = recipe_conversations(config["data"], final_fit_supported=True)
     run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
                  "evaluation": [c.id for c in evaluation]}
     embedder = instantiate(config["embedder"])
@@ -104,9 +105,11 @@ def setup(config: dict[str, Any]) -> Run:
     if not run.groups:
         raise ValueError("no training groups: the training conversations have no question with evidence")
     # Validation runs several times: ``validation_questions`` caps its cost (the first N questions).
-    run.validation = reranker_candidates(validation, embedder, depth=depth, rrf_k=rrf_k, retrieval=retrieval)
-    run.validation = run.validation[: int(config["validation_questions"] or len(run.validation))]
-    run.evaluation = reranker_candidates(evaluation, embedder, depth=depth, rrf_k=rrf_k, retrieval=retrieval)
+    if validation:
+        run.validation = reranker_candidates(validation, embedder, depth=depth, rrf_k=rrf_k, retrieval=retrieval)
+        run.validation = run.validation[: int(config["validation_questions"] or len(run.validation))]
+    if evaluation:
+        run.evaluation = reranker_candidates(evaluation, embedder, depth=depth, rrf_k=rrf_k, retrieval=retrieval)
 
     run.stage = instantiate(config["stage"])
     optim = config["optim"]
@@ -137,7 +140,8 @@ def train(run: Run) -> dict[str, Any]:
     eval_every, metric = int(run.config["eval_every"]), run.config["metric"]
     stopper = EarlyStopping(patience=int(run.config["patience"]))
     rng = random.Random(int(run.config["seed"]))
-    baseline = evaluate_reranker(None, run.validation)["first_stage"]
+    # A final fit (no validation conversation) trains the configured length and keeps the last step.
+    baseline = evaluate_reranker(None, run.validation)["first_stage"] if run.validation else None
     run.log.write(step=0, validation_first_stage=baseline)
     step, pairs, train_seconds, best = 0, 0, 0.0, None
     progress = tqdm(total=n_steps, desc="reranker", disable=not run.config["progress"])
@@ -159,7 +163,7 @@ def train(run: Run) -> dict[str, Any]:
             step += 1
             progress.update(1)
             progress.set_postfix(loss=f"{loss.item():.3f}")
-            if step % eval_every == 0 or step == n_steps:
+            if run.validation and (step % eval_every == 0 or step == n_steps):
                 scores = validate(run)
                 improved = stopper.step(scores[metric])
                 run.log.write(step=step, loss=loss.item(), validation=scores, best=stopper.best,
@@ -173,6 +177,9 @@ def train(run: Run) -> dict[str, Any]:
             if step >= n_steps:
                 break
     progress.close()
+    if not run.validation:
+        run.log.write(step=step, loss=loss.item(), pairs_per_second=pairs / train_seconds)
+        save_checkpoint(run)
     return {"steps": step, "train_seconds": round(train_seconds, 1), "pairs": pairs,
             "pairs_per_second": round(pairs / max(train_seconds, 1e-9), 1), "best": best,
             "validation_first_stage": baseline}
@@ -186,7 +193,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     run = setup(config)
     summary = train(run)
     best = Stage.load(run.out)  # the early-stopped best, exactly as a user will load it
-    final = evaluate_reranker(best, run.evaluation)
+    final = evaluate_reranker(best, run.evaluation) if run.evaluation else None
     summary.update(split=run.split, groups=len(run.groups), evaluation=final, checkpoint=str(run.out),
                    device=str(run.accelerator.device))
     record_training(run.out, run.config, summary)

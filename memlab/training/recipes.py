@@ -239,10 +239,10 @@ def load_conversations(path: str | os.PathLike, ids: list[str] | tuple[str, ...]
 
 #: The ``data`` section of the recipes that split conversations (``recipe_conversations``).
 DATA_DEFAULTS: dict[str, Any] = {"path": None, "eval_ids": None, "validation_ids": None, "conversations": None,
-                                 "max_questions": None, "sessions": None}
+                                 "max_questions": None, "sessions": None, "final_fit": False}
 
 
-def recipe_conversations(data: dict[str, Any]):
+def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False):
     """(train, validation, evaluation) conversations from a recipe's ``data`` section.
 
     ``data.path``: a LoCoMo file, required (the embedded sample holds a single conversation, which
@@ -253,6 +253,11 @@ def recipe_conversations(data: dict[str, Any]):
     aside for early stopping (default: the last training one), so model selection never looks at
     the evaluation conversations, which are scored once, at the end. A config that names
     conversations the file does not hold is a ConfigError.
+
+    ``data.final_fit: true`` trains on every conversation, with no validation and no held-out
+    evaluation (both returned empty): the final model, whose length and settings were chosen
+    by a leave-one-conversation-out run (``eval/train_loco.py``). Only recipes that can train
+    a fixed length without validation pass ``final_fit_supported``.
     """
     from memlab.training.supervision import FIXED_EVAL_IDS, fixed_split, split_conversations
 
@@ -260,9 +265,17 @@ def recipe_conversations(data: dict[str, Any]):
         raise ConfigError("data.path is required: a LoCoMo file with at least three conversations (train, "
                           "validation, evaluation), e.g. ../shared/data/locomo/locomo10_dev.json; the embedded "
                           "sample has only one")
+    if data.get("final_fit") and not final_fit_supported:
+        raise ConfigError("data.final_fit: this recipe selects on a validation conversation and cannot train "
+                          "without one; leave final_fit false")
+    if data.get("final_fit") and (data.get("eval_ids") or data.get("validation_ids")):
+        raise ConfigError("data.final_fit trains on every conversation: set data.eval_ids=null and "
+                          "data.validation_ids=null")
     conversations = load_conversations(data["path"], data.get("conversations"), data.get("sessions"))
     if limit := data.get("max_questions"):  # a quick run (tests, smoke checks): the first questions of each
         conversations = [dataclasses.replace(c, questions=c.questions[:limit]) for c in conversations]
+    if data.get("final_fit"):
+        return conversations, [], []
     try:
         split = fixed_split([c.id for c in conversations], data.get("eval_ids") or FIXED_EVAL_IDS)
     except ValueError as e:  # eval ids absent from the data, or nothing left to train on

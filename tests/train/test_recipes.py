@@ -95,6 +95,13 @@ def test_recipe_data_errors_name_the_problem(three_conversations):
         recipe_conversations({**tiny_data(three_conversations), "conversations": ["tiny-a", "tiny-x"]})
     with pytest.raises(ConfigError, match=r"data.eval_ids: .*\['conv-26', 'conv-30'\] are not among"):
         recipe_conversations({"path": str(three_conversations)})
+    with pytest.raises(ConfigError, match="data.final_fit: this recipe selects on a validation conversation"):
+        recipe_conversations({"path": str(three_conversations), "final_fit": True})
+    with pytest.raises(ConfigError, match="set data.eval_ids=null and data.validation_ids=null"):
+        recipe_conversations({**tiny_data(three_conversations), "final_fit": True}, final_fit_supported=True)
+    train, validation, evaluation = recipe_conversations({"path": str(three_conversations), "final_fit": True},
+                                                         final_fit_supported=True)
+    assert [c.id for c in train] == ["tiny-a", "tiny-b", "tiny-c"] and validation == [] and evaluation == []
 
 
 def edited_conversations(path: Path, tmp_path: Path, **questions) -> Path:
@@ -178,6 +185,13 @@ def test_reranker_recipe(three_conversations, tmp_path):
     assert after < first
     dense = recipe.setup({**config, "retrieval": "dense"})  # the first stage of rag_turns_gemma / _best
     assert dense.groups and dense.validation and dense.evaluation
+
+    # The final fit: every conversation, the configured length, the last step kept, no held-out score.
+    final = recipe.main({**config, "output_dir": str(tmp_path / "final"), "data": {
+        "path": str(three_conversations), "max_questions": 8, "final_fit": True}})
+    assert final["split"] == {"train": ["tiny-a", "tiny-b", "tiny-c"], "validation": [], "evaluation": []}
+    assert final["steps"] == 4 and final["best"] is None and final["evaluation"] is None
+    assert Stage.load(tmp_path / "final").trained_on == {"tiny-a", "tiny-b", "tiny-c"}
 
 
 @pytest.mark.slow
