@@ -3,7 +3,7 @@
     memlab train finetune_reranker --config configs/train/reranker.yaml [key=value ...]
 
 Read top to bottom: ``setup`` (conversations split by conversation, supervision, stage,
-optimiser), ``train`` (an explicit loop with periodic validation and early stopping),
+optimiser), ``train`` (``memlab.training.loop.fit``: periodic validation and early stopping),
 ``save_checkpoint`` (the best stage, via ``Stage.save``), then one final evaluation on the
 held-out conversations, written next to the checkpoint as ``training.json``.
 
@@ -14,15 +14,15 @@ is trained with a softmax cross-entropy over that group (the positive is the tar
 ranking loss, since recall@k only depends on the order of the candidates.
 
 Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
-seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress`` (a progress bar),
-``data {path, eval_ids, validation_ids, conversations, max_questions, final_fit}`` (``final_fit``: train on
-every conversation for the configured length, with no validation and no held-out score), ``embedder`` (a
-``_component_`` node: first-stage retrieval and hard negatives), ``stage`` (the reranker's
-``_component_`` node), ``negatives, negative_sampling`` (uniform/top), ``rerank_depth, rrf_k``, ``retrieval``
-(the first stage: ``hybrid``, dense + BM25 as ``rag_turns``, or ``dense``, the embedder alone), ``optim {lr, weight_decay, epochs,
-batch_size (groups per step), warmup_fraction, max_steps}``, ``eval_every`` (steps),
-``patience`` (evaluations), ``validation_questions`` (cap), ``metric`` (validation metric for
-early stopping, e.g. recall@10).
+seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress`` (a progress bar), ``data {path,
+eval_ids, validation_ids, conversations, max_questions, final_fit}`` (``final_fit``: train on every
+conversation for the configured length, with no validation and no held-out score), ``embedder``
+(a ``_component_`` node: first-stage retrieval and hard negatives), ``stage`` (the reranker's
+``_component_`` node), ``negatives, negative_sampling`` (uniform/top), ``rerank_depth, rrf_k``,
+``retrieval`` (the first stage: ``hybrid``, dense + BM25 as ``rag_turns``, or ``dense``, the
+embedder alone), ``optim {lr, weight_decay, epochs, batch_size (groups per step),
+warmup_fraction, max_steps}``, ``eval_every`` (steps), ``patience`` (evaluations),
+``validation_questions`` (cap), ``metric`` (validation metric for early stopping, e.g. recall@10).
 """
 
 from __future__ import annotations
@@ -35,13 +35,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
-from memlab.clock import active_seconds
 from memlab.config import instantiate
 from memlab.stage import Stage
-from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, record_training, adamw, linear_schedule, make_accelerator,
+from memlab.training import (DATA_DEFAULTS, MetricsLog, record_training, adamw, linear_schedule, make_accelerator,
                              recipe_conversations, seed_everything, total_steps, with_defaults)
+from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.stage_eval import evaluate_reranker, reranker_candidates
 from memlab.training.supervision import rerank_examples
 
@@ -136,53 +135,21 @@ def validate(run: Run) -> dict[str, Any]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    batch_size, n_steps = int(run.config["optim"]["batch_size"]), total_steps(len(run.groups), run.config["optim"])
-    eval_every, metric = int(run.config["eval_every"]), run.config["metric"]
-    stopper = EarlyStopping(patience=int(run.config["patience"]))
+    batch_size, metric = int(run.config["optim"]["batch_size"]), run.config["metric"]
     rng = random.Random(int(run.config["seed"]))
     # A final fit (no validation conversation) trains the configured length and keeps the last step.
     baseline = evaluate_reranker(None, run.validation)["first_stage"] if run.validation else None
     run.log.write(step=0, validation_first_stage=baseline)
-    step, pairs, train_seconds, best = 0, 0, 0.0, None
-    progress = tqdm(total=n_steps, desc="reranker", disable=not run.config["progress"])
-    run.stage.train()
-    while step < n_steps and not stopper.should_stop:
-        order = list(range(len(run.groups)))
-        rng.shuffle(order)
-        for start in range(0, len(order), batch_size):
-            batch = [run.groups[i] for i in order[start:start + batch_size]]
-            started = active_seconds()
-            with run.accelerator.autocast():  # ``prepare`` wraps only forward, not score_pairs
-                loss = group_loss(run.stage, batch)
-            run.accelerator.backward(loss)
-            run.optimizer.step()
-            run.scheduler.step()
-            run.optimizer.zero_grad()
-            train_seconds += active_seconds() - started
-            pairs += sum(len(group) for _, group in batch)
-            step += 1
-            progress.update(1)
-            progress.set_postfix(loss=f"{loss.item():.3f}")
-            if run.validation and (step % eval_every == 0 or step == n_steps):
-                scores = validate(run)
-                improved = stopper.step(scores[metric])
-                run.log.write(step=step, loss=loss.item(), validation=scores, best=stopper.best,
-                              pairs_per_second=pairs / train_seconds)
-                if improved:
-                    best = {"step": step, "validation": scores}
-                    save_checkpoint(run)
-                run.stage.train()
-                if stopper.should_stop:
-                    break
-            if step >= n_steps:
-                break
-    progress.close()
-    if not run.validation:
-        run.log.write(step=step, loss=loss.item(), pairs_per_second=pairs / train_seconds)
-        save_checkpoint(run)
-    return {"steps": step, "train_seconds": round(train_seconds, 1), "pairs": pairs,
-            "pairs_per_second": round(pairs / max(train_seconds, 1e-9), 1), "best": best,
-            "validation_first_stage": baseline}
+    summary = fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
+                  n_steps=total_steps(len(run.groups), run.config["optim"]),
+                  epoch_batches=lambda: shuffled_batches(run.groups, batch_size, rng),
+                  batch_loss=lambda batch: group_loss(run.stage, batch), save=lambda: save_checkpoint(run),
+                  log=run.log, validate=(lambda: validate(run)) if run.validation else None,
+                  metric=lambda scores: scores[metric], patience=int(run.config["patience"]),
+                  eval_every=int(run.config["eval_every"]), unit="pairs",
+                  count=lambda batch: sum(len(texts) for _, texts in batch), progress=run.config["progress"],
+                  desc="reranker")
+    return {**summary, "validation_first_stage": baseline}
 
 
 def save_checkpoint(run: Run) -> Path:

@@ -3,7 +3,7 @@
     memlab train finetune_retriever --config configs/train/retriever.yaml [key=value ...]
 
 Read top to bottom: ``setup`` (conversations split by conversation, supervision, stage,
-optimiser), ``train`` (an explicit loop with periodic validation and early stopping),
+optimiser), ``train`` (``memlab.training.loop.fit``: periodic validation and early stopping),
 ``save_checkpoint`` (the best stage, via ``Stage.save``), then one evaluation on the held-out
 conversations, written next to the checkpoint as ``training.json``.
 
@@ -35,13 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
-from memlab.clock import active_seconds
 from memlab.config import instantiate
 from memlab.stage import Stage
-from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
+from memlab.training import (DATA_DEFAULTS, MetricsLog, adamw, linear_schedule, make_accelerator,
                              recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.stage_eval import evaluate_retriever
 from memlab.training.supervision import rerank_examples
 
@@ -133,54 +132,18 @@ def validate(run: Run, conversations) -> dict[str, Any]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    batch_size, n_steps = int(run.config["optim"]["batch_size"]), total_steps(len(run.groups), run.config["optim"])
-    eval_every, metric = int(run.config["eval_every"]), run.config["metric"]
-    stopper = EarlyStopping(patience=int(run.config["patience"]))
+    batch_size, metric = int(run.config["optim"]["batch_size"]), run.config["metric"]
     rng = random.Random(int(run.config["seed"]))
     # Step 0 is the untrained stage (the packaged encoder): training must beat it to replace it.
-    baseline = validate(run, run.validation)
-    stopper.step(baseline[metric])
-    save_checkpoint(run)
-    run.log.write(step=0, validation=baseline)
-    step, questions, train_seconds, best = 0, 0, 0.0, {"step": 0, "validation": baseline}
-    progress = tqdm(total=n_steps, desc="retriever", disable=not run.config["progress"])
-    run.stage.train()
-    while step < n_steps and not stopper.should_stop:
-        order = list(range(len(run.groups)))
-        rng.shuffle(order)
-        for start in range(0, len(order), batch_size):
-            batch = [run.groups[i] for i in order[start:start + batch_size]]
-            if len(batch) < 2:  # InfoNCE needs in-batch negatives
-                continue
-            started = active_seconds()
-            with run.accelerator.autocast():
-                loss = batch_loss(run.stage, batch, rng)
-            run.accelerator.backward(loss)
-            run.optimizer.step()
-            run.scheduler.step()
-            run.optimizer.zero_grad()
-            train_seconds += active_seconds() - started
-            questions += len(batch)
-            step += 1
-            progress.update(1)
-            progress.set_postfix(loss=f"{loss.item():.3f}")
-            if step % eval_every == 0 or step == n_steps:
-                scores = validate(run, run.validation)
-                improved = stopper.step(scores[metric])
-                run.log.write(step=step, loss=loss.item(), validation=scores, best=stopper.best,
-                              questions_per_second=questions / train_seconds)
-                if improved:
-                    best = {"step": step, "validation": scores}
-                    save_checkpoint(run)
-                run.stage.train()
-                if stopper.should_stop:
-                    break
-            if step >= n_steps:
-                break
-    progress.close()
-    return {"steps": step, "train_seconds": round(train_seconds, 1), "questions": questions,
-            "questions_per_second": round(questions / max(train_seconds, 1e-9), 2), "best": best,
-            "validation_untrained": baseline}
+    summary = fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
+                  n_steps=total_steps(len(run.groups), run.config["optim"]),
+                  # InfoNCE needs in-batch negatives: a last batch of one is left out
+                  epoch_batches=lambda: [b for b in shuffled_batches(run.groups, batch_size, rng) if len(b) >= 2],
+                  batch_loss=lambda batch: batch_loss(run.stage, batch, rng), save=lambda: save_checkpoint(run),
+                  log=run.log, validate=lambda: validate(run, run.validation), metric=lambda scores: scores[metric],
+                  patience=int(run.config["patience"]), eval_every=int(run.config["eval_every"]), validate_first=True,
+                  unit="questions", progress=run.config["progress"], desc="retriever")
+    return summary
 
 
 def save_checkpoint(run: Run) -> Path:

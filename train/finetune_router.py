@@ -3,7 +3,7 @@
     memlab train finetune_router --config configs/train/router.yaml [key=value ...]
 
 Read top to bottom: ``setup`` (conversations split by conversation, labelled questions from
-``memlab.training.supervision.routing_examples``, stage, optimiser), ``train`` (an explicit loop,
+``memlab.training.supervision.routing_examples``, stage, optimiser), ``train`` (``memlab.training.loop.fit``,
 validation accuracy after every epoch, early stopping), ``save_checkpoint`` (the best stage),
 then one evaluation on the held-out conversations (the ``memlab evaluate-stage`` metrics plus
 each head's accuracy), written next to the checkpoint as ``training.json``.
@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
-from memlab.clock import active_seconds
 from memlab.config import ConfigError, instantiate
 from memlab.stage import Stage
-from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, record_training, adamw, linear_schedule, make_accelerator,
+from memlab.training import (DATA_DEFAULTS, MetricsLog, record_training, adamw, linear_schedule, make_accelerator,
                              recipe_conversations, seed_everything, total_steps, with_defaults)
+from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.stage_eval import evaluate_router
 from memlab.training.supervision import routing_examples
 from memlab.types import ANSWERABLE_CATEGORIES
@@ -115,45 +114,22 @@ def head_accuracy(stage, conversations) -> dict[str, float]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    batch_size, n_steps = int(run.config["optim"]["batch_size"]), total_steps(len(run.examples), run.config["optim"])
-    metric = run.config["metric"]
-    stopper = EarlyStopping(patience=int(run.config["patience"]))
+    batch_size, metric = int(run.config["optim"]["batch_size"]), run.config["metric"]
     rng = random.Random(int(run.config["seed"]))
-    step, seen, train_seconds, best, epoch = 0, 0, 0.0, None, 0
-    progress = tqdm(total=n_steps, desc="router", disable=not run.config["progress"])
-    while step < n_steps and not stopper.should_stop:
-        run.stage.train()
-        order = list(range(len(run.examples)))
-        rng.shuffle(order)
-        for start in range(0, len(order), batch_size):
-            batch = [run.examples[i] for i in order[start:start + batch_size]]
-            started = active_seconds()
-            stage = run.accelerator.unwrap_model(run.stage)
-            with run.accelerator.autocast():  # ``prepare`` wraps only forward, not logits
-                loss = stage.loss(run.stage.logits([row["question"] for row in batch]), targets(stage, batch))
-            run.accelerator.backward(loss)
-            run.optimizer.step()
-            run.scheduler.step()
-            run.optimizer.zero_grad()
-            train_seconds += active_seconds() - started
-            seen += len(batch)
-            step += 1
-            progress.update(1)
-            progress.set_postfix(loss=f"{loss.item():.3f}")
-            if step >= n_steps:
-                break
-        epoch += 1
-        stage = run.accelerator.unwrap_model(run.stage)
+    stage = run.accelerator.unwrap_model(run.stage)
+
+    def batch_loss(batch: list[dict[str, Any]]) -> torch.Tensor:
+        return stage.loss(run.stage.logits([row["question"] for row in batch]), targets(stage, batch))
+
+    def validate() -> dict[str, float]:
         scores = evaluate_router(stage, run.validation)
-        improved = stopper.step(scores[metric])
-        run.log.write(epoch=epoch, step=step, loss=loss.item(), validation={k: scores[k] for k in
-                      ("accuracy", "accuracy_5way")}, best=stopper.best, examples_per_second=seen / train_seconds)
-        if improved:
-            best = {"epoch": epoch, "step": step, "validation_accuracy": scores["accuracy"]}
-            save_checkpoint(run)
-    progress.close()
-    return {"steps": step, "epochs": epoch, "train_seconds": round(train_seconds, 1), "examples_seen": seen,
-            "examples_per_second": round(seen / max(train_seconds, 1e-9), 1), "best": best}
+        return {k: scores[k] for k in METRICS}
+
+    return fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
+               n_steps=total_steps(len(run.examples), run.config["optim"]),
+               epoch_batches=lambda: shuffled_batches(run.examples, batch_size, rng), batch_loss=batch_loss,
+               save=lambda: save_checkpoint(run), log=run.log, validate=validate, metric=lambda scores: scores[metric],
+               patience=int(run.config["patience"]), unit="examples", progress=run.config["progress"], desc="router")
 
 
 def save_checkpoint(run: Run) -> Path:

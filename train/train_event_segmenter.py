@@ -5,7 +5,7 @@
 Read top to bottom: ``setup`` (conversations split by conversation; the prompted segmenter's
 events on each part replayed from the response cache by ``memlab.training.teacher``; the
 boundary labels of ``memlab.training.segmentation.segmentation_examples``; the stage;
-the optimiser), ``train`` (an explicit loop over batches of sessions, validation boundary F1
+the optimiser), ``train`` (``memlab.training.loop.fit`` over batches of sessions, validation boundary F1
 after every epoch, early stopping), ``save_checkpoint`` (the best stage), then one evaluation
 on the held-out conversations against the teacher, beside the fixed-span baseline (span =
 the training sessions' mean teacher event length), written into the checkpoint as
@@ -36,13 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
-from memlab.clock import active_seconds
 from memlab.config import ConfigError, instantiate
 from memlab.stage import Stage
-from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
+from memlab.training import (DATA_DEFAULTS, MetricsLog, adamw, linear_schedule, make_accelerator,
                              recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.segmentation import (TEACHER_SOURCE, boundary_f1, boundary_targets, evaluate_segmenter,
                                           labelled_positions, mean_event_length, segmentation_examples,
                                           session_boundaries, usable_sessions)
@@ -146,50 +145,24 @@ def validation_scores(run: Run) -> dict[str, float]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    optim = run.config["optim"]
-    batch_size, n_steps = int(optim["batch_size"]), total_steps(len(run.sessions), optim)
-    pos_weight = run.config["pos_weight"]
-    stopper = EarlyStopping(patience=int(run.config["patience"]))
+    optim, pos_weight = run.config["optim"], run.config["pos_weight"]
     rng = random.Random(int(run.config["seed"]))
-    step, seen, train_seconds, best, epoch = 0, 0, 0.0, None, 0
-    progress = tqdm(total=n_steps, desc="segmenter", disable=not run.config["progress"])
-    while step < n_steps and not stopper.should_stop:
-        run.stage.train()
-        order = list(range(len(run.sessions)))
-        rng.shuffle(order)
-        for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
-            started = active_seconds()
-            stage = run.accelerator.unwrap_model(run.stage)
-            with run.accelerator.autocast():
-                if run.vectors is not None:
-                    logits = stage.logits_from_vectors([run.vectors[i] for i in batch])
-                else:
-                    logits = stage.boundary_logits([run.sessions[i] for i in batch])
-                loss = stage.loss(logits, [run.targets[i] for i in batch], pos_weight,
-                                  [run.masks[i] for i in batch])
-            run.accelerator.backward(loss)
-            run.optimizer.step()
-            run.scheduler.step()
-            run.optimizer.zero_grad()
-            train_seconds += active_seconds() - started
-            seen += len(batch)
-            step += 1
-            progress.update(1)
-            progress.set_postfix(loss=f"{loss.item():.3f}")
-            if step >= n_steps:
-                break
-        epoch += 1
-        scores = validation_scores(run)
-        improved = stopper.step(scores["f1"])
-        run.log.write(epoch=epoch, step=step, loss=loss.item(), validation=scores, best=stopper.best,
-                      sessions_per_second=seen / max(train_seconds, 1e-9))
-        if improved:
-            best = {"epoch": epoch, "step": step, "validation_f1": scores["f1"]}
-            save_checkpoint(run)
-    progress.close()
-    return {"steps": step, "epochs": epoch, "train_seconds": round(train_seconds, 1), "sessions_seen": seen,
-            "sessions_per_second": round(seen / max(train_seconds, 1e-9), 1), "best": best}
+    stage = run.accelerator.unwrap_model(run.stage)
+
+    def batch_loss(batch: list[int]) -> torch.Tensor:
+        if run.vectors is not None:
+            logits = stage.logits_from_vectors([run.vectors[i] for i in batch])
+        else:
+            logits = stage.boundary_logits([run.sessions[i] for i in batch])
+        return stage.loss(logits, [run.targets[i] for i in batch], pos_weight, [run.masks[i] for i in batch])
+
+    return fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
+               n_steps=total_steps(len(run.sessions), optim),
+               epoch_batches=lambda: shuffled_batches(range(len(run.sessions)), int(optim["batch_size"]), rng),
+               batch_loss=batch_loss, save=lambda: save_checkpoint(run), log=run.log,
+               validate=lambda: validation_scores(run), metric=lambda scores: scores["f1"],
+               patience=int(run.config["patience"]), unit="sessions", progress=run.config["progress"],
+               desc="segmenter")
 
 
 def save_checkpoint(run: Run) -> Path:

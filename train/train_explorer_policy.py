@@ -4,7 +4,7 @@
 
 Read top to bottom: ``setup`` (conversations split by conversation, one CompassMem memory per
 conversation built by the ``pipeline`` config, the navigation states of every part, the policy
-to train), ``train`` (an explicit loop; validation action accuracy every ``eval_every`` steps,
+to train), ``train`` (``memlab.training.loop.fit``; validation action accuracy every ``eval_every`` steps,
 early stopping), ``save_checkpoint`` (the best policy), then one evaluation on the held-out
 conversations, written next to the checkpoint as ``training.json``.
 
@@ -41,14 +41,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
-from memlab.clock import active_seconds
 from memlab.config import ConfigError, build_pipeline, instantiate
 from memlab.stage import Stage
 from memlab.stages.navigate import ACTIONS
-from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
+from memlab.training import (DATA_DEFAULTS, MetricsLog, adamw, linear_schedule, make_accelerator,
                              recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training.loop import Optimisation, fit
 from memlab.training.navigation import evaluate_explorer_policy, navigation_examples, row_inputs, row_target
 
 DEFAULTS: dict[str, Any] = {
@@ -144,49 +143,18 @@ def validate(run: Run, part: str = "validation") -> dict[str, Any]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    optim = run.config["optim"]
-    n_steps = total_steps(len(run.datasets["train"]), optim)
-    eval_every, metric = int(run.config["eval_every"]), run.config["metric"]
-    stopper = EarlyStopping(patience=int(run.config["patience"]))
+    metric = run.config["metric"]
     rng = random.Random(int(run.config["seed"]))
-    initial = validate(run)
-    stopper.step(initial[metric])
-    save_checkpoint(run)  # the initial weights stay the answer unless training beats them
-    run.log.write(step=0, validation=initial)
-    step, states, train_seconds, best = 0, 0, 0.0, {"step": 0, "validation": initial}
-    progress = tqdm(total=n_steps, desc="explorer policy", disable=not run.config["progress"])
-    run.stage.train()
-    while step < n_steps and not stopper.should_stop:
-        for batch in batches(run, rng):
-            started = active_seconds()
-            with run.accelerator.autocast():  # ``prepare`` wraps only forward, not logits
-                loss = batch_loss(run.stage, batch, run.action_weights)
-            run.accelerator.backward(loss)
-            run.optimizer.step()
-            run.scheduler.step()
-            run.optimizer.zero_grad()
-            train_seconds += active_seconds() - started
-            states += len(batch)
-            step += 1
-            progress.update(1)
-            progress.set_postfix(loss=f"{loss.item():.3f}")
-            if step % eval_every == 0 or step == n_steps:
-                scores = validate(run)
-                improved = stopper.step(scores[metric])
-                run.log.write(step=step, loss=loss.item(), validation=scores, best=stopper.best,
-                              states_per_second=states / train_seconds)
-                if improved:
-                    best = {"step": step, "validation": scores}
-                    save_checkpoint(run)
-                run.stage.train()
-                if stopper.should_stop:
-                    break
-            if step >= n_steps:
-                break
-    progress.close()
-    return {"steps": step, "train_seconds": round(train_seconds, 1), "states": states,
-            "states_per_second": round(states / max(train_seconds, 1e-9), 1), "best": best,
-            "action_weights": dict(zip(ACTIONS, run.action_weights.tolist()))}
+    # Step 0 is the initial weights: they stay the answer unless training beats them.
+    summary = fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
+                  n_steps=total_steps(len(run.datasets["train"]), run.config["optim"]),
+                  epoch_batches=lambda: batches(run, rng),
+                  batch_loss=lambda batch: batch_loss(run.stage, batch, run.action_weights),
+                  save=lambda: save_checkpoint(run), log=run.log, validate=lambda: validate(run),
+                  metric=lambda scores: scores[metric], patience=int(run.config["patience"]),
+                  eval_every=int(run.config["eval_every"]), validate_first=True, unit="states",
+                  progress=run.config["progress"], desc="explorer policy")
+    return {**summary, "action_weights": dict(zip(ACTIONS, run.action_weights.tolist()))}
 
 
 def save_checkpoint(run: Run) -> Path:

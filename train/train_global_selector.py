@@ -4,7 +4,7 @@
 
 Read top to bottom: ``setup`` (conversations split by conversation, one Mnemis memory per
 conversation built by the ``pipeline`` config from the response cache, the selector calls of a
-teacher-forced descent for every part, the selector to train), ``train`` (an explicit loop;
+teacher-forced descent for every part, the selector to train), ``train`` (``memlab.training.loop.fit``;
 validation select-F1 every ``eval_every`` steps, early stopping), ``save_checkpoint`` (the best
 selector), then one evaluation of the descents it makes on the held-out conversations, written
 next to the checkpoint as ``training.json``.
@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
+import torch
 
-from memlab.clock import active_seconds
 from memlab.config import build_pipeline, instantiate
 from memlab.stage import Stage
-from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
+from memlab.training import (DATA_DEFAULTS, MetricsLog, adamw, linear_schedule, make_accelerator,
                              recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.selection import (build_memories, evaluate_global_selector, row_inputs, row_target, score_rows,
                                        selection_examples)
 
@@ -108,9 +108,7 @@ def setup(config: dict[str, Any]) -> Run:
 
 def batches(run: Run, rng: random.Random) -> list[list[tuple[Any, Any]]]:
     rows = [(row_inputs(row), row_target(row)) for row in run.datasets["train"]]
-    rng.shuffle(rows)
-    size = int(run.config["optim"]["batch_size"])
-    return [rows[start:start + size] for start in range(0, len(rows), size)]
+    return shuffled_batches(rows, int(run.config["optim"]["batch_size"]), rng)
 
 
 def validate(run: Run, part: str = "validation") -> dict[str, Any]:
@@ -118,47 +116,20 @@ def validate(run: Run, part: str = "validation") -> dict[str, Any]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    optim = run.config["optim"]
-    n_steps = total_steps(len(run.datasets["train"]), optim)
-    eval_every, weight = int(run.config["eval_every"]), float(run.config["positive_weight"])
-    stopper = EarlyStopping(patience=int(run.config["patience"]))
+    weight = float(run.config["positive_weight"])
     rng = random.Random(int(run.config["seed"]))
-    initial = validate(run)
-    stopper.step(initial["select_f1"])
-    save_checkpoint(run)  # the initial weights stay the answer unless training beats them
-    run.log.write(step=0, validation=initial)
-    step, calls, train_seconds, best = 0, 0, 0.0, {"step": 0, "validation": initial}
-    progress = tqdm(total=n_steps, desc="global selector", disable=not run.config["progress"])
-    run.stage.train()
-    while step < n_steps and not stopper.should_stop:
-        for batch in batches(run, rng):
-            started = active_seconds()
-            items = [inputs for inputs, _ in batch]
-            with run.accelerator.autocast():
-                loss = run.stage.loss(run.stage.node_logits(items), [target for _, target in batch], items, weight)
-            run.accelerator.backward(loss)
-            run.optimizer.step()
-            run.scheduler.step()
-            run.optimizer.zero_grad()
-            train_seconds += active_seconds() - started
-            calls += len(batch)
-            step += 1
-            progress.update(1)
-            progress.set_postfix(loss=f"{loss.item():.3f}")
-            if step % eval_every == 0 or step == n_steps:
-                scores = validate(run)
-                improved = stopper.step(scores["select_f1"])
-                run.log.write(step=step, loss=loss.item(), validation=scores, best=stopper.best)
-                if improved:
-                    best = {"step": step, "validation": scores}
-                    save_checkpoint(run)
-                run.stage.train()
-                if stopper.should_stop:
-                    break
-            if step >= n_steps:
-                break
-    progress.close()
-    return {"steps": step, "train_seconds": round(train_seconds, 1), "calls": calls, "best": best}
+
+    def batch_loss(batch: list[tuple[Any, Any]]) -> torch.Tensor:
+        items = [inputs for inputs, _ in batch]
+        return run.stage.loss(run.stage.node_logits(items), [target for _, target in batch], items, weight)
+
+    # Step 0 is the initial weights: they stay the answer unless training beats them.
+    return fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
+               n_steps=total_steps(len(run.datasets["train"]), run.config["optim"]),
+               epoch_batches=lambda: batches(run, rng), batch_loss=batch_loss, save=lambda: save_checkpoint(run),
+               log=run.log, validate=lambda: validate(run), metric=lambda scores: scores["select_f1"],
+               patience=int(run.config["patience"]), eval_every=int(run.config["eval_every"]), validate_first=True,
+               unit="calls", progress=run.config["progress"], desc="global selector")
 
 
 def save_checkpoint(run: Run) -> Path:

@@ -5,7 +5,7 @@
 Read top to bottom: ``setup`` (conversations split by conversation; each part's teacher
 sessions replayed from the response cache by ``memlab.training.teacher.teacher_sessions``; the
 labelled pairs of ``memlab.training.relations.relation_examples``; stage, optimiser), ``train``
-(an explicit loop, validation scores after every epoch, early stopping), ``save_checkpoint``
+(``memlab.training.loop.fit``, validation scores after every epoch, early stopping), ``save_checkpoint``
 (the best stage), then one evaluation on the held-out conversations (the extractor, the
 majority relation of the held-out pairs, and the majority label of the training pairs as a
 ``MajorityRelationExtractor``), written next to the checkpoint as ``training.json``.
@@ -32,14 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
-from memlab.clock import active_seconds
 from memlab.config import ConfigError, instantiate
 from memlab.stage import Stage
 from memlab.stages.relate import MajorityRelationExtractor
-from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, adamw, linear_schedule, make_accelerator,
+from memlab.training import (DATA_DEFAULTS, MetricsLog, adamw, linear_schedule, make_accelerator,
                              recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.relations import class_weights, evaluate_relation_extractor, majority_label, relation_examples
 from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
 
@@ -136,46 +135,23 @@ def batch_loss(stage, rows: list[dict[str, Any]], weights, vectors: dict[str, An
 
 
 def train(run: Run) -> dict[str, Any]:
-    batch_size, n_steps = int(run.config["optim"]["batch_size"]), total_steps(len(run.examples), run.config["optim"])
-    metric = run.config["metric"]
-    stopper = EarlyStopping(patience=int(run.config["patience"]))
+    optim, metric = run.config["optim"], run.config["metric"]
     rng = random.Random(int(run.config["seed"]))
     rows = run.examples.to_list()
-    step, seen, train_seconds, best, epoch = 0, 0, 0.0, None, 0
-    progress = tqdm(total=n_steps, desc="relations", disable=not run.config["progress"])
-    while step < n_steps and not stopper.should_stop:
-        run.stage.train()
-        order = list(range(len(rows)))
-        rng.shuffle(order)
-        for start in range(0, len(order), batch_size):
-            batch = [rows[i] for i in order[start:start + batch_size]]
-            started = active_seconds()
-            stage = run.accelerator.unwrap_model(run.stage)
-            with run.accelerator.autocast():  # ``prepare`` wraps only forward, not pair_logits
-                loss = batch_loss(stage, batch, run.weights, run.vectors)
-            run.accelerator.backward(loss)
-            run.optimizer.step()
-            run.scheduler.step()
-            run.optimizer.zero_grad()
-            train_seconds += active_seconds() - started
-            seen += len(batch)
-            step += 1
-            progress.update(1)
-            progress.set_postfix(loss=f"{loss.item():.3f}")
-            if step >= n_steps:
-                break
-        epoch += 1
-        scores = evaluate_relation_extractor(run.accelerator.unwrap_model(run.stage), run.sessions["validation"],
-                                             keep_failed=run.config["keep_failed"])
-        improved = stopper.step(scores[metric] or 0.0)  # None: no relation label anywhere, nothing to F1
-        run.log.write(epoch=epoch, step=step, loss=loss.item(), best=stopper.best,
-                      validation={k: scores[k] for k in METRICS}, pairs_per_second=seen / max(train_seconds, 1e-9))
-        if improved:
-            best = {"epoch": epoch, "step": step, **{f"validation_{k}": scores[k] for k in METRICS}}
-            save_checkpoint(run)
-    progress.close()
-    return {"steps": step, "epochs": epoch, "train_seconds": round(train_seconds, 1), "pairs_seen": seen,
-            "pairs_per_second": round(seen / max(train_seconds, 1e-9), 1), "best": best}
+    stage = run.accelerator.unwrap_model(run.stage)
+
+    def validate() -> dict[str, Any]:
+        scores = evaluate_relation_extractor(stage, run.sessions["validation"], keep_failed=run.config["keep_failed"])
+        return {k: scores[k] for k in METRICS}
+
+    return fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
+               n_steps=total_steps(len(run.examples), optim),
+               epoch_batches=lambda: shuffled_batches(rows, int(optim["batch_size"]), rng),
+               batch_loss=lambda batch: batch_loss(stage, batch, run.weights, run.vectors),
+               save=lambda: save_checkpoint(run), log=run.log, validate=validate,
+               metric=lambda scores: scores[metric] or 0.0,  # None: no relation label anywhere, nothing to F1
+               patience=int(run.config["patience"]), unit="pairs", progress=run.config["progress"],
+               desc="relations")
 
 
 def save_checkpoint(run: Run) -> Path:

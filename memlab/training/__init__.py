@@ -3,7 +3,8 @@
 * ``memlab.training.supervision``: labelled data sets derived from LoCoMo-format
   conversations, split by conversation (it builds memories and runs stages to derive them);
 * ``memlab.training.recipes``: the kit the flat recipes in ``train/`` share, and how
-  ``memlab train`` finds and runs them (re-exported here);
+  ``memlab train`` finds and runs them (re-exported here); ``memlab.training.loop``: the
+  optimisation loop of the gradient recipes (batches, steps, validation, early stopping);
 * ``memlab.training.stage_eval``: a reranker or router scored on its own, without an LLM;
 * ``memlab.training.teacher``: CompassMem's prompted construction replayed from the response
   cache (the teacher labels), and from it ``memlab.training.segmentation`` (event boundaries)

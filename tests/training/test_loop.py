@@ -1,0 +1,74 @@
+"""The optimisation loop the gradient recipes share (``memlab.training.loop``), on a linear model."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from memlab.training import MetricsLog, make_accelerator
+from memlab.training.loop import Optimisation, fit, shuffled_batches
+
+
+def regression(tmp_path, scores: list[float] | None, **options):
+    """Fit y = 2x with a linear model; validation returns the next of ``scores`` (None: a final fit)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = [(x / 10, 2 * x / 10) for x in range(10)]
+    rng, saved, remaining = random.Random(0), [], list(scores or [])
+
+    def batch_loss(batch):
+        x = torch.tensor([[a] for a, _ in batch])
+        return torch.nn.functional.mse_loss(model(x), torch.tensor([[b] for _, b in batch]))
+
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    summary = fit(Optimisation(model, make_accelerator("no", cpu=True), optimizer), n_steps=options.pop("n_steps", 10),
+                  epoch_batches=lambda: shuffled_batches(data, 4, rng), batch_loss=batch_loss,
+                  save=lambda: saved.append(model.weight.item()), log=log,
+                  validate=(lambda: {"score": remaining.pop(0)}) if scores is not None else None,
+                  metric=lambda s: s["score"], patience=2, progress=False, **options)
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    return summary, saved, lines, model
+
+
+def test_shuffled_batches_cover_every_item_once_in_a_seeded_order():
+    items = list(range(10))
+    first, again = shuffled_batches(items, 4, random.Random(3)), shuffled_batches(items, 4, random.Random(3))
+    assert first == again and [len(b) for b in first] == [4, 4, 2]
+    assert sorted(i for batch in first for i in batch) == items and first != [items[:4], items[4:8], items[8:]]
+
+
+def test_validation_every_n_steps_keeps_the_best_and_stops_after_patience(tmp_path):
+    summary, saved, lines, _ = regression(tmp_path, [0.5, 0.7, 0.6, 0.65, 0.9], n_steps=10, eval_every=2)
+    # 0.5 (saved), 0.7 (saved), 0.6, 0.65: two evaluations without a gain stop the run at step 8
+    assert summary["steps"] == 8 and "epochs" not in summary
+    assert summary["best"] == {"step": 4, "validation": {"score": 0.7}} and len(saved) == 2
+    assert [line["step"] for line in lines] == [2, 4, 6, 8] and lines[-1]["best"] == 0.7
+    assert summary["examples_seen"] == 4 + 4 + 2 + 4 + 4 + 2 + 4 + 4  # epochs of batches 4, 4, 2; cut at step 8
+    assert summary["examples_per_second"] > 0
+
+
+def test_validation_per_epoch_and_the_initial_weights_first(tmp_path):
+    summary, saved, lines, _ = regression(tmp_path, [0.4, 0.3, 0.8, 0.2, 0.1], n_steps=12, validate_first=True,
+                                          unit="rows")
+    assert summary["validation_initial"] == {"score": 0.4}
+    assert [(line.get("epoch"), line["step"]) for line in lines] == [(None, 0), (1, 3), (2, 6), (3, 9), (4, 12)]
+    assert summary["best"] == {"epoch": 2, "step": 6, "validation": {"score": 0.8}} and len(saved) == 2
+    assert summary["epochs"] == 4 and summary["rows_seen"] == 40 and "rows_per_second" in lines[-1]
+
+
+def test_a_final_fit_trains_its_length_and_saves_the_last_weights(tmp_path):
+    summary, saved, lines, model = regression(tmp_path, None, n_steps=30, eval_every=5)
+    assert summary["steps"] == 30 and summary["best"] is None and len(saved) == 1
+    assert saved[0] == model.weight.item() and abs(model.weight.item() - 2) < abs(0.0 - 2)  # it learned
+    assert len(lines) == 1 and lines[0]["step"] == 30
+
+
+def test_an_epoch_without_batches_is_an_error_not_a_hang(tmp_path):
+    with pytest.raises(ValueError, match="an epoch gave no batch"):
+        fit(Optimisation(torch.nn.Linear(1, 1), make_accelerator("no", cpu=True), None), n_steps=3,
+            epoch_batches=lambda: [], batch_loss=None, save=lambda: None, log=MetricsLog(tmp_path / "m.jsonl"),
+            validate=None, metric=None, patience=1, progress=False)
