@@ -22,7 +22,7 @@ from memlab.stages.traverse.policy import TraversalPolicy
 from tests.corruption import directory_instead, flip_byte, truncate
 
 REPO = Path(__file__).resolve().parents[1]
-COMMITTED = ("reranker-minilm-turns", "router-minilm", "router-tfidf", "traversal-policy")
+COMMITTED = ("reranker-minilm-turns", "reranker-minilm-gemma", "router-minilm", "router-tfidf", "traversal-policy")
 SPLIT = {"train": ["conv-41", "conv-42"], "validation": ["conv-47"], "evaluation": ["conv-26"]}
 
 
@@ -219,6 +219,8 @@ def test_committed_checkpoints_carry_a_manifest_that_checks(name):
 def test_a_committed_checkpoint_knows_its_training_conversations():
     policy = Stage.load(REPO / "checkpoints" / "traversal-policy")
     assert policy.trained_on == {"conv-41", "conv-42", "conv-43", "conv-44", "conv-47"}  # not conv-26/30: held out
+    final = Stage.load(REPO / "checkpoints" / "reranker-minilm-gemma")  # the final fit: every dev conversation
+    assert final.trained_on == {"conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44", "conv-47"}
 
 
 # -- trained_on ----------------------------------------------------------------------------

@@ -139,7 +139,8 @@ def train(run: Run) -> dict[str, Any]:
     rng = random.Random(int(run.config["seed"]))
     # A final fit (no validation conversation) trains the configured length and keeps the last step.
     baseline = evaluate_reranker(None, run.validation)["first_stage"] if run.validation else None
-    run.log.write(step=0, validation_first_stage=baseline)
+    if baseline is not None:
+        run.log.write(step=0, validation_first_stage=baseline)
     summary = fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
                   n_steps=total_steps(len(run.groups), run.config["optim"]),
                   epoch_batches=lambda: shuffled_batches(run.groups, batch_size, rng),

@@ -192,6 +192,7 @@ def test_reranker_recipe(three_conversations, tmp_path):
     assert final["split"] == {"train": ["tiny-a", "tiny-b", "tiny-c"], "validation": [], "evaluation": []}
     assert final["steps"] == 4 and final["best"] is None and final["evaluation"] is None
     assert Stage.load(tmp_path / "final").trained_on == {"tiny-a", "tiny-b", "tiny-c"}
+    assert [json.loads(line)["step"] for line in (tmp_path / "final.metrics.jsonl").read_text().splitlines()] == [4]
 
 
 @pytest.mark.slow
