@@ -138,8 +138,9 @@ def train(run: Run) -> dict[str, Any]:
     batch_size, metric = int(run.config["optim"]["batch_size"]), run.config["metric"]
     rng = random.Random(int(run.config["seed"]))
     # A final fit (no validation conversation) trains the configured length and keeps the last step.
-    baseline = evaluate_reranker(None, run.validation)["first_stage"] if run.validation else None
-    if baseline is not None:
+    baseline = None
+    if run.validation:
+        baseline = evaluate_reranker(None, run.validation)["first_stage"]
         run.log.write(step=0, validation_first_stage=baseline)
     summary = fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
                   n_steps=total_steps(len(run.groups), run.config["optim"]),
