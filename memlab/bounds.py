@@ -14,20 +14,24 @@ from typing import Annotated
 
 @dataclass(frozen=True)
 class Range:
-    """Inclusive bounds; ``None`` leaves that side open."""
+    """Bounds, inclusive unless ``open_min`` / ``open_max``; ``None`` leaves that side unbounded."""
 
     min: float | None = None
     max: float | None = None
+    open_min: bool = False
+    open_max: bool = False
 
     def problem(self, value: float) -> str | None:
-        """Why ``value`` is out of range (``"must be >= 1"``), or None."""
-        if self.min is not None and self.max is not None and not self.min <= value <= self.max:
-            return f"must be in [{self.min}, {self.max}]"
-        if self.min is not None and value < self.min:
-            return f"must be >= {self.min}"
-        if self.max is not None and value > self.max:
-            return f"must be <= {self.max}"
-        return None
+        """Why ``value`` is out of range (``"must be >= 1"``, ``"must be in (0, 1]"``), or None."""
+        below = self.min is not None and (value <= self.min if self.open_min else value < self.min)
+        above = self.max is not None and (value >= self.max if self.open_max else value > self.max)
+        if not (below or above):
+            return None
+        if self.min is not None and self.max is not None:
+            return f"must be in {'(' if self.open_min else '['}{self.min}, {self.max}{')' if self.open_max else ']'}"
+        if below:
+            return f"must be {'>' if self.open_min else '>='} {self.min}"
+        return f"must be {'<' if self.open_max else '<='} {self.max}"
 
 
 PositiveInt = Annotated[int, Range(min=1)]
@@ -35,3 +39,7 @@ NonNegativeInt = Annotated[int, Range(min=0)]
 NonNegativeFloat = Annotated[float, Range(min=0)]
 #: A probability, similarity threshold, damping factor ...: in [0, 1].
 UnitFloat = Annotated[float, Range(0, 1)]
+#: A rate, temperature or scale that must be above zero.
+PositiveFloat = Annotated[float, Range(min=0, open_min=True)]
+#: A probability or factor strictly between 0 and 1 (a damping factor).
+OpenUnitFloat = Annotated[float, Range(0, 1, open_min=True, open_max=True)]

@@ -4,7 +4,10 @@
                     [--categories NAMES] [--retrieval-only] [--batch-size N] [--out DIR]
                     [--allow-training-overlap] [--save-memory DIR | --memory DIR] [key=value ...]
   memlab train RECIPE --config PATH [key=value ...]
-  memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...] [--sessions N] [--pipeline CONFIG]
+  memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...] [--sessions N]
+                        [--allow-training-overlap] [key=value ...]
+  memlab compare-stages CONFIG [--data PATH] [--conversations ID,...] [--sessions N] [--loco]
+                        [--allow-training-overlap] [--out FILE] [key=value ...]
   memlab report RUN_DIR [RUN_DIR ...] --out DIR
   memlab export-memory DIR --format graphml|jsonl|html [--out PATH]
   memlab models [install NAME [--wheels DIR]]
@@ -65,18 +68,29 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--config", required=True, help="training YAML (configs/train/*.yaml)")
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=1e-4 output_dir=checkpoints/x")
 
-    evaluate = commands.add_parser("evaluate-stage", help="evaluate a saved stage (reranker, router, event segmenter, "
-                                   "relation extractor, explorer policy, System-2 selector) on data")
-    evaluate.add_argument("checkpoint", help="folder written by Stage.save (e.g. checkpoints/reranker-minilm-turns)")
-    evaluate.add_argument("--data", help="LoCoMo JSON (default: the embedded sample)")
+    evaluate = commands.add_parser("evaluate-stage", help="score a saved stage on data with the evaluator its "
+                                   "training recorded (training.json)")
+    evaluate.add_argument("checkpoint", help="folder written by a training recipe (e.g. checkpoints/reranker-minilm-turns)")
+    evaluate.add_argument("overrides", nargs="*", help="dotted overrides of the recorded evaluator, e.g. depth=20 "
+                          "pipeline=configs/pipelines/rag_turns_gemma.yaml")
+    evaluate.add_argument("--data", help="LoCoMo JSON or LongMemEval file/folder (default: the embedded sample)")
     evaluate.add_argument("--conversations", type=_names, help="comma-separated conversation ids to keep")
     evaluate.add_argument("--sessions", type=_positive, help="as for run")
-    evaluate.add_argument("--depth", type=_positive, default=50,
-                          help="reranker: first-stage candidates re-ranked per question (default 50)")
-    evaluate.add_argument("--pipeline", help="explorer policy: the CompassMem config whose memories it is scored on "
-                          "(e.g. configs/pipelines/compassmem.yaml; its construction LM is called); System-2 "
-                          "selector: the Mnemis config whose memories it is scored on (its build replayed from the "
-                          "response cache)")
+    evaluate.add_argument("--allow-training-overlap", action="store_true",
+                          help="score the stage on conversations its checkpoint learnt from (refused otherwise)")
+
+    compare = commands.add_parser("compare-stages", help="score several stages with one evaluator on the same "
+                                  "data (configs/compare/*.yaml), optionally leave-one-conversation-out")
+    compare.add_argument("config", help="comparison YAML: an evaluator and rows (configs/compare/*.yaml)")
+    compare.add_argument("overrides", nargs="*", help="dotted overrides, e.g. evaluator.depth=20")
+    compare.add_argument("--data", help="LoCoMo JSON or LongMemEval file/folder (default: the embedded sample)")
+    compare.add_argument("--conversations", type=_names, help="comma-separated conversation ids to keep")
+    compare.add_argument("--sessions", type=_positive, help="as for run")
+    compare.add_argument("--loco", action="store_true", help="leave-one-conversation-out: train the config's "
+                         "loco.trainings folds, then score each conversation on its own")
+    compare.add_argument("--allow-training-overlap", action="store_true",
+                         help="score stages on conversations their checkpoints learnt from (refused otherwise)")
+    compare.add_argument("--out", help="write the results as JSON to this file")
 
     report = commands.add_parser("report", help="compare finished runs over the same questions in an HTML page "
                                  "with plots, and its markdown twin")
@@ -196,70 +210,51 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate_stage(args: argparse.Namespace) -> int:
+    from memlab.config import ConfigError
     from memlab.data import DataError, load_conversations
-    from memlab.embed import SentenceTransformerEmbedder
+    from memlab.eval.runner import refuse_training_overlap
     from memlab.stage import Stage, StageError
-    from memlab.stages.global_select import GlobalSelector
-    from memlab.stages.rerank import Reranker
-    from memlab.stages.route import IntentRouter
-    from memlab.stages.navigate import Navigator
-    from memlab.stages.relate import RelationExtractor
-    from memlab.stages.segment import Segmenter
-    from memlab.training.navigation import evaluate_explorer_policy_on
-    from memlab.training.relations import evaluate_relation_extractor_on
-    from memlab.training.segmentation import evaluate_segmenter_on
-    from memlab.training.selection import evaluate_global_selector_on
-    from memlab.training.stage_eval import evaluate_reranker, evaluate_router, reranker_candidates
+    from memlab.training.evaluators import recorded_evaluator
 
     try:
+        evaluator = recorded_evaluator(args.checkpoint, list(args.overrides))  # no weights read to refuse a typo
         stage = Stage.load(args.checkpoint)
+        evaluator.check(stage)
         conversations = load_conversations(args.data, args.conversations, args.sessions)
-    except (StageError, DataError, ValueError) as e:
+        refuse_training_overlap(stage, conversations, args.allow_training_overlap)
+        stage.eval()
+        result = evaluator(stage, conversations)
+    except (StageError, DataError, ConfigError, TypeError, ValueError) as e:
         log.error("%s", e)
         return 2
-    stage.eval()
-    if isinstance(stage, Reranker):
-        items = reranker_candidates(conversations, SentenceTransformerEmbedder(), depth=args.depth)
-        result = evaluate_reranker(stage, items)
-    elif isinstance(stage, IntentRouter):
-        result = evaluate_router(stage, conversations)
-    elif isinstance(stage, (Segmenter, RelationExtractor)):
-        # scored against the prompted CompassMem construction on these conversations (the teacher)
-        evaluate = evaluate_segmenter_on if isinstance(stage, Segmenter) else evaluate_relation_extractor_on
-        try:
-            result = evaluate(stage, conversations)
-        except ValueError as e:
-            log.error("%s", e)
-            return 2
-    elif isinstance(stage, Navigator):
-        if not args.pipeline:
-            log.error("%s: an explorer policy is scored on built CompassMem memories: give --pipeline CONFIG",
-                      args.checkpoint)
-            return 2
-        result = evaluate_explorer_policy_on(stage, conversations, args.pipeline)
-    elif isinstance(stage, GlobalSelector):
-        if not args.pipeline:
-            log.error("%s: a System-2 selector is scored on built Mnemis memories: give --pipeline CONFIG",
-                      args.checkpoint)
-            return 2
-        try:
-            result = evaluate_global_selector_on(stage, conversations, args.pipeline)
-        except ValueError as e:  # a build the response cache does not hold, a pipeline without hierarchy
-            log.error("%s", e)
-            return 2
-    else:
-        log.error("%s: evaluate-stage knows rerankers, routers, event segmenters, relation extractors, explorer "
-                  "policies and System-2 selectors, not %s", args.checkpoint, type(stage).__name__)
-        return 2
-    result = {"checkpoint": str(args.checkpoint), "stage": type(stage).__name__,
+    result = {"checkpoint": str(args.checkpoint), "stage": type(stage).__name__, "evaluator": evaluator.node(),
               "data": args.data or "embedded sample", "conversations": [c.id for c in conversations], **result}
-    # Scoring a stage on conversations it learnt from inflates the numbers: say so beside them.
-    if stage.trained_on:
-        result["overlaps_training"] = [c.id for c in conversations if c.id in stage.trained_on]
-        if result["overlaps_training"]:
-            log.warning("%s was trained or validated on %s: its scores there are not held-out scores",
-                        args.checkpoint, result["overlaps_training"])
+    # Scores on conversations the stage learnt from (allowed above) are not held-out scores: say so beside them.
+    result["overlaps_training"] = [c.id for c in conversations if c.id in stage.trained_on]
     print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_compare_stages(args: argparse.Namespace) -> int:
+    from memlab.config import ConfigError, load_config
+    from memlab.data import DataError, load_conversations
+    from memlab.fileio import write_json_atomic
+    from memlab.stage import StageError
+    from memlab.training.comparison import compare, markdown_table
+
+    try:
+        tree = load_config(args.config, list(args.overrides))
+        conversations = load_conversations(args.data, args.conversations, args.sessions)
+        results = compare(tree, conversations, loco=args.loco, allow_training_overlap=args.allow_training_overlap,
+                          data=args.data, log=lambda record: print(json.dumps(record, default=str), flush=True))
+    except (StageError, DataError, ConfigError, TypeError, ValueError) as e:
+        log.error("%s", e)
+        return 2
+    if args.out:
+        write_json_atomic(args.out, {"config": tree, "data": args.data or "embedded sample",
+                                     "conversations": [c.id for c in conversations], "loco": args.loco,
+                                     "rows": results})
+    print(markdown_table(results))
     return 0
 
 
@@ -355,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     # Overrides may come before or after options: argparse leaves the later ones unparsed.
     args, extra = parser.parse_known_args(argv)
     unknown = [e for e in extra if e.startswith("-") or "=" not in e]
-    if unknown or (extra and args.command not in ("run", "train")):
+    if unknown or (extra and args.command not in ("run", "train", "evaluate-stage", "compare-stages")):
         parser.error(f"unrecognized arguments: {' '.join(unknown or extra)}")
     if extra:
         args.overrides = list(args.overrides) + extra
@@ -367,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     # full disk: the environment, and its message names the path). Any other exception
     # (TypeError, KeyError, a plain ValueError ...) is a bug and keeps its traceback.
     try:
-        commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage, "report": cmd_report,
+        commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage,
+                    "compare-stages": cmd_compare_stages, "report": cmd_report,
                     "export-memory": cmd_export_memory,
                     "models": cmd_models, "cache": cmd_cache}
         return commands[args.command](args)

@@ -28,22 +28,18 @@ Nodes are built depth-first. A node that appears twice through a YAML anchor (``
 
 from __future__ import annotations
 
-import collections.abc
 import copy
 import inspect
 import os
 import re
-import types
-import typing
-from pathlib import Path, PurePath
-from typing import Annotated, Any, Literal, Union
+from pathlib import Path
+from typing import Any
 
 import yaml
 
-from memlab.bounds import Range
-from memlab.stage import StageError, import_memlab_class
+from memlab.components import COMPONENT, ComponentError, import_memlab_class, mismatch, parameters
+from memlab.stage import StageError
 
-COMPONENT = "_component_"
 BASE = "_base_"
 RUNNER_KEYS = ("eval",)
 EVAL_KEYS = ("judge",)  # what the runner reads under ``eval``
@@ -123,7 +119,7 @@ def _arguments_accepted(base: dict[str, Any], component: str) -> dict[str, Any]:
     ablation swaps one answerer class for another); the rest belonged to the old class."""
     try:
         params = inspect.signature(import_memlab_class(component)).parameters
-    except (StageError, TypeError, ValueError):
+    except (TypeError, ValueError):  # ComponentError is a ValueError
         return {}  # validation reports the bad path later
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         # ``**collaborators`` (e.g. ``memlab.stage.load_stage``): keep the injected components
@@ -189,10 +185,10 @@ def _validate(node: Any, where: str, problems: list[str], seen: set[int]) -> Non
     here = where or "<root>"
     try:
         target = import_memlab_class(node[COMPONENT])
-    except StageError as e:
+    except ComponentError as e:
         problems.append(f"{here}: {e}")
         return
-    params, accepts_any = _parameters(target)
+    params, accepts_any = parameters(target)
     if params is None:
         return
     given = {k for k in node if k != COMPONENT}
@@ -206,7 +202,7 @@ def _validate(node: Any, where: str, problems: list[str], seen: set[int]) -> Non
             if required:
                 problems.append(f"{here}: {node[COMPONENT]} needs argument {name!r}")
             continue
-        problem = _mismatch(node[name], hint)
+        problem = mismatch(node[name], hint)
         if problem is not None:
             problems.append(f"{_join(where, name)}={_show(node[name])} {problem} ({owner}.{name})")
 
@@ -220,156 +216,6 @@ def _show(value: Any) -> str:
         return f"<{value[COMPONENT]}>" if COMPONENT in value else "{...}"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _parameters(target: Any) -> tuple[dict[str, tuple[bool, Any]] | None, bool]:
-    """``({name: (required, annotation or None)}, takes any keyword)`` for what a node may pass
-    to ``target``; ``(None, True)`` where no signature can be read."""
-    if isinstance(target, type):  # the __init__ that declares the arguments, with its module's names
-        target = next((vars(k)["__init__"] for k in target.__mro__ if "__init__" in vars(k)), object.__init__)
-        skip_self = True
-    else:
-        skip_self = False
-    function = inspect.unwrap(target)  # Stage wraps __init__ to record its arguments
-    try:
-        signature = inspect.signature(function)
-    except (TypeError, ValueError):
-        return None, True
-    namespace = getattr(function, "__globals__", {})
-    params: dict[str, tuple[bool, Any]] = {}
-    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    for name, p in list(signature.parameters.items())[int(skip_self):]:
-        if p.kind not in variadic:
-            params[name] = (p.default is inspect.Parameter.empty and p.kind is not inspect.Parameter.POSITIONAL_ONLY,
-                            _resolve(p.annotation, namespace))
-    return params, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
-
-
-def _resolve(annotation: Any, namespace: dict[str, Any]) -> Any:
-    """The annotation as an object (modules use ``from __future__ import annotations``); None
-    where it says nothing or names what only a type checker sees."""
-    if annotation is inspect.Parameter.empty:
-        return None
-    if isinstance(annotation, str):
-        try:
-            return eval(annotation, namespace)  # noqa: S307 - annotations of memlab's own code
-        except Exception:
-            return None
-    return annotation
-
-
-_SEQUENCES = (list, tuple, collections.abc.Sequence)
-_MAPPINGS = (dict, collections.abc.Mapping)
-
-
-def _mismatch(value: Any, hint: Any) -> str | None:
-    """Why ``value`` (as YAML gives it) does not fit the annotation ``hint`` (``"must be an
-    integer"``, ``"must be >= 1"``); None when it fits or ``hint`` says nothing checkable."""
-    if hint is None or hint is Any or isinstance(hint, (str, typing.TypeVar)):
-        return None
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is Annotated:
-        problem = _mismatch(value, args[0])
-        ranges = [m for m in hint.__metadata__ if isinstance(m, Range)]
-        return problem or next((r.problem(value) for r in ranges if r.problem(value)), None)
-    if origin in (Union, types.UnionType):
-        problems = [_mismatch(value, arg) for arg in args]
-        if None in problems:
-            return None
-        # right type, out of range: say that, not "must be an integer or null"
-        ranged = [p for arg, p in zip(args, problems) if _mismatch(value, _bare(arg)) is None]
-        return ranged[0] if ranged else f"must be {_describe(hint)}"
-    if origin is Literal:
-        return None if any(value == a and type(value) is type(a) for a in args) else f"must be {_describe(hint)}"
-    if origin in _SEQUENCES:
-        if not isinstance(value, (list, tuple)):
-            return f"must be {_describe(hint)}"
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            items = list(args)
-            if len(items) != len(value):
-                return f"must be {_describe(hint)}"
-        else:
-            items = [args[0] if args else None] * len(value)
-        bad = any(_mismatch(v, h) is not None for v, h in zip(value, items))
-        return f"must be {_describe(hint)}" if bad else None
-    if origin in _MAPPINGS:
-        if not isinstance(value, dict) or COMPONENT in value:
-            return f"must be {_describe(hint)}"
-        key_hint, value_hint = args if len(args) == 2 else (None, None)
-        bad = any(_mismatch(k, key_hint) is not None or _mismatch(v, value_hint) is not None for k, v in value.items())
-        return f"must be {_describe(hint)}" if bad else None
-    if origin is not None:
-        hint = origin  # ``Stage[In, Out]`` and the like: the class
-    if not isinstance(hint, type):
-        return None  # Callable, ... : nothing a YAML value can be checked against
-    if hint is type(None):
-        ok = value is None
-    elif hint is bool:
-        ok = isinstance(value, bool)
-    elif hint is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif hint is float:  # YAML reads ``temperature: 0`` as an int
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif hint in (list, tuple):
-        ok = isinstance(value, (list, tuple))
-    elif issubclass(hint, (os.PathLike, PurePath)):
-        ok = isinstance(value, (str, os.PathLike))
-    elif hint.__module__ == "builtins":
-        ok = isinstance(value, hint)
-    else:  # a class: a component node builds it
-        return _component_mismatch(value, hint)
-    return None if ok else f"must be {_describe(hint)}"
-
-
-def _component_mismatch(value: Any, cls: type) -> str | None:
-    if isinstance(value, cls):
-        return None
-    if not (isinstance(value, dict) and COMPONENT in value):
-        return f"must be {_describe(cls)}"
-    try:
-        target = import_memlab_class(value[COMPONENT])
-    except StageError:
-        return None  # reported on the node itself
-    if isinstance(target, type) and not issubclass(target, cls):
-        return f"must be {_describe(cls)} ({target.__name__} is not one)"
-    return None  # a function (``load_stage``) declares no class to check
-
-
-def _bare(hint: Any) -> Any:
-    return typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
-
-
-def _describe(hint: Any) -> str:
-    hint = _bare(hint)
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (Union, types.UnionType):
-        return " or ".join(_describe(a) for a in args)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    if origin in _SEQUENCES:
-        item = args[0] if args and (origin is not tuple or args[-1] is Ellipsis or len(set(args)) == 1) else None
-        return f"a list of {_plural(item)}" if item is not None else "a list"
-    if origin in _MAPPINGS:
-        return "a mapping"
-    names = {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string",
-             list: "a list", tuple: "a list", dict: "a mapping"}
-    if hint in names:
-        return names[hint]
-    if isinstance(hint, type) and issubclass(hint, (os.PathLike, PurePath)):
-        return "a path"
-    cls = origin or hint
-    name = getattr(cls, "__name__", str(cls))
-    vowel_sound = "AEFHILMNORSX" if name.isupper() else "AEIOUaeiou"  # "an LM", "an Answerer"
-    article = "an" if name[:1] in vowel_sound else "a"
-    return f"{article} {name} component" if isinstance(cls, type) and cls.__module__ != "builtins" else f"{article} {name}"
-
-
-def _plural(hint: Any) -> str:
-    description = _describe(hint)
-    words = {"an integer": "integers", "a number": "numbers", "true or false": "booleans", "null": "nulls"}
-    if description in words:
-        return words[description]
-    return description.split(" ", 1)[1] + "s" if description.startswith(("a ", "an ")) else description
 
 
 def instantiate(tree: Any) -> Any:

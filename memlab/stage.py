@@ -75,7 +75,6 @@ outputs: ``forward(batch: list[In]) -> list[Out]``, one output per input, in ord
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import json
 import logging
@@ -88,9 +87,21 @@ import torch
 from torch import nn
 
 # StageError and seal_checkpoint are part of this module's API; their home is memlab.checkpoint.
-from memlab.checkpoint import (CONFIG_FILE, FORMAT, FORMAT_VERSION, RECORDED_PACKAGES, WEIGHTS_FILE, StageError,
-                               changed_versions, checked_manifest, non_finite, read_weights,
-                               seal_checkpoint, training_split)
+from memlab.checkpoint import (
+    CONFIG_FILE,
+    FORMAT,
+    FORMAT_VERSION,
+    RECORDED_PACKAGES,
+    WEIGHTS_FILE,
+    StageError,
+    changed_versions,
+    checked_manifest,
+    non_finite,
+    read_weights,
+    training_split,
+)
+from memlab.checkpoint import seal_checkpoint as seal_checkpoint  # re-exported
+from memlab.components import check_arguments, import_memlab_class
 from memlab.fileio import atomic_folder, is_subfolder_name, write_manifest
 from memlab.lm.base import LM, UsageMeter
 from memlab.lm.errors import ParseError, RequestError
@@ -257,6 +268,23 @@ def load_stage(path: str | os.PathLike, **collaborators: Any) -> Stage:
     return stage
 
 
+def saved_stage_class(node: dict[str, Any]) -> type | None:
+    """The class a ``load_stage`` config node rebuilds, read from its checkpoint's
+    ``config.json`` (never its weights), so validation can check it against its slot; None when
+    it cannot be read here (loading reports why)."""
+    path = node.get("path")
+    if not isinstance(path, (str, os.PathLike)):
+        return None
+    try:
+        saved = json.loads((Path(path).expanduser() / CONFIG_FILE).read_text())
+        return import_memlab_class(saved["class"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+load_stage.builds = saved_stage_class  # type: ignore[attr-defined]
+
+
 def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool,
                checked: bool = False) -> tuple[Stage, set[str]]:
     """Rebuild the stage saved in ``directory``, its child stages first, and name the
@@ -270,7 +298,7 @@ def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool,
         log.info("%s: saved with other package versions (%s)", directory, ", ".join(changed))
     try:
         config = json.loads(config_path.read_text())
-        cls = import_memlab_class(config["class"])
+        cls = import_memlab_class(config["class"])  # a ComponentError is a ValueError
         kwargs = {k: v for k, v in dict(config.get("kwargs", {})).items() if k not in RUNTIME_ARGUMENTS}
         children = dict(config.get("stages", {}))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
@@ -322,7 +350,8 @@ def trained_conversations(module: nn.Module) -> dict[str, frozenset[str]]:
 
 
 def _recording_init(init):
-    """Wrap ``__init__`` so the outermost call records its bound arguments for ``save``."""
+    """Wrap ``__init__`` so the outermost call checks its arguments against their declared
+    ranges and choices (``memlab.components.check_arguments``) and records them for ``save``."""
 
     signature = inspect.signature(init)
 
@@ -331,10 +360,13 @@ def _recording_init(init):
         outermost = not hasattr(self, "_init_kwargs_recording")
         if outermost:
             object.__setattr__(self, "_init_kwargs_recording", True)
-        init(self, *args, **kwargs)
-        if outermost:
             bound = signature.bind(self, *args, **kwargs)
             bound.apply_defaults()
+            if not self.__dict__.get("_arguments_checked"):  # a TrainableEmbedder is an Embedder too
+                self.__dict__["_arguments_checked"] = True
+                check_arguments(type(self), init, dict(list(bound.arguments.items())[1:]))
+        init(self, *args, **kwargs)
+        if outermost:
             recorded: dict[str, Any] = {}
             for name, value in list(bound.arguments.items())[1:]:
                 kind = signature.parameters[name].kind
@@ -346,21 +378,6 @@ def _recording_init(init):
 
     wrapper.__signature__ = signature  # type: ignore[attr-defined]
     return wrapper
-
-
-def import_memlab_class(path: str) -> Any:
-    """Import ``memlab.x.y.Name``; anything outside the ``memlab`` package is refused."""
-    if not isinstance(path, str) or not (path == "memlab" or path.startswith("memlab.")):
-        raise StageError(f"only memlab.* classes can be instantiated, got {path!r}")
-    module_name, _, attr = path.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise StageError(f"cannot import {module_name!r} for {path!r}: {e}") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise StageError(f"{module_name!r} has no attribute {attr!r}") from None
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ def test_evaluate_stage_prints_router_metrics(capsys):
 
 @pytest.mark.slow
 def test_evaluate_stage_prints_reranker_recall(capsys):
-    assert main(["evaluate-stage", str(REPO / "checkpoints/reranker-minilm-turns"), "--depth", "20"]) == 0
+    assert main(["evaluate-stage", str(REPO / "checkpoints/reranker-minilm-turns"), "depth=20"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert set(result["reranked"]) == {"recall@1", "recall@5", "recall@10", "recall@20"}
     assert result["reranked"]["recall@20"] == pytest.approx(result["first_stage"]["recall@20"])  # same 20 units
@@ -92,20 +92,39 @@ def test_evaluate_stage_and_train_refuse_bad_input(tmp_path, caplog):
     assert "not 'finetune_router'" in caplog.text
 
 
-def test_evaluate_stage_names_the_conversations_the_checkpoint_learnt_from(tmp_path, capsys, caplog):
+def test_evaluate_stage_refuses_the_conversations_the_checkpoint_learnt_from(tmp_path, capsys, caplog):
     from memlab.stages.route.rules import RuleRouter
+    from memlab.training.evaluators import RouterEvaluator
 
     checkpoint = RuleRouter().save(tmp_path / "router")
     split = {"train": ["sample-1"], "validation": ["conv-47"], "evaluation": ["conv-26", "conv-30"]}
-    (checkpoint / "training.json").write_text(json.dumps({"config": {}, "split": split}))
-    assert main(["evaluate-stage", str(checkpoint)]) == 0
+    record = {"config": {}, "evaluator": RouterEvaluator().node(), "split": split}
+    (checkpoint / "training.json").write_text(json.dumps(record))
+    assert main(["evaluate-stage", str(checkpoint)]) == 2  # as memlab run refuses
+    assert "learnt from" in caplog.text and "sample-1" in caplog.text
+    assert main(["evaluate-stage", str(checkpoint), "--allow-training-overlap"]) == 0
     assert json.loads(capsys.readouterr().out)["overlaps_training"] == ["sample-1"]
-    assert "trained or validated on ['sample-1']" in caplog.text
 
     split["train"] = ["conv-41"]
-    (checkpoint / "training.json").write_text(json.dumps({"config": {}, "split": split}))
+    (checkpoint / "training.json").write_text(json.dumps(record))
     assert main(["evaluate-stage", str(checkpoint)]) == 0
     assert json.loads(capsys.readouterr().out)["overlaps_training"] == []
+
+
+def test_evaluate_stage_rebuilds_the_evaluator_the_checkpoint_recorded(tmp_path, capsys, caplog):
+    from memlab.stages.route.rules import RuleRouter
+
+    assert main(["evaluate-stage", str(REPO / "checkpoints/router-tfidf")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["evaluator"]["_component_"] == "memlab.training.evaluators.RouterEvaluator"
+    assert result["stage"] == "TfidfRouter" and 0.0 <= result["accuracy"] <= 1.0
+    checkpoint = RuleRouter().save(tmp_path / "router")  # saved in code: no training record
+    assert main(["evaluate-stage", str(checkpoint)]) == 2
+    assert "records no evaluator" in caplog.text
+    (checkpoint / "training.json").write_text(json.dumps({"config": {}, "evaluator": {
+        "_component_": "memlab.training.evaluators.RerankerEvaluator"}, "split": {"train": [], "validation": []}}))
+    assert main(["evaluate-stage", str(checkpoint)]) == 2  # a router is no reranker
+    assert "RerankerEvaluator scores Reranker stages, not RuleRouter" in caplog.text
 
 
 def test_batch_size_is_checked_and_a_batched_retrieval_run_matches_the_unbatched_one(tmp_path, capsys):

@@ -74,7 +74,7 @@ OTHER_COMMANDS = [
     (["train", "finetune_reranker", "--config", "{tmp}/binary.yaml"], "not UTF-8 text"),
     (["evaluate-stage", "{tmp}/folder"], "not a saved stage"),
     (["evaluate-stage", "{tmp}/file.txt"], "not a saved stage"),
-    (["evaluate-stage", str(REPO / "checkpoints/router-minilm"), "--depth", "0"], "--depth: must be a positive integer"),
+    (["evaluate-stage", str(REPO / "checkpoints/reranker-minilm-turns"), "depth=0"], "depth=0 must be >= 1"),
     (["evaluate-stage", str(REPO / "checkpoints/router-minilm"), "--sessions", "-2"], "--sessions: must be a positive"),
 ]
 

@@ -13,7 +13,9 @@ import pytest
 from torch import nn
 
 from memlab.bounds import PositiveInt, Range
-from memlab.config import ConfigError, _mismatch, _parameters, build_pipeline, load_config, validate
+from memlab.components import mismatch as _mismatch
+from memlab.components import parameters as _parameters
+from memlab.config import ConfigError, build_pipeline, load_config, validate
 from memlab.embed.base import Embedder
 from memlab.lm.base import LM
 
@@ -91,7 +93,7 @@ def test_arguments_a_variant_passes_on_are_checked_too():
         validate(node)
     message = str(info.value)
     assert "synonym_threshold=2 must be in [0, 1] (EMemG.synonym_threshold)" in message
-    assert "damping=-1 must be in [0, 1]" in message
+    assert "damping=-1 must be in (0, 1)" in message  # EMemG's own argument: open, as PPR needs
     assert "has no argument 'synonym_capp'" in message
 
 

@@ -23,8 +23,8 @@ import types
 import typing
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -33,18 +33,19 @@ from memlab.config import build_pipeline
 from memlab.data import load_sample
 from memlab.data.prefix import first_sessions
 from memlab.embed import Embedder
-from memlab.eval.runner import RunOptions, run_benchmark
 from memlab.eval.judge import LABEL_SCHEMA, SCORE_SCHEMA, CorrectWrongJudge, JudgeIn, MagmaGraderJudge
+from memlab.eval.runner import RunOptions, run_benchmark
 from memlab.lm.base import LM
 from memlab.lm.types import ChatRequest, Completion
 from memlab.stages.answer import AnswerIn, PromptedAnswerer
 from memlab.stages.answer.adaptive import AdaptiveAnswerer
 from memlab.stages.answer.cot import CoTAnswerer
 from memlab.stages.answer.simplemem import ReconstructiveAnswerer
-from memlab.stages.arguments.prompted import PromptedArgumentExtractor, arguments_schema
 from memlab.stages.arguments.base import ArgumentIn
+from memlab.stages.arguments.prompted import PromptedArgumentExtractor, arguments_schema
 from memlab.stages.compress.base import CompressIn
-from memlab.stages.compress.prompted import PromptedCompressor, request_schema as compress_schema
+from memlab.stages.compress.prompted import PromptedCompressor
+from memlab.stages.compress.prompted import request_schema as compress_schema
 from memlab.stages.consolidate.base import ConsolidateIn, EventRef
 from memlab.stages.consolidate.prompted import PromptedCausalConsolidator
 from memlab.stages.consolidate.verdicts import PromptedCausalVerdicts
@@ -57,17 +58,20 @@ from memlab.stages.filter.prompted import PromptedRelevanceFilter, selection_sch
 from memlab.stages.mention.base import MentionIn
 from memlab.stages.mention.prompted import PromptedMentionDetector, mentions_schema
 from memlab.stages.plan.base import PlanIn
-from memlab.stages.plan.prompted import PromptedPlanner, request_schema as plan_schema
+from memlab.stages.plan.prompted import PromptedPlanner
+from memlab.stages.plan.prompted import request_schema as plan_schema
 from memlab.stages.rerank.base import RerankIn
 from memlab.stages.rerank.prompted import PromptedReranker, ranking_schema
 from memlab.stages.route.base import RouteIn
 from memlab.stages.route.prompted import PromptedRouter
 from memlab.stages.segment.base import SegmentIn
 from memlab.stages.synthesize.base import SynthesizeIn
-from memlab.stages.synthesize.prompted import SCHEMA as SYNTH_SCHEMA, PromptedSynthesizer
+from memlab.stages.synthesize.prompted import SCHEMA as SYNTH_SCHEMA
+from memlab.stages.synthesize.prompted import PromptedSynthesizer
 from memlab.stages.temporal import RuleTemporalNormalizer
 from memlab.stages.temporal.base import TemporalIn
-from memlab.stages.temporal.prompted import PromptedTemporalNormalizer, mentions_schema as temporal_schema
+from memlab.stages.temporal.prompted import PromptedTemporalNormalizer
+from memlab.stages.temporal.prompted import mentions_schema as temporal_schema
 from memlab.types import MemoryUnit, Session, Turn
 from tests.memory.helpers import HashingEmbedder
 

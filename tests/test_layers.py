@@ -12,7 +12,7 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parents[1] / "memlab"
 #: Lowest first. A top-level module or package of memlab belongs to exactly one layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("", "bounds", "types", "text", "clock", "dates", "versions", "fileio", "prompts"),
+    ("", "bounds", "components", "types", "text", "clock", "dates", "versions", "fileio", "prompts"),
     ("data",),
     ("lm", "embed"),
     ("stage", "checkpoint", "memory"),

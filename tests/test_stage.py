@@ -9,6 +9,7 @@ from memlab.lm.errors import ParseError
 from memlab.prompts import PromptError, load_prompt
 from memlab.stage import Stage, StageError, seal_checkpoint
 from memlab.stages.answer import AnswerIn, PromptedAnswerer
+from memlab.stages.encoder import TextEncoder
 from memlab.stages.plan import PlanIn, RoutedPlanner
 from memlab.stages.rerank import CrossEncoderReranker, OrderFusionReranker, RerankIn
 from memlab.stages.route import RuleRouter
@@ -221,7 +222,7 @@ def saved_configs(folder):
 
 def test_a_composite_saves_its_child_stage_in_a_sub_folder_and_loads_whole(tmp_path):
     torch.manual_seed(0)
-    inner = CrossEncoderReranker(max_length=32, batch_size=2, lora_rank=4)
+    inner = CrossEncoderReranker(TextEncoder(max_length=32, lora_rank=4), batch_size=2)
     inner.warm_up()
     with torch.no_grad():  # stands for training: the head and the LoRA adapter move off their init
         inner.head.bias.add_(0.5)
@@ -230,7 +231,7 @@ def test_a_composite_saves_its_child_stage_in_a_sub_folder_and_loads_whole(tmp_p
     item = RerankIn("Where does Alice live now?", ("Bob plays the guitar.", "Alice lives in Paris now.", "It rained."))
     fused.save(tmp_path / "fused")
     configs = saved_configs(tmp_path / "fused")
-    assert set(configs) == {"config.json", "reranker/config.json"}
+    assert set(configs) == {"config.json", "reranker/config.json", "reranker/encoder/config.json"}  # the encoder: a child too
     assert configs["config.json"]["kwargs"] == {"rrf_k": 5, "weight": 2.0}
     assert configs["config.json"]["stages"] == {"reranker": "reranker"}
     assert not any("device" in config["kwargs"] for config in configs.values())  # where it runs is not what it is

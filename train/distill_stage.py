@@ -62,8 +62,16 @@ from tqdm.auto import tqdm
 from memlab.clock import active_seconds
 from memlab.config import ConfigError
 from memlab.fileio import swap_in
-from memlab.training import (EarlyStopping, MetricsLog, adamw, load_conversations, make_accelerator, seed_everything,
-                             total_steps, with_defaults)
+from memlab.training import (
+    EarlyStopping,
+    MetricsLog,
+    adamw,
+    load_conversations,
+    make_accelerator,
+    seed_everything,
+    total_steps,
+    with_defaults,
+)
 from memlab.training.supervision import FIXED_EVAL_IDS, conversation_texts, distillation_dropped, distillation_examples
 
 IGNORE_INDEX = -100

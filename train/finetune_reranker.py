@@ -11,16 +11,18 @@ Objective: for each (question, positive unit) the stage scores the positive agai
 question's negatives (drawn from the first stage's top ``rerank_depth``, BM25 and dense or dense
 alone, the list the reranker re-scores at inference; ``memlab.training.supervision.rerank_examples``) and
 is trained with a softmax cross-entropy over that group (the positive is the target): a
-ranking loss, since recall@k only depends on the order of the candidates.
+ranking loss, since recall@k only depends on the order of the candidates. The first stage is one
+pipeline config (``pipeline``): its memories give the training units and negatives, and its
+ranking the candidates the ``RerankerEvaluator`` scores validation and held-out recall on (the
+evaluator the checkpoint records, which ``memlab evaluate-stage`` rebuilds).
 
 Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
 seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress`` (a progress bar), ``data {path,
 eval_ids, validation_ids, conversations, max_questions, final_fit}`` (``final_fit``: train on every
-conversation for the configured length, with no validation and no held-out score), ``embedder``
-(a ``_component_`` node: first-stage retrieval and hard negatives), ``stage`` (the reranker's
-``_component_`` node), ``negatives, negative_sampling`` (uniform/top), ``rerank_depth, rrf_k``,
-``retrieval`` (the first stage: ``hybrid``, dense + BM25 as ``rag_turns``, or ``dense``, the
-embedder alone), ``optim {lr, weight_decay, epochs, batch_size (groups per step),
+conversation for the configured length, with no validation and no held-out score), ``pipeline``
+and ``pipeline_overrides`` (the first stage: ``rag_turns.yaml``, dense + BM25 fused by RRF, or
+``rag_turns_gemma.yaml``, EmbeddingGemma alone; its reranker is never used), ``stage`` (the
+reranker's ``_component_`` node), ``negatives, negative_sampling`` (uniform/top), ``rerank_depth``, ``optim {lr, weight_decay, epochs, batch_size (groups per step),
 warmup_fraction, max_steps}``, ``eval_every`` (steps), ``patience`` (evaluations),
 ``validation_questions`` (cap), ``metric`` (validation metric for early stopping, e.g. recall@10).
 """
@@ -36,12 +38,22 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from memlab.config import instantiate
+from memlab.config import build_pipeline, instantiate
 from memlab.stage import Stage
-from memlab.training import (DATA_DEFAULTS, MetricsLog, record_training, adamw, linear_schedule, make_accelerator,
-                             recipe_conversations, seed_everything, total_steps, with_defaults)
+from memlab.training import (
+    DATA_DEFAULTS,
+    MetricsLog,
+    adamw,
+    linear_schedule,
+    make_accelerator,
+    recipe_conversations,
+    record_training,
+    seed_everything,
+    total_steps,
+    with_defaults,
+)
+from memlab.training.evaluators import RerankerEvaluator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.stage_eval import evaluate_reranker, reranker_candidates
 from memlab.training.supervision import rerank_examples
 
 DEFAULTS: dict[str, Any] = {
@@ -49,13 +61,12 @@ DEFAULTS: dict[str, Any] = {
     "precision": "no",
     "progress": True,
     "data": DATA_DEFAULTS,
-    "embedder": {"_component_": "memlab.embed.SentenceTransformerEmbedder"},
-    "stage": {"_component_": "memlab.stages.rerank.CrossEncoderReranker"},
+    "pipeline": "configs/pipelines/rag_turns.yaml",
+    "pipeline_overrides": [],
+    "stage": {"_component_": "memlab.stages.rerank.CrossEncoderReranker", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
     "negatives": 8,
     "negative_sampling": "uniform",
     "rerank_depth": 50,
-    "retrieval": "hybrid",
-    "rrf_k": 10,
     "optim": {"lr": 2e-5, "weight_decay": 0.01, "epochs": 2, "batch_size": 16, "warmup_fraction": 0.1,
               "max_steps": None},
     "eval_every": 100,
@@ -74,6 +85,7 @@ class Run:
     validation: list[dict] = field(default_factory=list)
     evaluation: list[dict] = field(default_factory=list)
     split: dict[str, list[str]] = field(default_factory=dict)
+    evaluator: RerankerEvaluator | None = None
     accelerator: Any = None
     optimizer: Any = None
     scheduler: Any = None
@@ -96,19 +108,20 @@ def setup(config: dict[str, Any]) -> Run:
     train, validation, evaluation = recipe_conversations(config["data"], final_fit_supported=True)
     run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
                  "evaluation": [c.id for c in evaluation]}
-    embedder = instantiate(config["embedder"])
-    rrf_k, depth, retrieval = int(config["rrf_k"]), int(config["rerank_depth"]), config["retrieval"]
-    examples = rerank_examples(train, embedder, negatives=int(config["negatives"]), rrf_k=rrf_k, candidates=depth,
-                               seed=int(config["seed"]), sampling=config["negative_sampling"], retrieval=retrieval)
+    depth, overrides = int(config["rerank_depth"]), list(config["pipeline_overrides"] or [])
+    first_stage = build_pipeline(config["pipeline"], [*overrides, "reranker=null"])[0]
+    examples = rerank_examples(train, first_stage, negatives=int(config["negatives"]), candidates=depth,
+                               seed=int(config["seed"]), sampling=config["negative_sampling"])
     run.groups = build_groups(examples)
     if not run.groups:
         raise ValueError("no training groups: the training conversations have no question with evidence")
     # Validation runs several times: ``validation_questions`` caps its cost (the first N questions).
+    run.evaluator = RerankerEvaluator(pipeline=config["pipeline"], pipeline_overrides=overrides, depth=depth)
     if validation:
-        run.validation = reranker_candidates(validation, embedder, depth=depth, rrf_k=rrf_k, retrieval=retrieval)
+        run.validation = run.evaluator.prepare(validation)
         run.validation = run.validation[: int(config["validation_questions"] or len(run.validation))]
     if evaluation:
-        run.evaluation = reranker_candidates(evaluation, embedder, depth=depth, rrf_k=rrf_k, retrieval=retrieval)
+        run.evaluation = run.evaluator.prepare(evaluation)
 
     run.stage = instantiate(config["stage"])
     optim = config["optim"]
@@ -131,7 +144,7 @@ def group_loss(stage, batch: list[tuple[str, list[str]]]) -> torch.Tensor:
 
 def validate(run: Run) -> dict[str, Any]:
     stage = run.accelerator.unwrap_model(run.stage)
-    return evaluate_reranker(stage, run.validation)["reranked"]
+    return run.evaluator.score(stage, run.validation)["reranked"]
 
 
 def train(run: Run) -> dict[str, Any]:
@@ -140,7 +153,7 @@ def train(run: Run) -> dict[str, Any]:
     # A final fit (no validation conversation) trains the configured length and keeps the last step.
     baseline = None
     if run.validation:
-        baseline = evaluate_reranker(None, run.validation)["first_stage"]
+        baseline = run.evaluator.score(None, run.validation)["first_stage"]
         run.log.write(step=0, validation_first_stage=baseline)
     summary = fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
                   n_steps=total_steps(len(run.groups), run.config["optim"]),
@@ -162,8 +175,8 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     run = setup(config)
     summary = train(run)
     best = Stage.load(run.out)  # the early-stopped best, exactly as a user will load it
-    final = evaluate_reranker(best, run.evaluation) if run.evaluation else None
+    final = run.evaluator.score(best, run.evaluation) if run.evaluation else None
     summary.update(split=run.split, groups=len(run.groups), evaluation=final, checkpoint=str(run.out),
                    device=str(run.accelerator.device))
-    record_training(run.out, run.config, summary)
+    record_training(run.out, run.config, summary, run.evaluator)
     return summary

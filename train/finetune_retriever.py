@@ -9,20 +9,22 @@ conversations, written next to the checkpoint as ``training.json``.
 
 Objective: InfoNCE. A batch holds ``optim.batch_size`` questions; each brings one of its evidence
 turns (drawn anew every epoch, so a question with several is one group, never its own in-batch
-negative) and ``negatives`` hard negatives, the best-ranked non-evidence turns of BM25 and of
-the packaged dense ranking (``memlab.training.supervision.rerank_examples``, ``sampling="top"``).
+negative) and ``negatives`` hard negatives, the best-ranked non-evidence turns of the BM25 and
+dense rankings of the first-stage ``pipeline`` with its packaged embedder
+(``memlab.training.supervision.rerank_examples``, ``sampling="top"``).
 Each question is scored against every document of the batch (the other questions' evidence
 and negatives are in-batch negatives) and trained to pick its own evidence turn.
 
-Validation and evaluation rank turn units exactly as ``rag_turns`` does with the trained
-embedder in its slot (``retrieval``: hybrid RRF with BM25, or dense alone;
-``memlab.training.stage_eval.evaluate_retriever``); early stopping on ``metric``.
+Validation and evaluation rank with that ``pipeline`` and the trained embedder in its slot
+(``memlab.training.evaluators.RetrieverEvaluator``, the evaluator the checkpoint records);
+early stopping on ``metric``.
 
 Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
 seed, precision, progress``, ``data {path, eval_ids, validation_ids, conversations,
-max_questions, sessions}``, ``embedder`` (the first stage that mines hard negatives), ``stage``
-(the retriever's ``_component_`` node), ``negatives``, ``candidates`` (ranking depth the negatives
-come from), ``retrieval`` (hybrid/dense), ``rrf_k``, ``optim {lr, weight_decay, epochs,
+max_questions, sessions}``, ``pipeline`` and ``pipeline_overrides`` (the pipeline config whose
+embedder slot the retriever fills: it mines hard negatives with its own embedder and scores
+with the stage's), ``stage`` (the retriever's ``_component_`` node), ``negatives``,
+``candidates`` (ranking depth the negatives come from), ``optim {lr, weight_decay, epochs,
 batch_size, warmup_fraction, max_steps}``, ``eval_every`` (steps), ``patience`` (evaluations),
 ``metric`` (e.g. recall@10).
 """
@@ -36,12 +38,22 @@ from typing import Any
 
 import torch
 
-from memlab.config import instantiate
+from memlab.config import build_pipeline, instantiate
 from memlab.stage import Stage
-from memlab.training import (DATA_DEFAULTS, MetricsLog, adamw, linear_schedule, make_accelerator,
-                             recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training import (
+    DATA_DEFAULTS,
+    MetricsLog,
+    adamw,
+    linear_schedule,
+    make_accelerator,
+    recipe_conversations,
+    record_training,
+    seed_everything,
+    total_steps,
+    with_defaults,
+)
+from memlab.training.evaluators import RetrieverEvaluator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.stage_eval import evaluate_retriever
 from memlab.training.supervision import rerank_examples
 
 DEFAULTS: dict[str, Any] = {
@@ -49,12 +61,11 @@ DEFAULTS: dict[str, Any] = {
     "precision": "no",
     "progress": True,
     "data": DATA_DEFAULTS,
-    "embedder": {"_component_": "memlab.embed.SentenceTransformerEmbedder"},
-    "stage": {"_component_": "memlab.stages.retrieve.BiEncoderEmbedder"},
+    "pipeline": "configs/pipelines/rag_turns.yaml",
+    "pipeline_overrides": [],
+    "stage": {"_component_": "memlab.stages.retrieve.BiEncoderEmbedder", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
     "negatives": 2,
     "candidates": 20,
-    "retrieval": "hybrid",
-    "rrf_k": 10,
     "optim": {"lr": 5e-4, "weight_decay": 0.01, "epochs": 3, "batch_size": 32, "warmup_fraction": 0.1,
               "max_steps": None},
     "eval_every": 25,
@@ -79,6 +90,7 @@ class Run:
     validation: list = field(default_factory=list)
     evaluation: list = field(default_factory=list)
     split: dict[str, list[str]] = field(default_factory=dict)
+    evaluator: RetrieverEvaluator | None = None
     accelerator: Any = None
     optimizer: Any = None
     scheduler: Any = None
@@ -101,9 +113,12 @@ def setup(config: dict[str, Any]) -> Run:
     train, run.validation, run.evaluation = recipe_conversations(config["data"])
     run.split = {"train": [c.id for c in train], "validation": [c.id for c in run.validation],
                  "evaluation": [c.id for c in run.evaluation]}
-    examples = rerank_examples(train, instantiate(config["embedder"]), negatives=int(config["negatives"]),
-                               candidates=int(config["candidates"]), rrf_k=int(config["rrf_k"]),
-                               seed=int(config["seed"]), sampling="top")
+    overrides = list(config["pipeline_overrides"] or [])
+    first_stage = build_pipeline(config["pipeline"], [*overrides, "reranker=null"])[0]
+    examples = rerank_examples(train, first_stage, negatives=int(config["negatives"]),
+                               candidates=int(config["candidates"]), seed=int(config["seed"]), sampling="top")
+    run.evaluator = RetrieverEvaluator(pipeline=config["pipeline"], pipeline_overrides=overrides)
+    run.validation, run.evaluation = run.evaluator.prepare(run.validation), run.evaluator.prepare(run.evaluation)
     run.groups = build_groups(examples)
     if not run.groups:
         raise ValueError("no training groups: the training conversations have no question with evidence")
@@ -126,9 +141,8 @@ def batch_loss(stage, batch: list[Group], rng: random.Random) -> torch.Tensor:
     return stage.loss(queries, vectors, torch.arange(len(batch)))
 
 
-def validate(run: Run, conversations) -> dict[str, Any]:
-    stage = run.accelerator.unwrap_model(run.stage)
-    return evaluate_retriever(stage, conversations, retrieval=run.config["retrieval"], rrf_k=int(run.config["rrf_k"]))
+def validate(run: Run, prepared) -> dict[str, Any]:
+    return run.evaluator.score(run.accelerator.unwrap_model(run.stage), prepared)
 
 
 def train(run: Run) -> dict[str, Any]:
@@ -157,9 +171,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     untrained = instantiate(run.config["stage"])
     summary.update(split=run.split, groups=len(run.groups), checkpoint=str(run.out),
                    device=str(run.accelerator.device),
-                   evaluation=evaluate_retriever(best, run.evaluation, retrieval=run.config["retrieval"],
-                                                 rrf_k=int(run.config["rrf_k"])),
-                   evaluation_untrained=evaluate_retriever(untrained, run.evaluation, retrieval=run.config["retrieval"],
-                                                           rrf_k=int(run.config["rrf_k"])))
-    record_training(run.out, run.config, summary)
+                   evaluation=run.evaluator.score(best, run.evaluation),
+                   evaluation_untrained=run.evaluator.score(untrained, run.evaluation))
+    record_training(run.out, run.config, summary, run.evaluator)
     return summary

@@ -30,10 +30,20 @@ import torch
 
 from memlab.config import ConfigError, instantiate
 from memlab.stage import Stage
-from memlab.training import (DATA_DEFAULTS, MetricsLog, record_training, adamw, linear_schedule, make_accelerator,
-                             recipe_conversations, seed_everything, total_steps, with_defaults)
+from memlab.training import (
+    DATA_DEFAULTS,
+    MetricsLog,
+    adamw,
+    linear_schedule,
+    make_accelerator,
+    recipe_conversations,
+    record_training,
+    seed_everything,
+    total_steps,
+    with_defaults,
+)
+from memlab.training.evaluators import RouterEvaluator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.stage_eval import evaluate_router
 from memlab.training.supervision import routing_examples
 from memlab.types import ANSWERABLE_CATEGORIES
 
@@ -42,13 +52,15 @@ DEFAULTS: dict[str, Any] = {
     "precision": "no",
     "progress": True,
     "data": DATA_DEFAULTS,
-    "stage": {"_component_": "memlab.stages.route.QueryRouter"},
+    "stage": {"_component_": "memlab.stages.route.QueryRouter", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
     "optim": {"lr": 1e-4, "weight_decay": 0.01, "epochs": 10, "batch_size": 32, "warmup_fraction": 0.1,
               "max_steps": None},
     "patience": 3,
     "metric": "accuracy",
 }
-#: The validation metrics early stopping can read (``evaluate_router``'s accuracies).
+#: How a router is scored: validation, held-out evaluation, ``memlab evaluate-stage``.
+EVALUATOR = RouterEvaluator()
+#: The validation metrics early stopping can read (``RouterEvaluator``'s accuracies).
 METRICS = ("accuracy", "accuracy_5way")
 
 
@@ -122,7 +134,7 @@ def train(run: Run) -> dict[str, Any]:
         return stage.loss(run.stage.logits([row["question"] for row in batch]), targets(stage, batch))
 
     def validate() -> dict[str, float]:
-        scores = evaluate_router(stage, run.validation)
+        scores = EVALUATOR.score(stage, run.validation)
         return {k: scores[k] for k in METRICS}
 
     return fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
@@ -141,7 +153,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     summary = train(run)
     best = Stage.load(run.out)
     summary.update(split=run.split, examples=len(run.examples), checkpoint=str(run.out),
-                   device=str(run.accelerator.device), evaluation=evaluate_router(best, run.evaluation),
+                   device=str(run.accelerator.device), evaluation=EVALUATOR.score(best, run.evaluation),
                    evaluation_heads=head_accuracy(best, run.evaluation))
-    record_training(run.out, run.config, summary)
+    record_training(run.out, run.config, summary, EVALUATOR)
     return summary

@@ -33,7 +33,7 @@ from memlab.stage import Stage
 from memlab.stages.route.linear import fit_vocabulary
 from memlab.stages.route.neural import IGNORE_INDEX
 from memlab.training import DATA_DEFAULTS, recipe_conversations, record_training, seed_everything, with_defaults
-from memlab.training.stage_eval import evaluate_router
+from memlab.training.evaluators import RouterEvaluator
 from memlab.training.supervision import routing_examples
 
 DEFAULTS: dict[str, Any] = {
@@ -82,6 +82,10 @@ def fit(config: dict[str, Any], conversations, c: float) -> Stage:
     return stage
 
 
+#: How a router is scored: C selection, held-out evaluation, ``memlab evaluate-stage``.
+EVALUATOR = RouterEvaluator()
+
+
 def setup(config: dict[str, Any]):
     """The checked config and its (train, validation, evaluation) conversations."""
     config = with_defaults(config, DEFAULTS, "fit_tfidf_router")
@@ -95,7 +99,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     selection = {}
     grid = config["optim"]["c_grid"]
     for c in grid:
-        selection[str(c)] = evaluate_router(fit(config, train, float(c)), validation)["accuracy"]
+        selection[str(c)] = EVALUATOR.score(fit(config, train, float(c)), validation)["accuracy"]
     best_c = float(max(grid, key=lambda c: selection[str(c)]))
     stage = fit(config, [*train, *validation], best_c)
     seconds = active_seconds() - started
@@ -107,7 +111,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
                   "evaluation": [c.id for c in evaluation]},
         "selection": {"validation_accuracy_by_c": selection, "c": best_c},
         "vocabulary": len(stage.vocabulary), "fit_seconds": round(seconds, 1),
-        "evaluation": evaluate_router(loaded, evaluation), "checkpoint": str(out),
+        "evaluation": EVALUATOR.score(loaded, evaluation), "checkpoint": str(out),
     }
-    record_training(out, config, summary)
+    record_training(out, config, summary, EVALUATOR)
     return summary

@@ -39,12 +39,30 @@ import torch
 
 from memlab.config import ConfigError, instantiate
 from memlab.stage import Stage
-from memlab.training import (DATA_DEFAULTS, MetricsLog, adamw, linear_schedule, make_accelerator,
-                             recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training import (
+    DATA_DEFAULTS,
+    MetricsLog,
+    adamw,
+    linear_schedule,
+    make_accelerator,
+    recipe_conversations,
+    record_training,
+    seed_everything,
+    total_steps,
+    with_defaults,
+)
+from memlab.training.evaluators import SegmenterEvaluator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.segmentation import (TEACHER_SOURCE, boundary_f1, boundary_targets, evaluate_segmenter,
-                                          labelled_positions, mean_event_length, segmentation_examples,
-                                          session_boundaries, usable_sessions)
+from memlab.training.segmentation import (
+    TEACHER_SOURCE,
+    boundary_f1,
+    boundary_targets,
+    labelled_positions,
+    mean_event_length,
+    segmentation_examples,
+    session_boundaries,
+    usable_sessions,
+)
 from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
 
 DEFAULTS: dict[str, Any] = {
@@ -53,7 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "progress": True,
     "data": DATA_DEFAULTS,
     "teacher": {"config": TEACHER_CONFIG, "overrides": []},
-    "stage": {"_component_": "memlab.stages.segment.BoundarySegmenter"},
+    "stage": {"_component_": "memlab.stages.segment.BoundarySegmenter", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
     "optim": {"lr": 1e-3, "weight_decay": 0.01, "epochs": 30, "batch_size": 8, "warmup_fraction": 0.1,
               "max_steps": None},
     "pos_weight": None,
@@ -84,6 +102,7 @@ class Run:
     optimizer: Any = None
     scheduler: Any = None
     log: MetricsLog | None = None
+    evaluator: SegmenterEvaluator | None = None
 
 
 def cached_teacher(part: str, conversations, config: dict[str, Any]) -> tuple[list, dict[str, int]]:
@@ -118,6 +137,9 @@ def setup(config: dict[str, Any]) -> Run:
     run.targets = [boundary_targets(row["boundaries"], len(row["turns"])) for row in run.examples]
     run.masks = [boundary_targets(row["positions"], len(row["turns"])) for row in run.examples]
     run.baseline_span = max(1, round(mean_event_length(run.training)))
+    run.evaluator = SegmenterEvaluator(teacher=config["teacher"]["config"],
+                                       teacher_overrides=list(config["teacher"]["overrides"] or []),
+                                       baseline_span=run.baseline_span)
     run.stage = instantiate(config["stage"])
     optim = config["optim"]
     run.optimizer = adamw(run.stage, optim)
@@ -127,7 +149,7 @@ def setup(config: dict[str, Any]) -> Run:
     stage = run.accelerator.unwrap_model(run.stage)
     run.validation_gold = [session_boundaries(t.session, t.events) for t in run.validation]
     run.validation_positions = [labelled_positions(t) for t in run.validation]
-    if stage.freeze_encoder:  # the encoder never changes: encode every training and validation turn once
+    if stage.encoder.frozen:  # the encoder never changes: encode every training and validation turn once
         with torch.no_grad():
             run.vectors = stage.encode_sessions(run.sessions)
             run.validation_vectors = stage.encode_sessions([t.session for t in run.validation])
@@ -177,7 +199,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
                    teacher=run.teacher_counts, dataset_card=run.examples.info.description,
                    sessions={"train": len(run.sessions), "validation": len(run.validation),
                              "evaluation": len(run.evaluation)},
-                   evaluation=evaluate_segmenter(best, run.evaluation, run.baseline_span))
-    record_training(run.out, run.config, summary)
+                   evaluation=run.evaluator.score(best, (run.evaluation, run.teacher_counts["evaluation"])))
+    record_training(run.out, run.config, summary, run.evaluator)
     return summary
 

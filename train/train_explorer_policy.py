@@ -45,10 +45,21 @@ import torch
 from memlab.config import ConfigError, build_pipeline, instantiate
 from memlab.stage import Stage
 from memlab.stages.navigate import ACTIONS
-from memlab.training import (DATA_DEFAULTS, MetricsLog, adamw, linear_schedule, make_accelerator,
-                             recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training import (
+    DATA_DEFAULTS,
+    MetricsLog,
+    adamw,
+    linear_schedule,
+    make_accelerator,
+    recipe_conversations,
+    record_training,
+    seed_everything,
+    total_steps,
+    with_defaults,
+)
+from memlab.training.evaluators import NavigatorEvaluator
 from memlab.training.loop import Optimisation, fit
-from memlab.training.navigation import evaluate_explorer_policy, navigation_examples, row_inputs, row_target
+from memlab.training.navigation import navigation_examples, row_inputs, row_target
 
 DEFAULTS: dict[str, Any] = {
     "seed": 0,
@@ -57,7 +68,7 @@ DEFAULTS: dict[str, Any] = {
     "data": DATA_DEFAULTS,
     "pipeline": "configs/pipelines/compassmem_trained_construction.yaml",
     "pipeline_overrides": [],
-    "stage": {"_component_": "memlab.stages.navigate.ExplorerPolicy"},
+    "stage": {"_component_": "memlab.stages.navigate.ExplorerPolicy", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
     "supervision": {"hops": 2, "max_states": 24},
     "optim": {"lr": 5e-4, "head_lr": 3e-3, "weight_decay": 0.01, "epochs": 3, "batch_size": 16,
               "warmup_fraction": 0.1, "max_steps": None},
@@ -84,6 +95,7 @@ class Run:
     optimizer: Any = None
     scheduler: Any = None
     log: MetricsLog | None = None
+    evaluator: NavigatorEvaluator | None = None
 
 
 def setup(config: dict[str, Any]) -> Run:
@@ -111,6 +123,9 @@ def setup(config: dict[str, Any]) -> Run:
     top = max(counts.values())
     balance = float(config["class_balance"])
     run.action_weights = torch.tensor([(top / counts[a]) ** balance if counts[a] else 1.0 for a in ACTIONS])
+    run.evaluator = NavigatorEvaluator(pipeline=config["pipeline"], pipeline_overrides=list(config["pipeline_overrides"] or []),
+                                       hops=int(config["supervision"]["hops"]),
+                                       max_states=int(config["supervision"]["max_states"]), majority=run.majority)
 
     run.stage = instantiate(config["stage"])
     optim = config["optim"]
@@ -139,7 +154,7 @@ def batch_loss(stage, batch: list[tuple[Any, Any]], action_weights: torch.Tensor
 
 def validate(run: Run, part: str = "validation") -> dict[str, Any]:
     stage = run.accelerator.unwrap_model(run.stage)
-    return evaluate_explorer_policy(stage, run.datasets[part], majority=run.majority)
+    return run.evaluator.score(stage, run.datasets[part])
 
 
 def train(run: Run) -> dict[str, Any]:
@@ -165,8 +180,8 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     run = setup(config)
     summary = train(run)
     best = Stage.load(run.out)  # the early-stopped best, exactly as a user will load it
-    final = evaluate_explorer_policy(best, run.datasets["evaluation"], majority=run.majority)
+    final = run.evaluator.score(best, run.datasets["evaluation"])
     summary.update(split=run.split, checkpoint=str(run.out), device=str(run.accelerator.device), evaluation=final,
                    supervision={part: data.info.description for part, data in run.datasets.items()})
-    record_training(run.out, run.config, summary)
+    record_training(run.out, run.config, summary, run.evaluator)
     return summary

@@ -39,11 +39,21 @@ import torch
 
 from memlab.config import build_pipeline, instantiate
 from memlab.stage import Stage
-from memlab.training import (DATA_DEFAULTS, MetricsLog, adamw, linear_schedule, make_accelerator,
-                             recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training import (
+    DATA_DEFAULTS,
+    MetricsLog,
+    adamw,
+    linear_schedule,
+    make_accelerator,
+    recipe_conversations,
+    record_training,
+    seed_everything,
+    total_steps,
+    with_defaults,
+)
+from memlab.training.evaluators import GlobalSelectorEvaluator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.selection import (build_memories, evaluate_global_selector, row_inputs, row_target, score_rows,
-                                       selection_examples)
+from memlab.training.selection import build_memories, row_inputs, row_target, score_rows, selection_examples
 
 DEFAULTS: dict[str, Any] = {
     "seed": 0,
@@ -52,7 +62,7 @@ DEFAULTS: dict[str, Any] = {
     "data": DATA_DEFAULTS,
     "pipeline": "configs/pipelines/mnemis.yaml",
     "pipeline_overrides": [],
-    "stage": {"_component_": "memlab.stages.global_select.TrainedGlobalSelector"},
+    "stage": {"_component_": "memlab.stages.global_select.TrainedGlobalSelector", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
     "supervision": {"max_share": 0.5, "all_children_share": 1.0},
     "optim": {"lr": 5e-4, "head_lr": 3e-3, "weight_decay": 0.01, "epochs": 20, "batch_size": 8,
               "warmup_fraction": 0.1, "max_steps": None},
@@ -76,6 +86,7 @@ class Run:
     optimizer: Any = None
     scheduler: Any = None
     log: MetricsLog | None = None
+    evaluator: GlobalSelectorEvaluator | None = None
 
 
 def setup(config: dict[str, Any]) -> Run:
@@ -95,6 +106,9 @@ def setup(config: dict[str, Any]) -> Run:
         if not len(run.datasets[part]):
             raise ValueError(f"the {part} conversations {run.split[part]} give no selector call (no question of "
                              "categories 1-4 with evidence): choose other data")
+    run.evaluator = GlobalSelectorEvaluator(pipeline=config["pipeline"],
+                                            pipeline_overrides=list(config["pipeline_overrides"] or []),
+                                            max_share=float(config["supervision"]["max_share"]))
     run.stage = instantiate(config["stage"])
     optim = config["optim"]
     run.optimizer = adamw(run.stage, optim)  # optim.head_lr for the head
@@ -141,10 +155,9 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     summary = train(run)
     best = Stage.load(run.out)  # the early-stopped best, exactly as a user will load it
     best.eval()
-    final = evaluate_global_selector(best, run.memories["evaluation"], run.conversations["evaluation"],
-                                     run.pipeline.selection_batch, run.config["supervision"]["max_share"])
+    final = run.evaluator.score(best, (run.memories["evaluation"], run.conversations["evaluation"], run.pipeline))
     summary.update(split=run.split, checkpoint=str(run.out), device=str(run.accelerator.device), evaluation=final,
                    teacher_forced_evaluation=score_rows(best, run.datasets["evaluation"]),
                    supervision={part: data.info.description for part, data in run.datasets.items()})
-    record_training(run.out, run.config, summary)
+    record_training(run.out, run.config, summary, run.evaluator)
     return summary

@@ -36,8 +36,19 @@ import torch
 from memlab.config import ConfigError, instantiate
 from memlab.stage import Stage
 from memlab.stages.relate import MajorityRelationExtractor
-from memlab.training import (DATA_DEFAULTS, MetricsLog, adamw, linear_schedule, make_accelerator,
-                             recipe_conversations, record_training, seed_everything, total_steps, with_defaults)
+from memlab.training import (
+    DATA_DEFAULTS,
+    MetricsLog,
+    adamw,
+    linear_schedule,
+    make_accelerator,
+    recipe_conversations,
+    record_training,
+    seed_everything,
+    total_steps,
+    with_defaults,
+)
+from memlab.training.evaluators import RelationEvaluator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.relations import class_weights, evaluate_relation_extractor, majority_label, relation_examples
 from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
@@ -50,7 +61,7 @@ DEFAULTS: dict[str, Any] = {
     "teacher_config": TEACHER_CONFIG,
     "teacher_overrides": [],
     "keep_failed": False,
-    "stage": {"_component_": "memlab.stages.relate.PairRelationClassifier"},
+    "stage": {"_component_": "memlab.stages.relate.PairRelationClassifier", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
     "optim": {"lr": 1e-4, "head_lr": None, "weight_decay": 0.01, "epochs": 5, "batch_size": 32,
               "warmup_fraction": 0.1, "max_steps": None},
     "class_weight_power": 0.5,
@@ -74,6 +85,8 @@ class Run:
     optimizer: Any = None
     scheduler: Any = None
     log: MetricsLog | None = None
+    evaluator: RelationEvaluator | None = None
+    teacher_counts: dict[str, dict[str, int]] = field(default_factory=dict)
     vectors: dict[str, Any] | None = None  # event text -> encoder vector, when the encoder is frozen
 
 
@@ -100,16 +113,19 @@ def setup(config: dict[str, Any]) -> Run:
     train, validation, evaluation = recipe_conversations(config["data"])
     run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
                  "evaluation": [c.id for c in evaluation]}
-    counts = {}
+    counts = run.teacher_counts
     for part, conversations in (("train", train), ("validation", validation), ("evaluation", evaluation)):
         run.sessions[part], counts[part] = part_sessions(config, part, conversations)
     run.examples = relation_examples(run.sessions["train"], keep_failed=config["keep_failed"],
                                      teacher_counts=counts["train"], teacher_config=config["teacher_config"])
+    run.evaluator = RelationEvaluator(teacher=config["teacher_config"],
+                                      teacher_overrides=list(config["teacher_overrides"] or []),
+                                      keep_failed=config["keep_failed"])
     run.stage = instantiate(config["stage"])
     unknown = sorted(set(run.examples["label"]) - set(run.stage.labels))
     if unknown:
         raise ValueError(f"the training pairs have labels {unknown} the classifier's head lacks ({list(run.stage.labels)})")
-    if run.stage.freeze_encoder:  # the encoder never changes: encode every training event once
+    if run.stage.encoder.frozen:  # the encoder never changes: encode every training event once
         texts = sorted(set(run.examples["earlier"]) | set(run.examples["later"]))
         run.vectors = dict(zip(texts, run.stage.encode_texts(texts)))
     run.weights = class_weights(run.examples["label"], run.stage.labels, float(config["class_weight_power"]))
@@ -141,7 +157,7 @@ def train(run: Run) -> dict[str, Any]:
     stage = run.accelerator.unwrap_model(run.stage)
 
     def validate() -> dict[str, Any]:
-        scores = evaluate_relation_extractor(stage, run.sessions["validation"], keep_failed=run.config["keep_failed"])
+        scores = run.evaluator.score(stage, (run.sessions["validation"], run.teacher_counts["validation"]))
         return {k: scores[k] for k in METRICS}
 
     return fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
@@ -169,8 +185,8 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     summary.update(
         split=run.split, pairs=len(run.examples), checkpoint=str(run.out), device=str(run.accelerator.device),
         dataset_card=run.examples.info.description,
-        evaluation=evaluate_relation_extractor(best, held_out, keep_failed=run.config["keep_failed"]),
+        evaluation=run.evaluator.score(best, (held_out, run.teacher_counts["evaluation"])),
         evaluation_train_majority={"label": train_majority, **{k: baseline[k] for k in METRICS}},
     )
-    record_training(run.out, run.config, summary)
+    record_training(run.out, run.config, summary, run.evaluator)
     return summary

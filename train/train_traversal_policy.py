@@ -38,11 +38,18 @@ from tqdm import tqdm
 
 from memlab.clock import active_seconds
 from memlab.config import ConfigError, build_pipeline, instantiate
-from memlab.eval.metrics import recall_at_k
 from memlab.stage import Stage
 from memlab.stages.traverse import TraverseIn
-from memlab.training import (DATA_DEFAULTS, EarlyStopping, MetricsLog, record_training, recipe_conversations, seed_everything,
-                             with_defaults)
+from memlab.training import (
+    DATA_DEFAULTS,
+    EarlyStopping,
+    MetricsLog,
+    recipe_conversations,
+    record_training,
+    seed_everything,
+    with_defaults,
+)
+from memlab.training.evaluators import SlotRecallEvaluator
 from memlab.training.supervision import evaluable_questions, magma_event_units, traversal_targets
 
 DEFAULTS: dict[str, Any] = {
@@ -79,6 +86,7 @@ class Run:
     split: dict[str, list[str]] = field(default_factory=dict)
     optimizer: Any = None
     log: MetricsLog | None = None
+    evaluator: SlotRecallEvaluator | None = None
 
 
 def setup(config: dict[str, Any]) -> Run:
@@ -108,6 +116,8 @@ def setup(config: dict[str, Any]) -> Run:
             raise ValueError(f"the {part} conversations {run.split[part]} have no question of categories 1-4 with "
                              f"evidence to score recall@10 on: choose other data.{key}")
         setattr(run, part, pairs)
+    run.evaluator = SlotRecallEvaluator(pipeline=config["pipeline"], pipeline_overrides=list(config["pipeline_overrides"] or []),
+                                        slot="traverser", ks=[10], baseline=False)
     run.policy = instantiate(config["stage"])
     trainable = [p for p in run.policy.parameters() if p.requires_grad]
     if not trainable:
@@ -130,18 +140,13 @@ def walk_loss(policy, walk: Walk) -> torch.Tensor | None:
 
 
 def recall(pipeline, policy, pairs, k: int = 10) -> float:
-    """Mean evidence recall@k of MAGMA's retrieval with ``policy`` as its traverser; a ValueError
-    when no pair has evidence to score (a mean of nothing is not a recall of 0)."""
-    pipeline.replace("traverser", policy)
-    values = []
-    for memory, question in pairs:
-        ranking = pipeline.retrieve(memory, question.as_query())
-        value = recall_at_k([r.unit.source_ids for r in ranking], question.evidence, k)
-        if value is not None:
-            values.append(value)
-    if not values:
+    """Mean evidence recall@k of MAGMA's retrieval with ``policy`` as its traverser (the score of
+    the ``SlotRecallEvaluator`` the checkpoint records); a ValueError when no pair has evidence
+    to score (a mean of nothing is not a recall of 0)."""
+    scores = SlotRecallEvaluator(slot="traverser", ks=[k], baseline=False).score(policy, (pipeline, pairs))
+    if scores["with_stage"][f"recall@{k}"] is None:
         raise ValueError(f"recall@{k}: none of the {len(pairs)} questions has gold evidence to score")
-    return sum(values) / len(values)
+    return scores["with_stage"][f"recall@{k}"]
 
 
 def train(run: Run) -> dict[str, Any]:
@@ -199,5 +204,5 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
                     "recall@10_trained": recall(run.pipeline, trained, run.evaluation),
                     "questions": len(run.evaluation)},
     )
-    record_training(run.out, run.config, summary)
+    record_training(run.out, run.config, summary, run.evaluator)
     return summary

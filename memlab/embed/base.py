@@ -31,12 +31,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from memlab.components import CheckedArguments
+
 
 class EmbedderError(RuntimeError):
     """An embedder model that cannot be found or loaded."""
 
 
-class Embedder(ABC):
+class Embedder(CheckedArguments, ABC):
     """Base class of text embedders (see the module docstring for the contract)."""
 
     def __init__(self) -> None:

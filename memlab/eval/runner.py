@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torch import nn
 from tqdm.auto import tqdm
 
 from memlab.clock import active_seconds
@@ -110,12 +111,7 @@ def run_config(
     pipeline, runner_settings, tree = build_pipeline(config, overrides)
     selected = load_conversations(data, conversations, sessions)
     check_categories(selected, options.categories, data or "the embedded sample")
-    overlap = training_overlap(pipeline, selected)
-    if overlap and not options.allow_training_overlap:
-        raise ValueError(
-            "trained stages would be scored on conversations they learnt from ("
-            + "; ".join(f"{stage}: {', '.join(ids)}" for stage, ids in overlap.items())
-            + "): choose other conversations, or pass --allow-training-overlap to run anyway")
+    refuse_training_overlap(pipeline, selected, options.allow_training_overlap)
     if save_memory is not None and memory is not None:
         raise ValueError("give --save-memory or --memory, not both: a loaded memory is saved already")
     config_of_build = build_config(split_runner_keys(tree)[0], pipeline)
@@ -169,11 +165,23 @@ def check_categories(conversations: Sequence[Conversation], categories: Sequence
         raise ValueError(f"categories {unknown} are not in {source} (its categories: {known})")
 
 
-def training_overlap(pipeline: Pipeline, conversations: Sequence[Conversation]) -> dict[str, list[str]]:
-    """Per trained stage of ``pipeline``, the ``conversations`` (ids) its checkpoint learnt from."""
+def training_overlap(module: nn.Module, conversations: Sequence[Conversation]) -> dict[str, list[str]]:
+    """Per trained stage of ``module`` (a pipeline, a stage), the ``conversations`` (ids) its
+    checkpoint learnt from."""
     ids = [c.id for c in conversations]
-    overlap = {stage: [i for i in ids if i in seen] for stage, seen in trained_conversations(pipeline).items()}
+    overlap = {stage: [i for i in ids if i in seen] for stage, seen in trained_conversations(module).items()}
     return {stage: found for stage, found in overlap.items() if found}
+
+
+def refuse_training_overlap(module: nn.Module, conversations: Sequence[Conversation], allow: bool) -> None:
+    """A ValueError naming them when trained stages of ``module`` would be scored on
+    conversations they learnt from, unless ``allow`` (``--allow-training-overlap``)."""
+    overlap = training_overlap(module, conversations)
+    if overlap and not allow:
+        raise ValueError(
+            "trained stages would be scored on conversations they learnt from ("
+            + "; ".join(f"{stage}: {', '.join(ids)}" for stage, ids in overlap.items())
+            + "): choose other conversations, or pass --allow-training-overlap to run anyway")
 
 
 def select_questions(conversation: Conversation, options: RunOptions) -> list[Question]:

@@ -2,8 +2,14 @@
 
 from memlab.lm.base import LM, UsageMeter
 from memlab.lm.cache import CacheEntry, CacheError, ResponseCache
-from memlab.lm.errors import (AmbiguousReplyError, LMError, LMUnavailableError, ParseError, PromptTooLongError,
-                              RequestError)
+from memlab.lm.errors import (
+                              AmbiguousReplyError,
+                              LMError,
+                              LMUnavailableError,
+                              ParseError,
+                              PromptTooLongError,
+                              RequestError,
+)
 from memlab.lm.hf import HFLM
 from memlab.lm.jsonparse import list_schema, object_schema, parse_json
 from memlab.lm.llamacpp import LlamaCppLM

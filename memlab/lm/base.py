@@ -27,6 +27,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from memlab.components import CheckedArguments
 from memlab.lm.errors import LMError
 from memlab.lm.types import ChatRequest, Completion
 
@@ -77,7 +78,7 @@ class UsageMeter:
         return {k: after[k] - before.get(k, 0) for k in after}
 
 
-class LM(ABC):
+class LM(CheckedArguments, ABC):
     """Base class of language-model backends (see the module docstring for the contract).
 
     ``cache``: path of the SQLite response cache, ``"default"`` for the user cache folder

@@ -27,10 +27,10 @@ with ``with graph.locked():`` or works on ``graph.snapshot()``, an independent c
 from __future__ import annotations
 
 import copy
+import json
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-import json
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any

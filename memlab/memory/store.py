@@ -47,8 +47,18 @@ from memlab import fileio
 from memlab.embed.base import Embedder
 from memlab.fileio import MANIFEST_FILE, ManifestError, atomic_folder, interrupted_backups
 from memlab.memory.graph import GraphError, MemoryGraph
-from memlab.memory.index import (BM25_FILE, DENSE_FILE, DENSE_IDS_FILE, EXACT_UP_TO, NPROBE, BM25Index,
-                                 IndexFileError, MetadataFilter, VectorIndex, rrf_fuse)
+from memlab.memory.index import (
+    BM25_FILE,
+    DENSE_FILE,
+    DENSE_IDS_FILE,
+    EXACT_UP_TO,
+    NPROBE,
+    BM25Index,
+    IndexFileError,
+    MetadataFilter,
+    VectorIndex,
+    rrf_fuse,
+)
 from memlab.memory.jsoncodec import unit_from_dict, unit_to_dict
 from memlab.types import MemoryUnit, Retrieved
 from memlab.versions import package_versions

@@ -15,8 +15,15 @@ from pathlib import Path
 from memlab import fileio
 from memlab.fileio import atomic_folder
 from memlab.memory.jsoncodec import unit_from_dict, unit_to_dict
-from memlab.memory.store import (RECORDED_PACKAGES, UNITS_FILE, MemoryStoreError, _check_replaceable, _read_jsonl,
-                                 _write_jsonl, read_manifest)
+from memlab.memory.store import (
+    RECORDED_PACKAGES,
+    UNITS_FILE,
+    MemoryStoreError,
+    _check_replaceable,
+    _read_jsonl,
+    _write_jsonl,
+    read_manifest,
+)
 from memlab.types import MemoryUnit
 from memlab.versions import package_versions
 

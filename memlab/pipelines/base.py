@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator
 
 from torch import nn
 
+from memlab.components import CheckedArguments
 from memlab.dates import format_day
 from memlab.lm.base import LM
 from memlab.stage import Failure, PromptedStage, Stage
@@ -71,7 +72,7 @@ def _history_only(build: Callable[..., Any]) -> Callable[..., Any]:
     return checked
 
 
-class Pipeline(nn.Module):
+class Pipeline(CheckedArguments, nn.Module):
     """Base class of memory pipelines; the contract is in this module's docstring."""
 
     #: Constructor arguments that do not change what ``build`` makes (module docstring).

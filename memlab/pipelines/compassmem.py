@@ -34,12 +34,12 @@ from memlab.pipelines.base import RECALL_DEPTH, Pipeline, dated_text
 from memlab.pipelines.compassmem_memory import EventMemory, event_view
 from memlab.pipelines.compassmem_search import Search, explore
 from memlab.pipelines.compassmem_topics import TopicLayer
-from memlab.stages.answer import AnswerIn, Answerer
+from memlab.stages.answer import Answerer, AnswerIn
 from memlab.stages.fuse import EventFuser, FuseIn
 from memlab.stages.navigate import Navigator
 from memlab.stages.refine import QueryRefiner
 from memlab.stages.relate import RelateIn, RelateOut, RelationExtractor
-from memlab.stages.segment import SegmentIn, Segmenter
+from memlab.stages.segment import Segmenter, SegmentIn
 from memlab.stages.select import NodeSelector
 from memlab.stages.subgoal import SubgoalPlanner
 from memlab.types import Answer, History, MemoryUnit, Query, Retrieved

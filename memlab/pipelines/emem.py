@@ -29,18 +29,17 @@ from typing import Any
 
 import numpy as np
 
-from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
+from memlab.bounds import NonNegativeInt, OpenUnitFloat, PositiveInt, UnitFloat
 from memlab.dates import format_day
 from memlab.embed.base import Embedder
 from memlab.memory.ppr import personalized_pagerank
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline, extends_signature
 from memlab.pipelines.emem_memory import EventMemory, build_event_memory
-from memlab.stages.answer import AnswerIn, Answerer
+from memlab.stages.answer import Answerer, AnswerIn
 from memlab.stages.arguments import ArgumentExtractor
 from memlab.stages.filter import FilterIn, RelevanceFilter
 from memlab.stages.mention import MentionDetector, MentionIn
 from memlab.stages.segment import Segmenter
-from memlab.stages.segment.rules import format_date
 from memlab.types import Answer, History, MemoryUnit, Query, Retrieved, Trace
 
 
@@ -80,8 +79,6 @@ class EventMemoryPipeline(Pipeline):
         qa_top_k: PositiveInt | None = None,
     ) -> None:
         super().__init__()
-        if linking_top_k < 1:
-            raise ValueError(f"linking_top_k must be positive, got {linking_top_k}")
         self.qa_top_k = qa_top_k
         self.extractor = extractor
         self.argument_extractor = argument_extractor
@@ -185,13 +182,11 @@ class EMemG(EventMemoryPipeline):
         argument_top_k: PositiveInt = 10,
         seed_arguments: PositiveInt | None = None,
         qa_top_k: PositiveInt | None = 10,
-        damping: UnitFloat = 0.5,
+        damping: OpenUnitFloat = 0.5,
         ppr_iterations: PositiveInt = 50,
         **shared: Any,
     ) -> None:
         super().__init__(qa_top_k=qa_top_k, **shared)
-        if not 0.0 < damping < 1.0:
-            raise ValueError(f"damping must be in (0, 1), got {damping}")
         self.mention_detector = mention_detector
         self.argument_filter = argument_filter
         self.argument_top_k = argument_top_k

@@ -31,7 +31,7 @@ from memlab.memory.graph import MemoryGraph
 from memlab.memory.ppr import adjacency_matrix
 from memlab.memory.store import MemoryStoreError, UnitMemory
 from memlab.stages.arguments import ArgumentExtractor, ArgumentIn, EventFrame, normalize_argument
-from memlab.stages.segment import SegmentIn, Segmenter
+from memlab.stages.segment import Segmenter, SegmentIn
 from memlab.types import History, MemoryUnit
 
 SESSION, EDU, ARGUMENT = "session", "edu", "argument"

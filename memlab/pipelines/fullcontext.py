@@ -6,10 +6,10 @@ from typing import Callable
 
 from memlab.bounds import NonNegativeInt, PositiveInt
 from memlab.lm.base import LM
-from memlab.pipelines.base import Pipeline, render_units
-from memlab.stages.answer import AnswerIn, Answerer
-from memlab.stages.segment import SegmentIn, Segmenter, TurnSegmenter
 from memlab.memory.unit_list import load_units, save_units
+from memlab.pipelines.base import Pipeline, render_units
+from memlab.stages.answer import Answerer, AnswerIn
+from memlab.stages.segment import Segmenter, SegmentIn, TurnSegmenter
 from memlab.types import Answer, History, MemoryUnit, Query, Retrieved, Trace
 
 

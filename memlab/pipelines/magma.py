@@ -36,13 +36,13 @@ from memlab.memory.index import MetadataFilter, rrf_fuse
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline
 from memlab.pipelines.magma_memory import EDGE_SPACES, MagmaMemory
 from memlab.pipelines.magma_narrative import linearize, order_events
-from memlab.stages.answer import AnswerIn, Answerer
+from memlab.stages.answer import Answerer, AnswerIn
 from memlab.stages.consolidate import Consolidator
 from memlab.stages.event import EventExtractor
 from memlab.stages.route import IntentRouter, RouteIn, RouteOut
-from memlab.stages.segment import SegmentIn, Segmenter
+from memlab.stages.segment import Segmenter, SegmentIn
 from memlab.stages.temporal import TemporalNormalizer
-from memlab.stages.traverse import Traverser, TraverseIn, TraverseOut
+from memlab.stages.traverse import TraverseIn, TraverseOut, Traverser
 from memlab.types import Answer, History, Query, Retrieved, Trace
 
 
@@ -77,8 +77,6 @@ class MAGMA(Pipeline):
         unknown = set(edge_types) - set(EDGE_SPACES)
         if unknown:
             raise ValueError(f"edge_types: unknown {sorted(unknown)}; MAGMA has {EDGE_SPACES}")
-        if anchor_k < 1 or vector_top_k < 1:
-            raise ValueError("anchor_k and vector_top_k must be positive")
         self.segmenter = segmenter
         self.embedder = embedder
         self.router = router

@@ -51,9 +51,17 @@ from memlab.embed.base import Embedder
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline
 from memlab.pipelines.mnemis_hierarchy import build_hierarchy
 from memlab.pipelines.mnemis_memory import MnemisMemory
-from memlab.pipelines.mnemis_search import (TYPES, Candidates, Descent, context_text, global_selection, ranked,
-                                            system1, system2)
-from memlab.stages.answer import AnswerIn, Answerer
+from memlab.pipelines.mnemis_search import (
+    TYPES,
+    Candidates,
+    Descent,
+    context_text,
+    global_selection,
+    ranked,
+    system1,
+    system2,
+)
+from memlab.stages.answer import Answerer, AnswerIn
 from memlab.stages.categorize import Categorizer
 from memlab.stages.contradict import ContradictIn, ContradictionDetector
 from memlab.stages.describe import DescribeIn, EntityDescriber

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memlab.pipelines.mnemis_memory import MnemisMemory
-from memlab.stages.categorize import Categorizer, CategorizeIn, NodeCard
+from memlab.stages.categorize import CategorizeIn, Categorizer, NodeCard
 
 
 @dataclass

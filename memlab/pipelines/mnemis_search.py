@@ -25,7 +25,7 @@ from memlab.dates import format_day
 from memlab.pipelines.base import dated_text
 from memlab.pipelines.mnemis_memory import CATEGORY, MnemisMemory
 from memlab.stages.global_select import GlobalSelectIn, GlobalSelector
-from memlab.stages.rerank import RerankIn, Reranker
+from memlab.stages.rerank import Reranker, RerankIn
 
 #: The three kinds of memory item, each searched, re-ranked and budgeted on its own.
 TYPES = ("episodes", "entities", "facts")

@@ -6,13 +6,15 @@ top-5); ``rag_turns.yaml`` indexes one unit per turn and fuses dense and BM25 ra
 
 from __future__ import annotations
 
+from typing import Literal
+
 from memlab.bounds import NonNegativeInt, PositiveInt
 from memlab.embed.base import Embedder
 from memlab.memory.store import UnitMemory
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline, render_units
-from memlab.stages.answer import AnswerIn, Answerer
+from memlab.stages.answer import Answerer, AnswerIn
 from memlab.stages.rerank import Reranker, RerankIn
-from memlab.stages.segment import SegmentIn, Segmenter
+from memlab.stages.segment import Segmenter, SegmentIn
 from memlab.types import Answer, History, Query, Retrieved, Trace
 
 RETRIEVAL_MODES = ("dense", "bm25", "hybrid")
@@ -33,7 +35,7 @@ class RAG(Pipeline):
         segmenter: Segmenter,
         embedder: Embedder,
         answerer: Answerer,
-        retrieval: str = "dense",
+        retrieval: Literal["dense", "bm25", "hybrid"] = "dense",
         top_k: PositiveInt = 5,
         candidates: PositiveInt = 50,
         rrf_k: NonNegativeInt = 60,
@@ -41,10 +43,6 @@ class RAG(Pipeline):
         rerank_depth: PositiveInt = 30,
     ) -> None:
         super().__init__()
-        if retrieval not in RETRIEVAL_MODES:
-            raise ValueError(f"retrieval must be one of {RETRIEVAL_MODES}, got {retrieval!r}")
-        if top_k < 1:
-            raise ValueError(f"top_k must be positive, got {top_k}")
         self.segmenter = segmenter
         self.embedder = embedder
         self.answerer = answerer

@@ -33,9 +33,9 @@ from memlab.embed.base import Embedder
 from memlab.memory.index import MetadataFilter
 from memlab.memory.store import UnitMemory
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline, dated_text
-from memlab.stages.answer import AnswerIn, Answerer, join_context
+from memlab.stages.answer import Answerer, AnswerIn, join_context
 from memlab.stages.compress import ChunkCompressor, CompressIn, Compressor, sliding_windows
-from memlab.stages.plan import FixedPlanner, PlanIn, PlanOut, Planner
+from memlab.stages.plan import FixedPlanner, PlanIn, Planner, PlanOut
 from memlab.stages.synthesize import SynthesizeIn, Synthesizer, union_ids
 from memlab.types import Answer, History, MemoryUnit, Query, Retrieved, Session, Trace
 

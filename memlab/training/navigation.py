@@ -246,16 +246,3 @@ def evaluate_explorer_policy(policy: Navigator, examples, batch_size: int = 64, 
             "first_neighbours": next_scores([tuple(n.view.key for n in i.neighbours[: i.max_next]) for i in inputs]),
         },
     }
-
-
-def evaluate_explorer_policy_on(policy: Navigator, conversations: Sequence[Conversation], pipeline_config: str,
-                                overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """``evaluate_explorer_policy`` on the evidence labels of ``conversations``, their memories
-    built by the CompassMem ``pipeline_config``: what ``memlab evaluate-stage`` reports for a
-    navigator. The build calls whatever LM that config's construction stages use."""
-    from memlab.config import build_pipeline
-
-    pipeline = build_pipeline(pipeline_config, list(overrides))[0]
-    memories = {c.id: pipeline.build(c.history()) for c in conversations}
-    examples = navigation_examples(memories, conversations, top_k=pipeline.top_k, max_next=pipeline.max_next)
-    return {**evaluate_explorer_policy(policy, examples), "pipeline": str(pipeline_config)}

@@ -29,7 +29,7 @@ import os
 import random
 import sys
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -37,6 +37,9 @@ import torch
 from memlab.clock import active_seconds
 from memlab.config import ConfigError, load_config
 from memlab.fileio import write_json_atomic
+
+if TYPE_CHECKING:
+    from memlab.training.evaluators import StageEvaluator
 
 
 class Recipe(Protocol):
@@ -115,13 +118,15 @@ def _check_like_default(key: str, value: Any, default: Any, recipe: str) -> None
         raise ConfigError(f"{recipe}: {key}={value!r} must be {kind} (like its default {default!r})")
 
 
-def record_training(checkpoint: str | os.PathLike, config: dict[str, Any], summary: dict[str, Any]) -> None:
-    """Write the run's record (config, ``split``, scores) into its saved ``checkpoint`` as
-    ``training.json`` and re-seal the checkpoint's manifest over it: the split is what
-    ``Stage.trained_on`` reads, so it must be as tamper-evident as the weights."""
+def record_training(checkpoint: str | os.PathLike, config: dict[str, Any], summary: dict[str, Any],
+                    evaluator: "StageEvaluator") -> None:
+    """Write the run's record (config, ``split``, scores, and the ``evaluator`` its validation
+    used, as its config node, which ``memlab evaluate-stage`` rebuilds) into its saved
+    ``checkpoint`` as ``training.json`` and re-seal the checkpoint's manifest over it: the split
+    is what ``Stage.trained_on`` reads, so it must be as tamper-evident as the weights."""
     from memlab.checkpoint import TRAINING_FILE, seal_checkpoint
 
-    write_json_atomic(Path(checkpoint) / TRAINING_FILE, {"config": config, **summary})
+    write_json_atomic(Path(checkpoint) / TRAINING_FILE, {"config": config, "evaluator": evaluator.node(), **summary})
     seal_checkpoint(checkpoint)
 
 
@@ -256,7 +261,7 @@ def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False
 
     ``data.final_fit: true`` trains on every conversation, with no validation and no held-out
     evaluation (both returned empty): the final model, whose length and settings were chosen
-    by a leave-one-conversation-out run (``eval/train_loco.py``). Only recipes that can train
+    by a leave-one-conversation-out run (``memlab compare-stages ... --loco``). Only recipes that can train
     a fixed length without validation pass ``final_fit_supported``.
     """
     from memlab.training.supervision import FIXED_EVAL_IDS, fixed_split, split_conversations

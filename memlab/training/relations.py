@@ -31,14 +31,20 @@ import torch
 from memlab.clock import active_seconds
 from memlab.pipelines.compassmem_memory import event_view
 from memlab.stages.event_view import EventView
-from memlab.stages.relate import (NO_RELATION, PAIR_LABELS, RelateIn, Relation, canonical_pairs, canonical_relation,
-                                  event_text)
+from memlab.stages.relate import (
+    NO_RELATION,
+    PAIR_LABELS,
+    RelateIn,
+    Relation,
+    canonical_pairs,
+    canonical_relation,
+    event_text,
+)
 from memlab.training.supervision import _dataset
 from memlab.training.teacher import TEACHER_CONFIG, TeacherSession
 
 if TYPE_CHECKING:
     from memlab.stages.relate import RelationExtractor
-    from memlab.types import Conversation
 
 RELATION_FEATURES = datasets.Features({
     "conversation_id": datasets.Value("string"),
@@ -197,19 +203,3 @@ def evaluate_relation_extractor(extractor: "RelationExtractor", teacher_sessions
         "predicted": {label: n for label in PAIR_LABELS if (n := predicted.count(label))},
         "seconds_per_session": round(seconds / len(kept), 3),
     }
-
-
-def evaluate_relation_extractor_on(extractor: "RelationExtractor", conversations: Sequence["Conversation"],
-                                   config: str | None = None, overrides: Sequence[str] = (),
-                                   keep_failed: bool = False) -> dict[str, Any]:
-    """``evaluate_relation_extractor`` on the cached teacher sessions of ``conversations``
-    (``teacher_sessions`` of the CompassMem ``config``), with the teacher's counts: what
-    ``memlab evaluate-stage`` reports for a relation extractor. None cached is a ValueError."""
-    from memlab.training.teacher import teacher_sessions
-
-    found, counts = teacher_sessions(conversations, config or TEACHER_CONFIG, list(overrides))
-    if not found:
-        raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(counts)}): "
-                         f"run the prompted build of {config or TEACHER_CONFIG} on them first")
-    return {**evaluate_relation_extractor(extractor, found, keep_failed), "teacher": dict(counts),
-            "keep_failed": keep_failed}

@@ -37,7 +37,6 @@ from memlab.types import MemoryUnit, Session
 if TYPE_CHECKING:
     from memlab.stages.segment import Segmenter
     from memlab.training.teacher import TeacherSession
-    from memlab.types import Conversation
 
 #: Where the labels come from, for the dataset card (a recipe names its own teacher config).
 TEACHER_SOURCE = ("distillation of CompassMem's prompted segmenter (PromptedEventSegmenter, appendix F.1 "
@@ -213,17 +212,3 @@ def evaluate_segmenter(segmenter: "Segmenter", teachers: Sequence["TeacherSessio
                      **boundary_f1(segmenter_boundaries(FixedSpanSegmenter(span=span), teachers), gold, positions)},
         "labels": "teacher (distilled prompted segmenter); LoCoMo annotations not used",
     }
-
-
-def evaluate_segmenter_on(segmenter: "Segmenter", conversations: Sequence["Conversation"], config: str | None = None,
-                          overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """``evaluate_segmenter`` on the cached teacher sessions of ``conversations`` (``teacher_sessions``
-    of the CompassMem ``config``, default ``TEACHER_CONFIG``), with the teacher's counts: what
-    ``memlab evaluate-stage`` reports for a segmenter. None cached is a ValueError."""
-    from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
-
-    found, counts = teacher_sessions(conversations, config or TEACHER_CONFIG, list(overrides))
-    if not usable_sessions(found):
-        raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(counts)}): run the "
-                         f"prompted build of {config or TEACHER_CONFIG} on them first")
-    return {**evaluate_segmenter(segmenter, found), "teacher": dict(counts)}

@@ -37,12 +37,12 @@ from typing import Any
 import datasets
 
 from memlab.clock import active_seconds
-from memlab.lm.cache_only import CacheMissError
+from memlab.lm.base import LM
+from memlab.lm.cache_only import CacheMissError, CacheOnlyLM
 from memlab.pipelines.mnemis_memory import CATEGORY, MnemisMemory
 from memlab.pipelines.mnemis_search import global_selection
 from memlab.stages.global_select import GlobalSelectIn, GlobalSelector, HierarchyNode, SelectionTarget
 from memlab.training.supervision import _dataset, evaluable_questions, ratio
-from memlab.training.teacher import replay_only
 from memlab.types import Conversation, Question
 
 _NODE = {"key": datasets.Value("string"), "name": datasets.Value("string"),
@@ -59,6 +59,14 @@ SELECTION_FEATURES = datasets.Features(
         "all_children": datasets.List(datasets.Value("bool")),
     }
 )
+
+
+def replay_only(*stages: Any) -> None:
+    """Give each prompted stage among ``stages`` a ``CacheOnlyLM`` over its LM: it replays what
+    its prompted run was answered and never calls a model (None and LM-less stages are left)."""
+    for stage in stages:
+        if stage is not None and isinstance(getattr(stage, "lm", None), LM) and not isinstance(stage.lm, CacheOnlyLM):
+            stage.lm = CacheOnlyLM(stage.lm)
 
 
 def build_memories(pipeline: Any, conversations: Sequence[Conversation], replay: bool = True
@@ -232,20 +240,3 @@ def evaluate_global_selector(selector: GlobalSelector, memories: Mapping[str, Mn
         "failed_calls": totals["errors"],
         "seconds_per_question": seconds / n,
     }
-
-
-def evaluate_global_selector_on(selector: GlobalSelector | None, conversations: Sequence[Conversation],
-                                pipeline_config: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """``evaluate_global_selector`` on ``conversations``, their memories the Mnemis
-    ``pipeline_config``'s build replayed from the response cache (``build_memories``): what
-    ``memlab evaluate-stage`` reports for a selector. ``selector`` None scores the config's own
-    (the prompted one: its calls go to its LM, cached or not)."""
-    from memlab.config import build_pipeline
-
-    pipeline = build_pipeline(pipeline_config, list(overrides))[0]
-    if pipeline.categorizer is None:
-        raise ValueError(f"{pipeline_config}: builds no hierarchy (system2: false): nothing to select from")
-    memories = build_memories(pipeline, conversations)
-    chosen = selector if selector is not None else pipeline.global_selector
-    return {**evaluate_global_selector(chosen, memories, conversations, pipeline.selection_batch),
-            "pipeline": str(pipeline_config), "selector": type(chosen).__name__}

@@ -1,12 +1,9 @@
-"""Evaluating one stage on its own, without an LLM: rerankers and routers.
+"""Scoring one stage on its own, without an LLM: rerankers and routers (the scores of
+``memlab.training.evaluators.RerankerEvaluator`` and ``RouterEvaluator``).
 
-What ``memlab evaluate-stage`` and the training recipes report.
-
-* Rerankers (``reranker_candidates`` + ``evaluate_reranker``): per question of categories
-  1-4 with gold evidence, the first-stage candidates are the turn units of the hybrid ranking
-  exactly as ``configs/pipelines/rag_turns.yaml`` computes it (``TurnSegmenter`` units,
-  ``UnitMemory.search_hybrid`` with its ``candidates`` and ``rrf_k``); the reranker re-scores
-  all of them. Evidence recall@k (``memlab.eval.metrics.recall_at_k``: the share of distinct
+* Rerankers (``evaluate_reranker``): per question of categories 1-4 with gold evidence, the
+  first-stage candidates (an evaluator takes them from a pipeline's ranking) are re-scored
+  by the reranker. Evidence recall@k (``memlab.eval.metrics.recall_at_k``: the share of distinct
   gold turns among the source ids of the top k) is averaged over questions, before and after.
 * Routers (``evaluate_router``): question-type accuracy over categories 1-4 (4-way; a
   prediction of "adversarial" or of nothing is wrong there), 5-way accuracy over all
@@ -21,11 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from memlab.clock import active_seconds
 from memlab.eval.metrics import recall_at_k
-from memlab.training.supervision import evaluable_questions, turn_units
 from memlab.types import ANSWERABLE_CATEGORIES, Conversation, MemoryUnit
 
 if TYPE_CHECKING:
-    from memlab.embed.base import Embedder
+    from memlab.pipelines.base import Pipeline
     from memlab.stages.rerank import Reranker
     from memlab.stages.route import IntentRouter
 
@@ -35,40 +31,26 @@ _BATCH = 32
 
 
 # -- rerankers ----------------------------------------------------------------------------
-def reranker_candidates(
-    conversations: Sequence[Conversation],
-    embedder: "Embedder",
-    depth: int = 50,
-    rrf_k: int = 10,
-    candidates: int = 50,
-    retrieval: str = "hybrid",
-) -> list[dict[str, Any]]:
-    """First-stage candidates per question (see the module docstring); one memory per conversation.
-
-    Each item: ``question_id, conversation_id, question, category, evidence, candidates``
-    (the top ``depth`` turn units, best first). ``retrieval="dense"`` ranks by the embedder alone.
-    """
-    from memlab.memory.store import UnitMemory
+def reranker_candidates(first_stage: "Pipeline", conversations: Sequence[Conversation], depth: int = 50
+                        ) -> list[dict[str, Any]]:
+    """Per question of categories 1-4 with evidence, the top ``depth`` units of ``first_stage``'s
+    ranking (``build`` + ``retrieve_many``; configure it to rank at least ``depth`` deep, e.g.
+    RAG's ``top_k=depth``, and without a reranker): ``question_id, conversation_id, question,
+    category, evidence, candidates`` (best first)."""
+    from memlab.training.supervision import evaluable_questions
 
     if depth < 1:
         raise ValueError(f"depth must be positive, got {depth}")
-    if retrieval not in ("hybrid", "dense"):
-        raise ValueError(f"retrieval must be 'hybrid' or 'dense', got {retrieval!r}")
     items = []
     for conversation in conversations:
         questions = evaluable_questions(conversation)
         if not questions:
             continue
-        memory = UnitMemory.build(turn_units(conversation), embedder)
-        for question in questions:
-            # As RAG.retrieve: each side contributes at least ``depth`` candidates.
-            ranking = (memory.search_hybrid(question.text, k=depth, candidates=max(candidates, depth), rrf_k=rrf_k)
-                       if retrieval == "hybrid" else memory.search_dense(question.text, k=depth))
-            items.append({
-                "question_id": question.id, "conversation_id": conversation.id, "question": question.text,
-                "category": question.category, "evidence": tuple(question.evidence),
-                "candidates": [r.unit for r in ranking],
-            })
+        memory = first_stage.build(conversation.history())
+        for question, ranking in zip(questions, first_stage.retrieve_many(memory, [q.as_query() for q in questions])):
+            items.append({"question_id": question.id, "conversation_id": conversation.id, "question": question.text,
+                          "category": question.category, "evidence": tuple(question.evidence),
+                          "candidates": [r.unit for r in ranking[:depth]]})
     return items
 
 
@@ -91,12 +73,31 @@ def rerank_order(reranker: "Reranker", items: Sequence[dict[str, Any]]) -> list[
     return orders
 
 
+def _recalls(rankings: Sequence[Sequence[MemoryUnit]], items: Sequence[dict[str, Any]], k: int) -> list[float | None]:
+    return [recall_at_k([u.source_ids for u in ranking], item["evidence"], k) for ranking, item in zip(rankings, items)]
+
+
 def _mean_recalls(rankings: Sequence[Sequence[MemoryUnit]], items: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict:
     out = {}
     for k in ks:
-        values = [recall_at_k([u.source_ids for u in ranking], item["evidence"], k) for ranking, item in zip(rankings, items)]
-        values = [v for v in values if v is not None]
+        values = [v for v in _recalls(rankings, items, k) if v is not None]
         out[f"recall@{k}"] = sum(values) / len(values) if values else None
+    return out
+
+
+def _paired_gain(first: Sequence[Sequence[MemoryUnit]], reranked: Sequence[Sequence[MemoryUnit]],
+                 items: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """Per k, the reranked minus the first-stage recall@k over the questions: mean, its 95%
+    percentile-bootstrap interval (10,000 resamples of questions, seed 0) and n."""
+    from memlab.reporting.paired import bootstrap_interval
+
+    out = {}
+    for k in ks:
+        pairs = [(a, b) for a, b in zip(_recalls(first, items, k), _recalls(reranked, items, k)) if a is not None]
+        if pairs:
+            differences = [b - a for a, b in pairs]
+            out[f"recall@{k}"] = {"difference": sum(differences) / len(differences),
+                                  "ci95": list(bootstrap_interval(differences)), "n": len(differences)}
     return out
 
 
@@ -106,39 +107,20 @@ def evaluate_reranker(
     """Mean evidence recall@k of the first-stage ranking and, with a reranker, of its re-ranking.
 
     ``{"first_stage": {"recall@k": ...}, "questions": n}``; with a reranker also ``"reranked":
-    {"recall@k": ...}`` and ``rerank_seconds_per_question``.
+    {"recall@k": ...}``, ``"gain"`` (reranked minus first stage per k, with its 95% bootstrap
+    interval over questions and n) and ``rerank_seconds_per_question``.
     """
     if not items:
         raise ValueError("evaluate_reranker: no questions to evaluate (no items with evidence)")
-    result: dict[str, Any] = {
-        "first_stage": _mean_recalls([item["candidates"] for item in items], items, ks),
-        "questions": len(items),
-    }
+    first = [item["candidates"] for item in items]
+    result: dict[str, Any] = {"first_stage": _mean_recalls(first, items, ks), "questions": len(items)}
     if reranker is not None:
         started = active_seconds()
         orders = rerank_order(reranker, items)
         result["rerank_seconds_per_question"] = (active_seconds() - started) / len(items)
         result["reranked"] = _mean_recalls(orders, items, ks)
+        result["gain"] = _paired_gain(first, orders, items, ks)
     return result
-
-
-# -- retrievers ---------------------------------------------------------------------------
-def evaluate_retriever(
-    embedder: "Embedder",
-    conversations: Sequence[Conversation],
-    retrieval: str = "hybrid",
-    rrf_k: int = 10,
-    candidates: int = 50,
-    ks: Sequence[int] = (1, 5, 10, 20),
-) -> dict[str, Any]:
-    """Mean evidence recall@k of the turn-unit ranking with ``embedder`` (as ``rag_turns`` ranks:
-    ``retrieval`` ``"hybrid"``, dense and BM25 fused by RRF, or ``"dense"``), over every question
-    of categories 1-4 with evidence; ``{"recall@k": ..., "questions": n}``."""
-    items = reranker_candidates(conversations, embedder, depth=max(ks), rrf_k=rrf_k, candidates=candidates,
-                                retrieval=retrieval)
-    if not items:
-        raise ValueError("evaluate_retriever: no questions with evidence")
-    return {**_mean_recalls([item["candidates"] for item in items], items, ks), "questions": len(items)}
 
 
 # -- routers ------------------------------------------------------------------------------

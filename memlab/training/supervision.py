@@ -8,10 +8,10 @@ evaluation (``fixed_split``: the 5/2 split with ``FIXED_EVAL_IDS`` held out over
 conversations; ``leave_one_out``: one split per conversation).
 
 * **Reranking** (``rerank_examples``): (question, unit text, label); label 1 when the unit's
-  ``source_ids`` hold a gold evidence turn. Hard negatives are the best-ranked non-positive
-  units of the BM25 and dense rankings of a ``UnitMemory`` over the same units. Units are
-  turns by default (exactly ``TurnSegmenter``'s, as ``rag_turns`` hands them to a reranker) or
-  whatever a ``units`` callable makes (EMem EDUs, MAGMA events ...).
+  ``source_ids`` hold a gold evidence turn. Units and rankings are a first-stage pipeline's
+  (its memory of the conversation, built by ``build``: ``rag_turns``' turn units, or any
+  pipeline's units); hard negatives are the best-ranked non-positive units of its BM25 and
+  dense rankings.
 * **Routing** (``routing_examples``): question -> LoCoMo question type (5 classes), retrieval
   intent and complexity. LoCoMo has no intent labels; they are derived by this documented
   mapping (not by a teacher model):
@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +47,8 @@ import datasets
 from memlab.types import ANSWERABLE_CATEGORIES, LOCOMO_CATEGORIES, Conversation, MemoryUnit, Question
 
 if TYPE_CHECKING:  # imported lazily: building data sets must not load the memory stack eagerly
-    from memlab.embed.base import Embedder
     from memlab.lm.cache import ResponseCache
+    from memlab.pipelines.base import Pipeline
     from memlab.pipelines.magma_memory import MagmaMemory
 
 #: The evaluation conversations of the fixed 5/2 split over the 7 LoCoMo dev conversations.
@@ -101,12 +101,12 @@ def leave_one_out(conversation_ids: Iterable[str]) -> list[Split]:
     return [Split(name=f"loo-{held}", train_ids=tuple(i for i in ids if i != held), eval_ids=(held,)) for held in ids]
 
 
-def evaluable_questions(
-    conversation: Conversation, categories: Sequence[str] = ANSWERABLE_CATEGORIES
-) -> list[Question]:
-    """The questions retrieval can be scored on: of ``categories`` (1-4 by default; adversarial
-    ones have no answer in the conversation) and with gold evidence."""
-    return [q for q in conversation.questions if q.category in categories and q.evidence]
+def evaluable_questions(conversation: Conversation, categories: Sequence[str] | None = None) -> list[Question]:
+    """The questions retrieval can be scored on: those with gold evidence, of ``categories`` when
+    given; by default every category but LoCoMo's adversarial one (no answer in the
+    conversation): LoCoMo's categories 1-4, and every LongMemEval question with evidence."""
+    return [q for q in conversation.questions if q.evidence
+            and (q.category in categories if categories is not None else q.category != LOCOMO_CATEGORIES[5])]
 
 
 def split_conversations(
@@ -135,14 +135,6 @@ RERANK_FEATURES = datasets.Features(
 )
 
 
-def turn_units(conversation: Conversation) -> list[MemoryUnit]:
-    """One unit per turn, exactly as ``TurnSegmenter`` (the ``rag_turns`` segmenter) makes them."""
-    from memlab.stages.segment import SegmentIn, TurnSegmenter
-
-    outputs = TurnSegmenter()([SegmentIn(conversation.id, session) for session in conversation.sessions])
-    return [unit for out in outputs for unit in out.units]
-
-
 def magma_event_units(memory: "MagmaMemory") -> list[MemoryUnit]:
     """The event nodes of a built MAGMA memory as units (their ``source_ids`` are the provenance)."""
     return [memory.unit(i) for i in memory.events()]
@@ -154,54 +146,53 @@ def is_positive(unit: MemoryUnit, evidence: Iterable[str]) -> bool:
 
 def rerank_examples(
     conversations: Sequence[Conversation],
-    embedder: "Embedder",
-    units: Callable[[Conversation], list[MemoryUnit]] | None = None,
+    first_stage: "Pipeline",
     negatives: int = 8,
     candidates: int = 50,
-    rrf_k: int = 10,
     categories: Sequence[str] = ANSWERABLE_CATEGORIES,
     seed: int = 0,
     sampling: str = "top",
-    retrieval: str = "hybrid",
 ) -> datasets.Dataset:
     """Labelled (question, unit) pairs for a reranker (see the module docstring).
 
-    Per question of ``categories`` with gold evidence: every positive unit (``source="positive"``,
-    ``rank`` = its rank in the hybrid RRF ranking of the first ``candidates`` per side, -1 when
-    outside it), then up to ``negatives`` hard negatives, half from BM25 and half from dense
-    (``rank`` = rank in that ranking), best ranks first, a unit taken once. With an odd
-    ``negatives`` the side getting the extra one is drawn from ``seed`` and the question id;
-    a side that runs out is topped up from the other. Questions without a positive unit are
-    skipped and counted in the card.
+    ``first_stage`` is the pipeline whose ranking the reranker re-scores (``rag_turns.yaml``,
+    ``rag_turns_gemma.yaml``, any pipeline whose ``build`` gives a ``UnitMemory`` and that has
+    ``retrieval`` and ``rrf_k``): its memory of each conversation gives the units, and its
+    dense and BM25 indexes the rankings. Per question of ``categories`` with gold evidence:
+    every positive unit (``source="positive"``, ``rank`` = its rank in the first stage's
+    ranking of the first ``candidates`` per side, -1 when outside it), then up to
+    ``negatives`` hard negatives, half from BM25 and half from dense (``rank`` = rank in that
+    ranking), best ranks first, a unit taken once. With an odd ``negatives`` the side getting
+    the extra one is drawn from ``seed`` and the question id; a side that runs out is topped up
+    from the other. Questions without a positive unit are skipped and counted in the card.
 
     ``sampling="uniform"`` draws each side's negatives at random (seeded per question) from its
     top ``candidates`` instead of taking the best-ranked: a reranker that re-scores the whole
     first-stage list must also see the weaker candidates it will meet there, not only the
     hardest ones (trained on the hardest alone, it learns to prefer weak, unrelated units).
 
-    ``retrieval="dense"``: the first stage is the embedder alone (``rag_turns_gemma.yaml``), so
-    every negative comes from its ranking and a positive's ``rank`` is its rank there.
+    A first stage with ``retrieval="dense"`` (``rag_turns_gemma.yaml``) ranks by the embedder
+    alone, so every negative comes from its ranking and a positive's ``rank`` is its rank there.
     """
     from memlab.memory.index import rrf_fuse
-    from memlab.memory.store import UnitMemory
 
+    retrieval, rrf_k = getattr(first_stage, "retrieval", None), getattr(first_stage, "rrf_k", None)
     if sampling not in ("top", "uniform"):
         raise ValueError(f"sampling must be 'top' or 'uniform', got {sampling!r}")
     if retrieval not in ("hybrid", "dense"):
-        raise ValueError(f"retrieval must be 'hybrid' or 'dense', got {retrieval!r}")
+        raise ValueError(f"the first stage's retrieval must be 'hybrid' or 'dense', got {retrieval!r}")
     if negatives < 0 or candidates < 1:
         raise ValueError(f"need negatives >= 0 and candidates >= 1, got {negatives} and {candidates}")
     unknown = sorted(set(categories) - set(LOCOMO_CATEGORIES.values()))
     if unknown:
         raise ValueError(f"unknown categories {unknown}; LoCoMo has {list(LOCOMO_CATEGORIES.values())}")
-    make_units = units or turn_units
     rows: list[dict[str, Any]] = []
     counts = {"questions": 0, "no_evidence": 0, "no_positive_unit": 0, "positives": 0, "negatives": 0}
     for conversation in conversations:
-        conversation_units = make_units(conversation)
+        memory = first_stage.build(conversation.history())
+        conversation_units = list(memory.units.values())
         if not conversation_units:
-            raise ValueError(f"conversation {conversation.id}: the units callable gave no units")
-        memory = UnitMemory.build(conversation_units, embedder)
+            raise ValueError(f"conversation {conversation.id}: the first stage built a memory without units")
         questions = evaluable_questions(conversation, categories)
         counts["no_evidence"] += sum(q.category in categories for q in conversation.questions) - len(questions)
         for question in questions:
@@ -212,7 +203,7 @@ def rerank_examples(
             counts["questions"] += 1
             dense = [r.unit.id for r in memory.search_dense(question.text, k=candidates)]
             bm25 = [r.unit.id for r in memory.search_bm25(question.text, k=candidates)] if retrieval == "hybrid" else []
-            first_stage = [i for i, _ in rrf_fuse([dense, bm25], k=rrf_k)] if retrieval == "hybrid" else dense
+            ranking = [i for i, _ in rrf_fuse([dense, bm25], k=rrf_k)] if retrieval == "hybrid" else dense
             positive_ids = {u.id for u in positives}
 
             def row(unit: MemoryUnit, label: int, source: str, rank: int) -> dict[str, Any]:
@@ -222,7 +213,7 @@ def rerank_examples(
                 }
 
             for unit in positives:
-                rows.append(row(unit, 1, "positive", first_stage.index(unit.id) if unit.id in first_stage else -1))
+                rows.append(row(unit, 1, "positive", ranking.index(unit.id) if unit.id in ranking else -1))
             rng = random.Random(f"{seed}:{question.id}")
             pools = {"bm25": [i for i in bm25 if i not in positive_ids], "dense": [i for i in dense if i not in positive_ids]}
             extra_to = rng.choice(["bm25", "dense"])  # drawn either way: hybrid rows stay as they were
@@ -238,7 +229,7 @@ def rerank_examples(
     sides = "BM25 and dense rankings" if retrieval == "hybrid" else "dense ranking"
     card = f"""memlab reranking supervision (memlab.training.supervision.rerank_examples).
 Rows: one (question, memory unit) pair; label 1 when the unit's source_ids contain a gold evidence turn id, else 0.
-Units: {"turn units (TurnSegmenter, as rag_turns)" if units is None else getattr(units, "__name__", repr(units))}.
+Units: the memory of the first stage, {type(first_stage).__name__}.
 First stage: {retrieval} ({"dense and BM25 fused by RRF" if retrieval == "hybrid" else "the embedder's ranking alone"}).
 Positives: every unit holding gold evidence (source "positive", rank = rank in the first-stage ranking, -1 if outside).
 Negatives: up to {negatives} per question, non-positive units of the {sides} (top {candidates} each,

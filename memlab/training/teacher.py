@@ -1,12 +1,13 @@
 """Teacher labels: what CompassMem's prompted construction produced on a conversation, read
 back from the response cache.
 
-``teacher_sessions`` builds the pipeline of a CompassMem config, puts a ``CacheOnlyLM`` in place
-of its construction LMs, and runs the segmenter and the relation extractor on each session
-exactly as ``CompassMem.build`` does, so every request is the one the prompted run sent and its
-reply is the one that run got. A session whose calls are not all cached (the prompted build
-has not reached it) is skipped and counted, never sent to a model. Gold data is not read:
-only the conversation's sessions.
+``teacher_sessions`` builds the pipeline of a CompassMem config whose construction LMs are
+declared cache-only (``configs/pipelines/compassmem_teacher.yaml``: ``CacheOnlyLM`` over the
+prompted run's LM) and runs the pipeline's two construction steps, its ``segmenter`` and its
+``relate``, session by session, so every request is the one the prompted run sent and its reply
+is the one that run got. A session whose calls are not all cached (the prompted build has not
+reached it) is skipped and counted, never sent to a model; a pipeline whose construction LMs
+could call a model is refused. Gold data is not read: only the conversation's sessions.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from memlab.config import build_pipeline
+from memlab.config import ConfigError, build_pipeline
 from memlab.lm.base import LM
 from memlab.lm.cache_only import CacheMissError, CacheOnlyLM
 from memlab.stages.relate import Relation
 from memlab.stages.segment import SegmentIn
 from memlab.types import Conversation, MemoryUnit, Session
 
-#: The config whose prompted construction the labels come from.
-TEACHER_CONFIG = "configs/pipelines/compassmem.yaml"
+#: The config whose prompted construction the labels come from, replayed from the response cache.
+TEACHER_CONFIG = "configs/pipelines/compassmem_teacher.yaml"
 
 
 @dataclass(frozen=True)
@@ -48,14 +49,6 @@ class TeacherSession:
         return self.segment_failed or self.relations_failed
 
 
-def replay_only(*stages: Any) -> None:
-    """Give each prompted stage among ``stages`` a ``CacheOnlyLM`` over its LM: it replays what
-    its prompted run was answered and never calls a model (None and LM-less stages are left)."""
-    for stage in stages:
-        if stage is not None and isinstance(getattr(stage, "lm", None), LM) and not isinstance(stage.lm, CacheOnlyLM):
-            stage.lm = CacheOnlyLM(stage.lm)
-
-
 def call_windows(segmenter: Any, conversation_id: str, session: Session) -> tuple[tuple[str, ...], ...]:
     """The turn ids of each of ``segmenter``'s calls on ``session`` (one window when it has no ``windows``)."""
     windows = getattr(segmenter, "windows", None)
@@ -68,9 +61,15 @@ def teacher_sessions(conversations: Sequence[Conversation], config: str | os.Pat
                      overrides: Sequence[str] = (), pipeline: Any = None) -> tuple[list[TeacherSession], Counter]:
     """The cached prompted construction of every session of ``conversations``, and the counts of
     what was skipped (``not_cached``) or had failed calls (``failed``). The CompassMem pipeline
-    is built from ``config`` + ``overrides`` unless one is given (``pipeline``)."""
+    is built from ``config`` + ``overrides`` unless one is given (``pipeline``); a ConfigError
+    when its segmenter's or relation extractor's LM is not a ``CacheOnlyLM``."""
     pipeline = pipeline if pipeline is not None else build_pipeline(config, list(overrides))[0]
-    replay_only(pipeline.segmenter, pipeline.relation_extractor)
+    live = [name for name in ("segmenter", "relation_extractor")
+            if isinstance(getattr(getattr(pipeline, name, None), "lm", None), LM)
+            and not isinstance(getattr(pipeline, name).lm, CacheOnlyLM)]
+    if live:
+        raise ConfigError(f"{config}: the teacher's {' and '.join(live)} would call a model; declare their lm a "
+                          f"memlab.lm.cache_only.CacheOnlyLM (as {TEACHER_CONFIG} does)")
     found: list[TeacherSession] = []
     counts: Counter = Counter()
     for conversation in conversations:

@@ -9,6 +9,7 @@ from memlab.embed import EmbedderError
 from memlab.embed.cached import CachedEmbedder
 from memlab.memory import UnitMemory
 from memlab.stage import trained_conversations
+from memlab.stages.encoder import TextEncoder
 from tests.memory.helpers import HashingEmbedder, make_units
 
 
@@ -59,6 +60,6 @@ def test_a_file_that_is_not_a_cache_is_named(tmp_path):
 def test_a_wrapped_trained_retriever_still_counts_as_trained(tmp_path):
     from memlab.stages.retrieve import BiEncoderEmbedder
 
-    retriever = BiEncoderEmbedder(lora_rank=0)  # the model loads on first use: not here
+    retriever = BiEncoderEmbedder(TextEncoder(max_length=128))  # the model loads on first use: not here
     object.__setattr__(retriever, "_trained_on", frozenset({"conv-41"}))  # as Stage.load records it
     assert set(trained_conversations(CachedEmbedder(retriever, tmp_path)).values()) == {frozenset({"conv-41"})}

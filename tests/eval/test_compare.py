@@ -1,6 +1,8 @@
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -10,8 +12,6 @@ def _compare_module():
     spec.loader.exec_module(module)
     return module
 
-
-import pytest
 
 
 @pytest.mark.slow

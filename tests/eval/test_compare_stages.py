@@ -1,5 +1,5 @@
-"""The eval/ scripts: compare_rerankers.py and compare_routers.py refuse a conversation id the data lacks
-(they used to drop it silently and score fewer conversations than asked); time_build.py times a build."""
+"""``memlab compare-stages``: rows of stages under one evaluator, leave-one-conversation-out, unknown ids and
+training overlap refused; and the eval/ scripts' own: time_build.py times a build."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-import pytest
-
+from memlab.cli import main
 from memlab.data import SAMPLE_PATH
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,12 +20,10 @@ def _script(name: str):
     return module
 
 
-@pytest.mark.parametrize("name", ["compare_rerankers", "compare_routers"])
-def test_an_unknown_conversation_id_exits_before_any_model_loads(name, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        _script(name).main(["--data", str(SAMPLE_PATH), "--conversations", "sample-1,conv-x"])
-    assert exit_.value.code == 2
-    assert "['conv-x'] are not in it (available: ['sample-1'])" in capsys.readouterr().err
+def test_an_unknown_conversation_id_exits_before_any_model_loads(caplog):
+    assert main(["compare-stages", str(REPO / "configs/compare/routers.yaml"), "--data", str(SAMPLE_PATH),
+                 "--conversations", "sample-1,conv-x"]) == 2
+    assert "['conv-x'] are not in it (available: ['sample-1'])" in caplog.text
 
 
 def test_the_teacher_cache_script_refuses_an_unknown_conversation_before_any_model_loads(capsys):
@@ -51,28 +48,80 @@ def test_time_build_refuses_training_conversations_and_unknown_ids(capsys):
     assert "['conv-x'] are not in it" in capsys.readouterr().err
 
 
-def test_retrieval_table_scores_rows_and_keeps_vectors(tmp_path, capsys):
-    out, cache = tmp_path / "rows.jsonl", tmp_path / "vectors"
-    args = ["--data", str(SAMPLE_PATH), "--out", str(out), "--vector-cache", str(cache)]
-    assert _script("retrieval_table").main([*args, "bm25", "dense:minilm", "hybrid:minilm+dates"]) == 0
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["row"] for r in rows] == ["bm25", "dense:minilm", "hybrid:minilm+dates"]
-    for row in rows:
-        recalls = [row["overall"][f"recall@{k}"] for k in (1, 5, 10, 20, 50)]
-        assert recalls == sorted(recalls) and 0.0 < recalls[-1] <= 1.0 and row["questions"] > 0
-    assert rows[0]["build_seconds_per_conversation"] < rows[1]["build_seconds_per_conversation"]
-    assert len(list(cache.glob("*.npz"))) == 3  # plain units, dated units, and the questions once
-    assert "| dense:minilm |" in capsys.readouterr().out
-    with pytest.raises(SystemExit):  # a malformed row is refused before anything loads
-        _script("retrieval_table").main([*args, "dense"])
+def test_first_stages_are_compared_under_one_evaluator(tmp_path, capsys):
+    config = tmp_path / "retrieval.yaml"
+    config.write_text(f"""# first stages
+evaluator:
+  _component_: memlab.training.evaluators.RerankerEvaluator
+  pipeline: {REPO / "configs/pipelines/rag_turns.yaml"}
+  depth: 50
+  ks: [1, 5, 10, 20, 50]
+rows:
+  bm25:
+    evaluator: {{pipeline_overrides: [retrieval=bm25]}}
+  hybrid:
+    evaluator: {{}}
+  hybrid fused with cosine:
+    stage:
+      _component_: memlab.stages.rerank.FusionReranker
+      embedder: {{_component_: memlab.embed.SentenceTransformerEmbedder}}
+""")
+    out = tmp_path / "rows.json"
+    assert main(["compare-stages", str(config), "--data", str(SAMPLE_PATH), "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert list(rows) == ["bm25", "hybrid", "hybrid fused with cosine"]
+    for row in rows.values():
+        recalls = [row["headline"][f"recall@{k}"]["value"] for k in (1, 5, 10, 20, 50)]
+        assert recalls == sorted(recalls) and 0.0 < recalls[-1] <= 1.0 and row["headline"]["recall@10"]["n"] == 19
+    assert rows["bm25"]["result"]["first_stage"] != rows["hybrid"]["result"]["first_stage"]
+    # the reranked row's candidates are the hybrid row's: the same 50 units, so the same recall@50
+    assert rows["hybrid fused with cosine"]["result"]["reranked"]["recall@50"] == \
+        rows["hybrid"]["result"]["first_stage"]["recall@50"]
+    assert "| hybrid fused with cosine | " in capsys.readouterr().out
+    config.write_text(config.read_text().replace("depth: 50", "depth: 0"))  # refused before anything loads
+    assert main(["compare-stages", str(config), "--data", str(SAMPLE_PATH)]) == 2
 
 
-def test_router_loco_scores_each_conversation_by_routers_that_never_saw_it(tmp_path, capsys):
+def three_conversations(tmp_path, names=("tiny-a", "tiny-b", "tiny-c")) -> Path:
     sample = json.loads(SAMPLE_PATH.read_text())[0]
     data = tmp_path / "three.json"
-    data.write_text(json.dumps([{**sample, "sample_id": name} for name in ("tiny-a", "tiny-b", "tiny-c")]))
-    assert _script("router_loco").main(["--data", str(data), "--out", str(tmp_path / "rows.jsonl")]) == 0
-    rows = {r["router"]: r for r in map(json.loads, (tmp_path / "rows.jsonl").read_text().splitlines())}
-    assert set(rows) == {"rule router", "TF-IDF + logistic regression", "frozen MiniLM + logistic regression"}
-    assert all(set(r["per_conversation"]) == {"tiny-a", "tiny-b", "tiny-c"} for r in rows.values())
-    assert "| rule router |" in capsys.readouterr().out
+    data.write_text(json.dumps([{**sample, "sample_id": name} for name in names]))
+    return data
+
+
+def test_leave_one_out_trains_a_fold_per_conversation_and_scores_each_with_its_own(tmp_path, capsys):
+    data = three_conversations(tmp_path)
+    config = tmp_path / "routers.yaml"
+    config.write_text(f"""# routers, leave-one-out
+evaluator: {{_component_: memlab.training.evaluators.RouterEvaluator}}
+loco:
+  trainings:
+    - recipe: fit_tfidf_router
+      config: {REPO / "configs/train/router_tfidf.yaml"}
+      folds: {tmp_path / "folds"}
+rows:
+  rule:
+    stage: {{_component_: memlab.stages.route.RuleRouter}}
+  tfidf:
+    stage:
+      _component_: memlab.stage.load_stage
+      path: {tmp_path / "folds"}/{{conversation}}
+""")
+    out = tmp_path / "rows.json"
+    assert main(["compare-stages", str(config), "--data", str(data), "--loco", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert all(set(row["folds"]) == {"tiny-a", "tiny-b", "tiny-c"} for row in rows.values())
+    for held in ("tiny-a", "tiny-b", "tiny-c"):  # each fold trained without its conversation
+        record = json.loads((tmp_path / "folds" / held / "training.json").read_text())
+        assert held not in record["split"]["train"] + record["split"]["validation"]
+    assert rows["tfidf"]["headline"]["accuracy"]["n"] == 3 * 19
+    assert "| tfidf |" in capsys.readouterr().out
+
+
+def test_a_stage_is_not_scored_on_what_it_learnt_from(tmp_path, caplog):
+    data = three_conversations(tmp_path, names=("conv-41", "conv-26"))  # router-tfidf trained on conv-41
+    routers = str(REPO / "configs/compare/routers.yaml")
+    assert main(["compare-stages", routers, "--data", str(data), "rows.router-minilm=null"]) == 2
+    assert "learnt from" in caplog.text and "conv-41" in caplog.text
+    assert main(["compare-stages", routers, "--data", str(data), "--conversations", "conv-26",
+                 "rows.router-minilm=null"]) == 0

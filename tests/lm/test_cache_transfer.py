@@ -11,8 +11,7 @@ import pytest
 
 from memlab.cli import main
 from memlab.lm.cache import CacheError, ResponseCache
-from memlab.lm.cache_transfer import (FORMAT_VERSION, CacheTransferError, ImportReport, export_cache,
-                                      import_cache)
+from memlab.lm.cache_transfer import FORMAT_VERSION, CacheTransferError, ImportReport, export_cache, import_cache
 from memlab.lm.types import ChatRequest, Completion
 
 

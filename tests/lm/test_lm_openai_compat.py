@@ -14,7 +14,6 @@ from memlab.lm.errors import LMError, LMUnavailableError
 from memlab.lm.jsonparse import parse_json
 from memlab.lm.openai_compat import OpenAICompatLM
 from memlab.lm.types import ChatRequest
-
 from tests.conftest import SERVER_MODEL, free_port
 
 COLOR_SCHEMA = {

@@ -5,8 +5,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from memlab.memory import BM25Index, IndexFileError, MetadataFilter, VectorIndex, rrf_fuse, tokenize
-from memlab.memory import UnitMemory
+from memlab.memory import BM25Index, IndexFileError, MetadataFilter, UnitMemory, VectorIndex, rrf_fuse, tokenize
 from memlab.types import MemoryUnit
 from tests.memory.helpers import HashingEmbedder
 

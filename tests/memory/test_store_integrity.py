@@ -12,8 +12,8 @@ import pytest
 
 from memlab.memory import MemoryGraph, MemoryStoreError, UnitMemory
 from memlab.memory.bundle import load_bundle, save_bundle
-from tests.memory.helpers import HashingEmbedder, make_units
 from tests.corruption import directory_instead, flip_byte, truncate
+from tests.memory.helpers import HashingEmbedder, make_units
 
 
 def _edit_manifest(folder, edit):

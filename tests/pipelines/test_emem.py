@@ -250,8 +250,9 @@ def test_emem_g_with_a_real_small_model(tmp_path):
 
 
 def test_synonym_edges_respect_threshold_and_cap():
-    from memlab.pipelines.emem_memory import synonym_pairs
     import numpy as np
+
+    from memlab.pipelines.emem_memory import synonym_pairs
 
     # unit vectors at angles: cos(a_i, a_j) = cos(angle difference)
     angles = np.radians([0, 10, 22, 30, 90])

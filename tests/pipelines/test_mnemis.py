@@ -20,7 +20,7 @@ from memlab.pipelines.mnemis_hierarchy import build_hierarchy
 from memlab.pipelines.mnemis_memory import MnemisMemory
 from memlab.pipelines.mnemis_search import Candidates, ranked, system1
 from memlab.stages.answer import PromptedAnswerer
-from memlab.stages.categorize import Categorizer, CategorizeOut, Category, PromptedCategorizer
+from memlab.stages.categorize import CategorizeOut, Categorizer, Category, PromptedCategorizer
 from memlab.stages.contradict import PromptedContradictionDetector
 from memlab.stages.describe import PromptedEntityDescriber
 from memlab.stages.entity import PromptedEntityExtractor

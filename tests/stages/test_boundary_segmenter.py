@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from memlab.stage import Stage
+from memlab.stages.encoder import TextEncoder
 from memlab.stages.segment import BoundarySegmenter, FixedSpanSegmenter, PromptedEventSegmenter, SegmentIn
 from memlab.stages.segment.neural import decode_boundaries
 from memlab.types import Session, Turn
@@ -33,7 +34,8 @@ def session(n: int = 7, sid: str = "session_1") -> Session:
 
 def small_segmenter(**kwargs) -> BoundarySegmenter:
     torch.manual_seed(0)
-    return BoundarySegmenter(**{"max_length": 32, "context_size": 16, **kwargs})
+    encoder = TextEncoder(max_length=32, frozen=kwargs.pop("frozen", True), lora_rank=kwargs.pop("lora_rank", 0))
+    return BoundarySegmenter(encoder, **{"context_size": 16, **kwargs})
 
 
 def set_bias(segmenter: BoundarySegmenter, value: float) -> None:
@@ -118,8 +120,8 @@ def test_logits_shapes_loss_checks_and_bad_settings():
         segmenter.loss(logits, targets, masks=masks[:2])
     with pytest.raises(TypeError, match="list of sessions"):
         segmenter.boundary_logits(session())
-    with pytest.raises(ValueError, match="freeze_encoder"):
-        BoundarySegmenter(lora_rank=4)
+    with pytest.raises(ValueError, match="frozen"):
+        TextEncoder(frozen=True, lora_rank=4)
     with pytest.raises(ValueError, match="increasing turn indices"):
         from memlab.stages.segment.neural import span_events
 
@@ -167,7 +169,7 @@ def test_save_load_round_trip_keeps_the_boundaries_and_only_the_trained_weights(
     assert unit_fields(u for out in loaded(items) for u in out.units) == \
         unit_fields(u for out in segmenter(items) for u in out.units)
     # under LoRA the adapter is saved too, never the packaged base
-    lora = small_segmenter(freeze_encoder=False, lora_rank=2)
+    lora = small_segmenter(frozen=False, lora_rank=2)
     keys = set(lora.checkpoint_state())
     assert any("lora_" in k for k in keys) and all(not k.startswith("encoder.") or "lora_" in k for k in keys)
     lora.save(tmp_path / "lora")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from memlab.stage import Stage
+from memlab.stages.encoder import TextEncoder
 from memlab.stages.event_view import EventView
 from memlab.stages.navigate import ACTIONS, ExplorerPolicy, ExplorerTarget, NavigateIn, Neighbour
 from memlab.stages.navigate.neural import RELATION_SLOTS, relation_slot, view_text
@@ -36,7 +37,8 @@ def state(satisfied=(False, False), neighbours=NEIGHBOURS, kept=(), max_next=2) 
 
 def small_policy(**kwargs) -> ExplorerPolicy:
     torch.manual_seed(0)
-    policy = ExplorerPolicy(max_length=32, lora_rank=4, hidden=16, **kwargs)
+    frozen = kwargs.pop("frozen", False)
+    policy = ExplorerPolicy(TextEncoder(max_length=32, lora_rank=0 if frozen else 4, frozen=frozen), hidden=16, **kwargs)
     policy.warm_up()
     return policy
 
@@ -63,7 +65,7 @@ def test_the_texts_and_relation_slots_it_reads():
     assert relation_slot("<- cause-effect") == len(RELATION_LABELS)  # normalised, incoming
     assert relation_slot("made up") == RELATION_LABELS.index("related") and RELATION_SLOTS == 2 * len(RELATION_LABELS)
     with pytest.raises(ValueError, match="next_threshold must be in"):
-        ExplorerPolicy(next_threshold=1.5)
+        ExplorerPolicy(TextEncoder(), next_threshold=1.5)
     with pytest.raises(ValueError, match="action must be one of"):
         ExplorerTarget("STOP")
 
@@ -120,7 +122,7 @@ def test_a_checkpoint_round_trip_gives_the_same_decisions(tmp_path):
 
 @pytest.mark.parametrize("freeze", [True, False])
 def test_gradient_steps_reduce_the_loss(freeze):
-    policy = small_policy(freeze_encoder=freeze)
+    policy = small_policy(frozen=freeze)
     items = [state(), state(satisfied=(True, False), kept=(NODE,)), state(neighbours=NEIGHBOURS[:2])]
     targets = [ExplorerTarget("EXPAND", ("N1",), (0,)), ExplorerTarget("ANSWER", (), (1,)), ExplorerTarget("SKIP", ("N2",))]
     trainable = [p for p in policy.parameters() if p.requires_grad]

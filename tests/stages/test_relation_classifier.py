@@ -8,12 +8,23 @@ import pytest
 import torch
 
 from memlab.stage import Stage
+from memlab.stages.encoder import TextEncoder
 from memlab.stages.event_view import EventView
 from memlab.stages.fuse import ClassifierFuser, FuseIn
-from memlab.stages.relate import (NO_RELATION, PAIR_LABELS, AdjacentRelationExtractor, MajorityRelationExtractor,
-                                  PairRelationClassifier,
-                                  RelateIn, RelateOut, Relation, RelationExtractor, canonical_pairs,
-                                  canonical_relation, event_text)
+from memlab.stages.relate import (
+    NO_RELATION,
+    PAIR_LABELS,
+    AdjacentRelationExtractor,
+    MajorityRelationExtractor,
+    PairRelationClassifier,
+    RelateIn,
+    RelateOut,
+    Relation,
+    RelationExtractor,
+    canonical_pairs,
+    canonical_relation,
+    event_text,
+)
 
 EVENTS = (
     EventView("N0", "Ann lost her job at the bank.", ("D1:1",), ("Ann",)),
@@ -25,12 +36,14 @@ EVENTS = (
 PAIRS = [("Ann lost her job.", "Ann had to move out."), ("Bob cooked dinner.", "It rained in Paris."),
          ("The storm hit the town.", "The town flooded."), ("Ann bought a cat.", "The train was late.")]
 PAIR_TARGETS = ["causal", NO_RELATION, "causal", NO_RELATION]
+ENCODER_KEYS = {"max_length", "frozen", "lora_rank"}
 DISTANCES = [1, 3, 1, 6]  # events apart in their session
 
 
 def small_classifier(**kwargs) -> PairRelationClassifier:
     torch.manual_seed(0)
-    return PairRelationClassifier(**{"max_length": 32, "batch_size": 4, **kwargs})
+    encoder = TextEncoder(**{"max_length": 32, "frozen": True, **{k: kwargs.pop(k) for k in ENCODER_KEYS & set(kwargs)}})
+    return PairRelationClassifier(encoder, **{"batch_size": 4, **kwargs})
 
 
 def train_steps(stage: PairRelationClassifier, steps: int) -> list[float]:
@@ -72,9 +85,9 @@ def test_labels_pairs_and_directions():
     lonely = small_classifier()
     assert lonely([RelateIn(EVENTS[:1]), RelateIn(())]) == [RelateOut(), RelateOut()] and not lonely.is_built  # no pair
     with pytest.raises(ValueError, match="include 'none'"):
-        PairRelationClassifier(labels=["causal", "related"])
+        PairRelationClassifier(TextEncoder(), labels=["causal", "related"])
     with pytest.raises(ValueError, match=r"\['caused'\] are not among"):
-        PairRelationClassifier(labels=["caused", "none"])
+        PairRelationClassifier(TextEncoder(), labels=["caused", "none"])
 
 
 def test_every_canonical_pair_is_classified_and_none_drops_it(monkeypatch):
@@ -127,10 +140,10 @@ def test_a_frozen_encoder_stays_the_packaged_one_and_vectors_can_be_precomputed(
     with torch.no_grad():
         from_vectors = stage.logits_from_vectors(vectors[0::2], vectors[1::2], DISTANCES)
         assert torch.allclose(from_vectors, stage.pair_logits(PAIRS, DISTANCES), atol=1e-5)
-    with pytest.raises(ValueError, match="freeze_encoder=true leaves a LoRA adapter untrained"):
-        PairRelationClassifier(lora_rank=4)
+    with pytest.raises(ValueError, match="frozen=true leaves a LoRA adapter untrained"):
+        TextEncoder(frozen=True, lora_rank=4)
     # a LoRA adapter trains when the encoder is not frozen
-    lora = small_classifier(freeze_encoder=False, lora_rank=4)
+    lora = small_classifier(frozen=False, lora_rank=4)
     losses = train_steps(lora, 3)
     assert losses[-1] < losses[0]
     assert any("lora_" in k for k in lora.checkpoint_state())

@@ -4,8 +4,16 @@ import pytest
 import torch
 
 from memlab.stage import Stage, StageError, seal_checkpoint
-from memlab.stages.rerank import (CosineReranker, CrossEncoderReranker, FusionReranker, PromptedReranker, RerankIn,
-                                  Reranker, RerankOut)
+from memlab.stages.encoder import TextEncoder
+from memlab.stages.rerank import (
+    CosineReranker,
+    CrossEncoderReranker,
+    FusionReranker,
+    PromptedReranker,
+    Reranker,
+    RerankIn,
+    RerankOut,
+)
 from memlab.stages.rerank.prompted import order_scores
 from tests.fakes import ReplayLM
 from tests.memory.helpers import HashingEmbedder
@@ -18,7 +26,7 @@ PAIRS = [("where does alice live", "Alice lives in Paris."), ("where does alice 
 
 def small_reranker(**kwargs) -> CrossEncoderReranker:
     torch.manual_seed(0)
-    return CrossEncoderReranker(max_length=32, batch_size=2, **{"lora_rank": 4, **kwargs})
+    return CrossEncoderReranker(TextEncoder(max_length=32, **{"lora_rank": 4, **kwargs}), batch_size=2)
 
 
 def train_steps(stage: CrossEncoderReranker, steps: int) -> list[float]:
@@ -63,9 +71,9 @@ def test_lora_checkpoint_is_small_and_round_trips(tmp_path):
     train_steps(stage, 1)
     before = stage([ITEM])[0].scores
     stage.save(tmp_path / "rr")
-    size = (tmp_path / "rr" / "model.safetensors").stat().st_size
+    size = sum(p.stat().st_size for p in (tmp_path / "rr").rglob("model.safetensors"))
     assert size < 1_000_000  # adapter + head, not the 90 MB encoder
-    assert json.loads((tmp_path / "rr" / "config.json").read_text())["kwargs"]["lora_rank"] == 4
+    assert json.loads((tmp_path / "rr" / "encoder" / "config.json").read_text())["kwargs"]["lora_rank"] == 4
     torch.manual_seed(123)  # a different LoRA init must be overwritten by the checkpoint
     loaded = Stage.load(tmp_path / "rr")
     assert isinstance(loaded, CrossEncoderReranker)
@@ -74,9 +82,9 @@ def test_lora_checkpoint_is_small_and_round_trips(tmp_path):
 
 def test_loading_refuses_a_checkpoint_of_another_stage(tmp_path):
     small_reranker().save(tmp_path / "rr")
-    config = json.loads((tmp_path / "rr" / "config.json").read_text())
+    config = json.loads((tmp_path / "rr" / "encoder" / "config.json").read_text())
     config["kwargs"]["lora_rank"] = 2  # adapter shapes no longer fit
-    (tmp_path / "rr" / "config.json").write_text(json.dumps(config))
+    (tmp_path / "rr" / "encoder" / "config.json").write_text(json.dumps(config))
     seal_checkpoint(tmp_path / "rr")  # an edit made on purpose: the checksums then pass, the shapes do not
     with pytest.raises(StageError, match="do not match"):
         Stage.load(tmp_path / "rr")
@@ -91,7 +99,7 @@ def test_full_fine_tune_checkpoint_round_trips(tmp_path):
         next(stage.encoder.parameters()).mul_(1.01)
     before = stage([ITEM])[0].scores
     stage.save(tmp_path / "full")
-    assert (tmp_path / "full" / "model.safetensors").stat().st_size > 50_000_000
+    assert (tmp_path / "full" / "encoder" / "model.safetensors").stat().st_size > 50_000_000
     assert Stage.load(tmp_path / "full")([ITEM])[0].scores == before
 
 

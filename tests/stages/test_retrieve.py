@@ -9,6 +9,7 @@ import torch
 from memlab.embed import SentenceTransformerEmbedder
 from memlab.memory.store import MemoryStoreError, UnitMemory
 from memlab.stage import Stage, load_stage
+from memlab.stages.encoder import TextEncoder
 from memlab.stages.retrieve import BiEncoderEmbedder, EmbedIn
 from memlab.types import MemoryUnit
 
@@ -27,12 +28,12 @@ def _one_step(stage: BiEncoderEmbedder) -> None:
 
 
 def test_untrained_it_is_the_packaged_minilm():
-    vectors = BiEncoderEmbedder(lora_rank=0).encode(TEXTS)
+    vectors = BiEncoderEmbedder(TextEncoder(max_length=128)).encode(TEXTS)
     np.testing.assert_allclose(vectors, SentenceTransformerEmbedder().encode(TEXTS), atol=1e-5)
 
 
 def test_forward_is_the_embedder_contract_and_prefixes_mark_queries():
-    stage = BiEncoderEmbedder(lora_rank=4, query_prefix="query: ")
+    stage = BiEncoderEmbedder(TextEncoder(max_length=128, lora_rank=4), query_prefix="query: ")
     out = stage([EmbedIn(TEXTS[0], is_query=True), EmbedIn(TEXTS[1])])
     np.testing.assert_allclose(out[0].vector, stage.encode(["query: " + TEXTS[0]])[0], atol=1e-5)
     np.testing.assert_allclose(out[1].vector, stage.encode(TEXTS[1:])[0], atol=1e-5)
@@ -40,13 +41,13 @@ def test_forward_is_the_embedder_contract_and_prefixes_mark_queries():
 
 
 def test_save_load_round_trip_and_a_memory_refuses_another_checkpoint(tmp_path):
-    stage = BiEncoderEmbedder(lora_rank=4)
+    stage = BiEncoderEmbedder(TextEncoder(max_length=128, lora_rank=4))
     _one_step(stage)
     stage.save(tmp_path / "retriever")
     loaded = load_stage(tmp_path / "retriever")
     assert loaded.identity == stage.identity
     np.testing.assert_allclose(loaded.encode(TEXTS), stage.encode(TEXTS), atol=1e-6)
-    assert (tmp_path / "retriever" / "model.safetensors").stat().st_size < 1_000_000  # the adapter only
+    assert (tmp_path / "retriever" / "encoder" / "model.safetensors").stat().st_size < 1_000_000  # the adapter only
 
     units = [MemoryUnit(id=f"u{i}", text=t, source_ids=(f"D1:{i}",)) for i, t in enumerate(TEXTS)]
     UnitMemory.build(units, loaded).save(tmp_path / "memory")

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from memlab.stage import Stage
+from memlab.stages.encoder import TextEncoder
 from memlab.stages.route import QUESTION_TYPES, QueryRouter, RouteIn, RouteOut
 from memlab.stages.route.neural import DEFAULT_HEADS, IGNORE_INDEX
 
@@ -14,7 +15,7 @@ QUESTIONS = ["Why did Alice move to Paris?", "When did Bob start playing guitar?
 
 def small_router(**kwargs) -> QueryRouter:
     torch.manual_seed(0)
-    return QueryRouter(max_length=24, lora_rank=4, **kwargs)
+    return QueryRouter(TextEncoder(max_length=24, lora_rank=4), **kwargs)
 
 
 def test_heads_have_one_logit_per_label_and_bad_heads_are_refused():
@@ -24,11 +25,11 @@ def test_heads_have_one_logit_per_label_and_bad_heads_are_refused():
         name: (3, len(labels)) for name, labels in DEFAULT_HEADS.items()}
     assert logits["intent"].requires_grad
     with pytest.raises(ValueError, match="default_intent"):
-        QueryRouter(heads={"intent": ["WHY", "WHEN"]})
+        QueryRouter(TextEncoder(), heads={"intent": ["WHY", "WHEN"]})
     with pytest.raises(ValueError, match="two distinct labels"):
-        QueryRouter(heads={"complexity": ["LOW"]})
+        QueryRouter(TextEncoder(), heads={"complexity": ["LOW"]})
     with pytest.raises(ValueError, match="must be among"):
-        QueryRouter(heads={"intent": ["WHY", "HOW"]}, default_intent="WHY")
+        QueryRouter(TextEncoder(), heads={"intent": ["WHY", "HOW"]}, default_intent="WHY")
     assert router.intents == tuple(DEFAULT_HEADS["intent"])
     with pytest.raises(ValueError, match="unknown heads"):
         router.loss(logits, {"topic": torch.zeros(3, dtype=torch.long)})

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from memlab import training
 from memlab.config import ConfigError
 from memlab.lm.cache import ResponseCache
 from memlab.lm.types import ChatRequest, Completion
-from memlab import training
 from memlab.training import recipe_path, run_recipe
 from memlab.training.supervision import conversation_texts, distillation_dropped
 

@@ -17,8 +17,14 @@ import torch
 
 from memlab.config import ConfigError
 from memlab.stage import Stage
-from memlab.training import (EarlyStopping, load_recipe, load_recipe_config, recipe_conversations, recipe_path,
-                             with_defaults)
+from memlab.training import (
+    EarlyStopping,
+    load_recipe,
+    load_recipe_config,
+    recipe_conversations,
+    recipe_path,
+    with_defaults,
+)
 
 SAMPLE = Path(__file__).resolve().parents[2] / "memlab" / "data" / "samples" / "sample_locomo.json"
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "train"
@@ -148,14 +154,13 @@ def test_early_stopping():
 
 
 def fixed_batch_loss_drops(loss_fn, optimizer, steps: int = 5) -> tuple[float, float]:
-    first = last = None
+    first = None
     for _ in range(steps):
         loss = loss_fn()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         first = loss.item() if first is None else first
-        last = loss.item()
     return first, loss_fn().item()
 
 
@@ -163,7 +168,7 @@ def fixed_batch_loss_drops(loss_fn, optimizer, steps: int = 5) -> tuple[float, f
 def test_reranker_recipe(three_conversations, tmp_path):
     recipe = load_recipe("finetune_reranker")
     config = load_recipe_config(CONFIGS / "reranker.yaml", [
-        f"output_dir={tmp_path / 'reranker'}", "stage.lora_rank=4", "stage.max_length=64", "optim.max_steps=4",
+        f"output_dir={tmp_path / 'reranker'}", "stage.encoder.lora_rank=4", "stage.encoder.max_length=64", "optim.max_steps=4",
         "optim.batch_size=2", "optim.lr=1e-3", "eval_every=2", "negatives=3", "progress=false",
     ])
     config["data"] = tiny_data(three_conversations)
@@ -175,7 +180,7 @@ def test_reranker_recipe(three_conversations, tmp_path):
     assert [r["step"] for r in log] == [0, 2, 4]
     loaded = Stage.load(tmp_path / "reranker")
     assert (tmp_path / "reranker" / "training.json").is_file()
-    assert (tmp_path / "reranker" / "model.safetensors").stat().st_size < 2_000_000  # LoRA + head only
+    assert sum(f.stat().st_size for f in (tmp_path / "reranker").rglob("model.safetensors")) < 2_000_000  # LoRA + head only
     assert type(loaded).__name__ == "CrossEncoderReranker"
 
     run = recipe.setup(config)
@@ -183,7 +188,7 @@ def test_reranker_recipe(three_conversations, tmp_path):
     batch = run.groups[:2]
     first, after = fixed_batch_loss_drops(lambda: recipe.group_loss(stage, batch), run.optimizer)
     assert after < first
-    dense = recipe.setup({**config, "retrieval": "dense"})  # the first stage of rag_turns_gemma / _best
+    dense = recipe.setup({**config, "pipeline_overrides": ["retrieval=dense"]})  # the first stage of rag_turns_gemma / _best
     assert dense.groups and dense.validation and dense.evaluation
 
     # The final fit: every conversation, the configured length, the last step kept, no held-out score.
@@ -199,7 +204,7 @@ def test_reranker_recipe(three_conversations, tmp_path):
 def test_retriever_recipe(three_conversations, tmp_path):
     recipe = load_recipe("finetune_retriever")
     config = load_recipe_config(CONFIGS / "retriever.yaml", [
-        f"output_dir={tmp_path / 'retriever'}", "stage.lora_rank=4", "stage.max_length=48", "optim.max_steps=4",
+        f"output_dir={tmp_path / 'retriever'}", "stage.encoder.lora_rank=4", "stage.encoder.max_length=48", "optim.max_steps=4",
         "optim.batch_size=4", "optim.lr=1e-3", "eval_every=2", "progress=false",
     ])
     config["data"] = tiny_data(three_conversations)
@@ -210,7 +215,7 @@ def test_retriever_recipe(three_conversations, tmp_path):
     assert [r["step"] for r in log] == [0, 2, 4]
     loaded = Stage.load(tmp_path / "retriever")
     assert type(loaded).__name__ == "BiEncoderEmbedder" and loaded.trained_on == {"tiny-a", "tiny-b"}
-    assert (tmp_path / "retriever" / "model.safetensors").stat().st_size < 1_000_000  # the LoRA adapter only
+    assert (tmp_path / "retriever" / "encoder" / "model.safetensors").stat().st_size < 1_000_000  # the LoRA adapter only
 
     run = recipe.setup(config)
     stage = run.accelerator.unwrap_model(run.stage)
@@ -230,8 +235,8 @@ def test_tfidf_router_recipe(three_conversations, tmp_path):
     loaded = Stage.load(tmp_path / "router")
     assert type(loaded).__name__ == "TfidfRouter" and loaded.trained_on == {"tiny-a", "tiny-b"}
     # fitted on its own training questions, it labels them better than chance
-    from memlab.training.stage_eval import evaluate_router
     from memlab.training import recipe_conversations
+    from memlab.training.stage_eval import evaluate_router
 
     train, validation, _ = recipe_conversations(config["data"])
     assert evaluate_router(loaded, train + validation)["accuracy"] > 0.5
@@ -241,7 +246,7 @@ def test_tfidf_router_recipe(three_conversations, tmp_path):
 def test_router_recipe(three_conversations, tmp_path):
     recipe = load_recipe("finetune_router")
     config = load_recipe_config(CONFIGS / "router.yaml", [
-        f"output_dir={tmp_path / 'router'}", "stage.lora_rank=4", "optim.epochs=2", "optim.batch_size=4",
+        f"output_dir={tmp_path / 'router'}", "stage.encoder.lora_rank=4", "optim.epochs=2", "optim.batch_size=4",
         "progress=false",
     ])
     config["data"] = tiny_data(three_conversations)

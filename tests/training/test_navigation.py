@@ -12,10 +12,16 @@ import pytest
 
 from memlab.pipelines.compassmem_memory import EventMemory
 from memlab.stage import Stage
+from memlab.stages.encoder import TextEncoder
 from memlab.stages.navigate import NavigateIn, NavigateOut, Navigator
 from memlab.training import load_recipe
-from memlab.training.navigation import (evaluate_explorer_policy, navigation_examples, navigation_states, row_inputs,
-                                        row_target)
+from memlab.training.navigation import (
+    evaluate_explorer_policy,
+    navigation_examples,
+    navigation_states,
+    row_inputs,
+    row_target,
+)
 from memlab.types import Conversation, MemoryUnit, Question
 from tests.memory.helpers import HashingEmbedder
 
@@ -161,8 +167,9 @@ def test_the_recipe_trains_saves_and_evaluates_on_held_out_conversations(three_c
         "recipe": "train_explorer_policy", "output_dir": str(out), "progress": False,
         "data": {"path": str(three_conversations), "eval_ids": ["tiny-c"], "validation_ids": ["tiny-b"],
                  "max_questions": 6},
-        "stage": {"_component_": "memlab.stages.navigate.ExplorerPolicy", "max_length": 32, "lora_rank": 0,
-                  "hidden": 16, "freeze_encoder": True},  # heads only: seconds on a CPU
+        "stage": {"_component_": "memlab.stages.navigate.ExplorerPolicy", "hidden": 16,
+                  "encoder": {"_component_": "memlab.stages.encoder.TextEncoder", "max_length": 32,
+                              "frozen": True}},  # heads only: seconds on a CPU
         "supervision": {"max_states": 4},
         "optim": {"epochs": 1, "batch_size": 8, "max_steps": 2},
         "eval_every": 1,
@@ -183,13 +190,16 @@ def test_the_recipe_trains_saves_and_evaluates_on_held_out_conversations(three_c
 def test_evaluate_stage_scores_an_explorer_policy_on_built_memories(tmp_path, capsys, caplog):
     from memlab.cli import main
     from memlab.stages.navigate import ExplorerPolicy
+    from memlab.training.evaluators import NavigatorEvaluator
 
-    ExplorerPolicy(freeze_encoder=True, lora_rank=0).save(tmp_path / "policy")
+    ExplorerPolicy(TextEncoder(frozen=True)).save(tmp_path / "policy")
     config = tmp_path / "chunks.yaml"  # an LLM-free build: token chunks, no relations, no fusion
     config.write_text(f"_base_: {REPO / 'configs/ablations/compassmem_chunks.yaml'}\n"
                       "edges: false\nrelation_extractor: null\nfuser: null\n")
-    assert main(["evaluate-stage", str(tmp_path / "policy")]) == 2  # no --pipeline: refused
-    assert "give --pipeline" in caplog.text
-    assert main(["evaluate-stage", str(tmp_path / "policy"), "--pipeline", str(config)]) == 0
+    assert main(["evaluate-stage", str(tmp_path / "policy")]) == 2  # saved in code: no evaluator recorded
+    assert "records no evaluator" in caplog.text
+    record = {"config": {}, "evaluator": NavigatorEvaluator().node(), "split": {"train": [], "validation": []}}
+    (tmp_path / "policy" / "training.json").write_text(json.dumps(record))
+    assert main(["evaluate-stage", str(tmp_path / "policy"), f"pipeline={config}"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["stage"] == "ExplorerPolicy" and 0.0 <= result["action_accuracy"] <= 1.0

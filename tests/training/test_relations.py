@@ -13,8 +13,16 @@ import pytest
 from memlab.stage import Stage
 from memlab.stages.relate import MajorityRelationExtractor, RelateOut, Relation, RelationExtractor
 from memlab.training import load_recipe, load_recipe_config
-from memlab.training.relations import (class_weights, evaluate_relation_extractor, label_counts, macro_f1,
-                                       majority_label, pair_labels, relation_examples, relation_scores)
+from memlab.training.relations import (
+    class_weights,
+    evaluate_relation_extractor,
+    label_counts,
+    macro_f1,
+    majority_label,
+    pair_labels,
+    relation_examples,
+    relation_scores,
+)
 from memlab.training.teacher import TeacherSession
 from memlab.types import MemoryUnit, Session, Turn
 from tests.train.test_recipes import CONFIGS, three_conversations, tiny_data  # noqa: F401  (fixture)
@@ -142,7 +150,7 @@ def synthetic_teacher(conversations, config=None, overrides=(), missing: tuple[s
 
 def recipe_config(tmp_path, data_path) -> dict:
     config = load_recipe_config(CONFIGS / "relation_extractor.yaml", [
-        f"output_dir={tmp_path / 'relations'}", "stage.max_length=32", "optim.epochs=2",
+        f"output_dir={tmp_path / 'relations'}", "stage.encoder.max_length=32", "optim.epochs=2",
         "optim.batch_size=8", "optim.lr=5e-3", "progress=false"])
     config["data"] = tiny_data(data_path)
     return config

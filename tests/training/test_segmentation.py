@@ -15,8 +15,16 @@ from memlab.config import ConfigError
 from memlab.stage import Stage
 from memlab.stages.segment import BoundarySegmenter, FixedSpanSegmenter
 from memlab.training import load_recipe, load_recipe_config
-from memlab.training.segmentation import (boundary_f1, boundary_targets, evaluate_segmenter, labelled_positions,
-                                          mean_event_length, segmentation_examples, session_boundaries, turn_events)
+from memlab.training.segmentation import (
+    boundary_f1,
+    boundary_targets,
+    evaluate_segmenter,
+    labelled_positions,
+    mean_event_length,
+    segmentation_examples,
+    session_boundaries,
+    turn_events,
+)
 from memlab.training.teacher import TeacherSession
 from memlab.types import MemoryUnit, Session, Turn
 from tests.train.test_recipes import three_conversations  # noqa: F401  (a fixture: the sample as tiny-a, -b, -c)
@@ -157,8 +165,9 @@ def tiny_config(path: Path, out: Path) -> dict:
     config = load_recipe_config(CONFIG)
     config.update(output_dir=str(out), progress=False, patience=2,
                   data={"path": str(path), "eval_ids": ["tiny-c"], "validation_ids": ["tiny-b"]},
-                  stage={"_component_": "memlab.stages.segment.BoundarySegmenter", "max_length": 32,
-                         "context_size": 16},
+                  stage={"_component_": "memlab.stages.segment.BoundarySegmenter", "context_size": 16,
+                         "encoder": {"_component_": "memlab.stages.encoder.TextEncoder", "max_length": 32,
+                                     "frozen": True}},
                   optim={**config["optim"], "epochs": 3, "batch_size": 2, "lr": 1e-2})
     return config
 
@@ -202,15 +211,15 @@ def test_the_recipe_refuses_a_part_with_no_cached_teacher_session(three_conversa
         recipe.setup(tiny_config(three_conversations, tmp_path / "seg"))
 
 
-def test_evaluate_segmenter_on_conversations_reads_the_teacher_and_refuses_none_cached(monkeypatch):
+def test_the_segmenter_evaluator_reads_the_teacher_and_refuses_none_cached(monkeypatch):
     import memlab.training.teacher
     from memlab.data import load_sample
-    from memlab.training.segmentation import evaluate_segmenter_on
+    from memlab.training.evaluators import SegmenterEvaluator
 
     conversation = load_sample()[0]
     monkeypatch.setattr(memlab.training.teacher, "teacher_sessions", synthetic_teacher())
-    result = evaluate_segmenter_on(FixedSpanSegmenter(span=2), [conversation])
+    result = SegmenterEvaluator()(FixedSpanSegmenter(span=2), [conversation])
     assert result["sessions"] == 2 and result["teacher"]["failed"] == 1 and result["baseline"]["f1"] == result["f1"]
     monkeypatch.setattr(memlab.training.teacher, "teacher_sessions", synthetic_teacher(missing=(conversation.id,)))
     with pytest.raises(ValueError, match="no cached teacher session"):
-        evaluate_segmenter_on(FixedSpanSegmenter(), [conversation])
+        SegmenterEvaluator()(FixedSpanSegmenter(), [conversation])

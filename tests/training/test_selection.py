@@ -11,11 +11,26 @@ import pytest
 import torch
 
 from memlab.stage import Stage
-from memlab.stages.global_select import (GlobalSelectIn, GlobalSelectOut, GlobalSelector, HierarchyNode, Selection,
-                                         SelectionTarget, TrainedGlobalSelector)
+from memlab.stages.encoder import TextEncoder
+from memlab.stages.global_select import (
+    GlobalSelectIn,
+    GlobalSelector,
+    GlobalSelectOut,
+    HierarchyNode,
+    Selection,
+    SelectionTarget,
+    TrainedGlobalSelector,
+)
 from memlab.training import load_recipe
-from memlab.training.selection import (build_memories, descent_rows, evaluate_global_selector, evidence_episodes,
-                                       node_labels, score_rows, selection_examples)
+from memlab.training.selection import (
+    build_memories,
+    descent_rows,
+    evaluate_global_selector,
+    evidence_episodes,
+    node_labels,
+    score_rows,
+    selection_examples,
+)
 from memlab.types import Conversation, Question
 from tests.pipelines.test_mnemis import Script, history, pipeline
 from tests.train.test_recipes import three_conversations  # noqa: F401 (a fixture)
@@ -111,7 +126,7 @@ def test_trained_selector_decides_within_its_limits_and_its_loss_goes_down():
     nodes = (HierarchyNode("C0", "Cities", ("place",), "Cities: Paris, Berlin", 1),
              HierarchyNode("C1", "Pets", ("animal",), "Pets: Rex", 1), HierarchyNode("E2", "Berlin", ("city",), "", 0))
     item = GlobalSelectIn("Which city did Ann move to?", nodes)
-    selector = TrainedGlobalSelector(hidden=16, max_selected=2, min_selected=1, select_threshold=1.0)
+    selector = TrainedGlobalSelector(TextEncoder(max_length=96, frozen=True), hidden=16, max_selected=2, min_selected=1, select_threshold=1.0)
     out = selector([item, GlobalSelectIn("nothing to choose", ())])
     assert len(out[0].selected) == 1 and out[1].selected == ()  # min_selected when nothing reaches the threshold
     assert len(selector._cache) == 4  # the question and the three cards, encoded once ...
@@ -134,13 +149,13 @@ def test_trained_selector_decides_within_its_limits_and_its_loss_goes_down():
     with pytest.raises(ValueError, match="one flag per node"):
         selector.loss(selector.node_logits([item]), [SelectionTarget((True,), (False,))], [item])
     with pytest.raises(ValueError, match="min_selected"):
-        TrainedGlobalSelector(max_selected=1, min_selected=2)
+        TrainedGlobalSelector(TextEncoder(), max_selected=1, min_selected=2)
 
 
 def test_recipe_trains_saves_and_evaluates_the_descent(three_conversations, tmp_path, monkeypatch, minilm):
-    from tests.pipelines.test_no_label_in_prompts import plausible, with_lm
-    from tests.fakes import ReplayLM
     from memlab.config import build_pipeline
+    from tests.fakes import ReplayLM
+    from tests.pipelines.test_no_label_in_prompts import plausible, with_lm
 
     recipe = load_recipe("train_global_selector")
     built = with_lm(build_pipeline(REPO / "configs" / "pipelines" / "mnemis.yaml")[0], ReplayLM(plausible))
@@ -153,7 +168,8 @@ def test_recipe_trains_saves_and_evaluates_the_descent(three_conversations, tmp_
         "recipe": "train_global_selector", "output_dir": str(out), "progress": False,
         "data": {"path": str(three_conversations), "eval_ids": ["tiny-c"], "validation_ids": ["tiny-b"],
                  "max_questions": 4, "sessions": 2},
-        "stage": {"_component_": "memlab.stages.global_select.TrainedGlobalSelector", "hidden": 16, "max_length": 32},
+        "stage": {"_component_": "memlab.stages.global_select.TrainedGlobalSelector", "hidden": 16,
+                  "encoder": {"_component_": "memlab.stages.encoder.TextEncoder", "max_length": 32, "frozen": True}},
         "optim": {"epochs": 2, "batch_size": 1, "max_steps": 2},
         "eval_every": 1,
     })
@@ -179,27 +195,28 @@ def test_build_memories_without_a_cached_build_names_the_command(three_conversat
         build_memories(built, conversation)
 
 
-def test_evaluate_stage_refuses_a_selector_without_pipeline_or_cached_build(tmp_path, caplog, monkeypatch):
+def test_evaluate_stage_refuses_a_selector_without_evaluator_or_cached_build(tmp_path, caplog, monkeypatch):
     from memlab.cli import main
+    from memlab.training.evaluators import GlobalSelectorEvaluator
 
-    TrainedGlobalSelector(hidden=8).save(tmp_path / "selector")
+    TrainedGlobalSelector(TextEncoder(frozen=True), hidden=8).save(tmp_path / "selector")
     assert main(["evaluate-stage", str(tmp_path / "selector")]) == 2
-    assert "give --pipeline" in caplog.text
+    assert "records no evaluator" in caplog.text
+    record = {"config": {}, "evaluator": GlobalSelectorEvaluator().node(), "split": {"train": [], "validation": []}}
+    (tmp_path / "selector" / "training.json").write_text(json.dumps(record))
     monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path / "empty.sqlite"))
-    assert main(["evaluate-stage", str(tmp_path / "selector"), "--sessions", "1", "--pipeline",
-                 str(REPO / "configs" / "pipelines" / "mnemis.yaml")]) == 2
+    assert main(["evaluate-stage", str(tmp_path / "selector"), "--sessions", "1",
+                 f"pipeline={REPO / 'configs' / 'pipelines' / 'mnemis.yaml'}"]) == 2
     assert "not in the response cache" in caplog.text
 
 
-def test_selection_script_refuses_a_build_the_cache_lacks(tmp_path, monkeypatch, capsys):
-    import importlib.util
+def test_the_selection_comparison_refuses_a_build_the_cache_lacks(tmp_path, monkeypatch, caplog):
+    from memlab.cli import main
 
-    spec = importlib.util.spec_from_file_location("selection_script", REPO / "eval" / "mnemis_selection.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path / "empty.sqlite"))
-    assert script.main(["--pipeline", str(REPO / "configs" / "pipelines" / "mnemis.yaml"), "--sessions", "1",
-                        "--data", str(REPO / "memlab" / "data" / "samples" / "sample_locomo.json"),
-                        "--conversations", "sample-1"]) == 2
-    assert "not in the response cache" in capsys.readouterr().err
-    assert script.main(["--data", "nowhere.json", "--conversations", "x"]) == 2
+    config = str(REPO / "configs" / "compare" / "mnemis_selection.yaml")
+    assert main(["compare-stages", config, "--sessions", "1", "--data",
+                 str(REPO / "memlab" / "data" / "samples" / "sample_locomo.json"), "--conversations", "sample-1",
+                 f"evaluator.pipeline={REPO / 'configs' / 'pipelines' / 'mnemis.yaml'}"]) == 2
+    assert "not in the response cache" in caplog.text
+    assert main(["compare-stages", config, "--data", "nowhere.json", "--conversations", "x"]) == 2

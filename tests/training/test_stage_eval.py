@@ -7,12 +7,28 @@ import pytest
 from memlab.data import load_sample
 from memlab.eval.metrics import recall_at_k
 from memlab.memory.store import UnitMemory
+from memlab.pipelines.rag import RAG
+from memlab.stages.answer import PromptedAnswerer
 from memlab.stages.rerank import Reranker, RerankOut
 from memlab.stages.route import IntentRouter, RouteOut
 from memlab.stages.route.rules import RuleRouter
+from memlab.stages.segment import SegmentIn, TurnSegmenter
 from memlab.training.stage_eval import evaluate_reranker, evaluate_router, reranker_candidates
-from memlab.training.supervision import turn_units
+from tests.fakes import ReplayLM
 from tests.memory.helpers import HashingEmbedder
+
+
+def rag_turns(top_k: int, candidates: int = 50, rrf_k: int = 10) -> RAG:
+    """rag_turns' first stage (turn units, hybrid RRF) over the hashing embedder, ranking ``top_k`` deep."""
+    return RAG(segmenter=TurnSegmenter(), embedder=HashingEmbedder(), retrieval="hybrid", top_k=top_k,
+               candidates=candidates, rrf_k=rrf_k, answerer=PromptedAnswerer(lm=ReplayLM(lambda r: "unused")))
+
+
+def turn_units(conversation):
+    """The turn units a pipeline builds from the conversation's history (under its opaque id)."""
+    history = conversation.history()
+    outputs = TurnSegmenter()([SegmentIn(history.id, session) for session in history.sessions])
+    return [unit for out in outputs for unit in out.units]
 
 
 @pytest.fixture(scope="module")
@@ -23,12 +39,12 @@ def sample():
 @pytest.fixture(scope="module")
 def items(sample):
     # depth 80 = every turn of the sample, so every evidence turn is a candidate.
-    return reranker_candidates(sample, HashingEmbedder(), depth=80)
+    return reranker_candidates(rag_turns(top_k=80), sample, depth=80)
 
 
 # -- rerankers ----------------------------------------------------------------------------
 def test_candidates_are_the_rag_turns_hybrid_ranking(sample):
-    items = reranker_candidates(sample, HashingEmbedder(), depth=30, rrf_k=10, candidates=50)
+    items = reranker_candidates(rag_turns(top_k=30, candidates=50, rrf_k=10), sample, depth=30)
     answerable = [q for q in sample[0].questions if q.category != "adversarial" and q.evidence]
     assert [i["question_id"] for i in items] == [q.id for q in answerable]
     memory = UnitMemory.build(turn_units(sample[0]), HashingEmbedder())

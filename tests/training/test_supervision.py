@@ -7,6 +7,12 @@ import dataclasses
 import pytest
 
 from memlab.data import load_sample
+from memlab.lm.cache import ResponseCache
+from memlab.lm.types import ChatRequest, Completion
+from memlab.memory.store import UnitMemory
+from memlab.pipelines.rag import RAG
+from memlab.stages.answer import PromptedAnswerer
+from memlab.stages.segment import SegmentIn, TurnSegmenter
 from memlab.training.supervision import (
     FIXED_EVAL_IDS,
     Split,
@@ -20,11 +26,9 @@ from memlab.training.supervision import (
     routing_examples,
     split_conversations,
     traversal_targets,
-    turn_units,
 )
-from memlab.lm.cache import ResponseCache
-from memlab.lm.types import ChatRequest, Completion
 from memlab.types import MemoryUnit, Question
+from tests.fakes import ReplayLM
 from tests.memory.helpers import HashingEmbedder
 
 DEV_IDS = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44", "conv-47")
@@ -35,9 +39,32 @@ def sample():
     return load_sample()[0]
 
 
+def rag_turns(retrieval="hybrid"):
+    """The rag_turns first stage (turn units, rrf_k=10) over the hashing embedder."""
+    return RAG(segmenter=TurnSegmenter(), embedder=HashingEmbedder(), retrieval=retrieval, rrf_k=10,
+               answerer=PromptedAnswerer(lm=ReplayLM(lambda r: "unused")))
+
+
+def turn_units(conversation):
+    outputs = TurnSegmenter()([SegmentIn(conversation.id, session) for session in conversation.sessions])
+    return [unit for out in outputs for unit in out.units]
+
+
+class UnitsFirstStage:
+    """A first stage over the units ``units(conversation)`` makes (hybrid, rrf_k=10)."""
+
+    retrieval, rrf_k = "hybrid", 10
+
+    def __init__(self, units, conversation):
+        self.units, self.conversation = units, conversation
+
+    def build(self, history):
+        return UnitMemory.build(self.units(self.conversation), HashingEmbedder())
+
+
 @pytest.fixture(scope="module")
 def rerank_data(sample):
-    return rerank_examples([sample], HashingEmbedder())
+    return rerank_examples([sample], rag_turns())
 
 
 def renamed(conversation, new_id):
@@ -90,8 +117,14 @@ def test_split_conversations_never_leaks_into_the_data(sample):
 
 
 # -- reranking ----------------------------------------------------------------------------
+def plain(row):
+    """A row's unit id under its conversation's own id (a pipeline builds under an opaque one)."""
+    _, slash, rest = row["unit_id"].partition("/")
+    return f"{row['conversation_id']}/{rest}" if slash else row["unit_id"]
+
+
 def positives_of(data, question_id):
-    return {r["unit_id"] for r in data if r["question_id"] == question_id and r["label"] == 1}
+    return {plain(r) for r in data if r["question_id"] == question_id and r["label"] == 1}
 
 
 def test_positives_are_exactly_the_evidence_turns(rerank_data):
@@ -105,7 +138,7 @@ def test_positives_are_exactly_the_evidence_turns(rerank_data):
 def test_positive_text_is_what_the_turn_segmenter_gives(sample, rerank_data):
     units = {u.id: u.text for u in turn_units(sample)}
     for row in rerank_data:
-        assert row["text"] == units[row["unit_id"]]
+        assert row["text"] == units[plain(row)]
     assert units["sample-1/D1:7"].startswith("[") and "Priya: My ginger menace" in units["sample-1/D1:7"]
 
 
@@ -121,14 +154,14 @@ def test_negatives_never_contain_a_positive_and_come_from_both_retrievers(sample
         assert len({r["unit_id"] for r in negatives}) == 8
         assert {r["source"] for r in negatives} == {"bm25", "dense"}
         for r in negatives:
-            assert not set(units[r["unit_id"]].source_ids) & evidence[qid]
-            assert r["unit_id"] not in positives_of(rerank_data, qid)
+            assert not set(units[plain(r)].source_ids) & evidence[qid]
+            assert plain(r) not in positives_of(rerank_data, qid)
 
 
 def test_rerank_examples_are_deterministic_and_honour_arguments(sample, rerank_data):
-    again = rerank_examples([sample], HashingEmbedder())
+    again = rerank_examples([sample], rag_turns())
     assert again.to_list() == rerank_data.to_list()
-    odd = rerank_examples([sample], HashingEmbedder(), negatives=3, categories=("temporal",), seed=1)
+    odd = rerank_examples([sample], rag_turns(), negatives=3, categories=("temporal",), seed=1)
     assert set(odd["question_id"]) == {q.id for q in sample.questions if q.category == "temporal"}
     for qid in set(odd["question_id"]):
         assert sum(1 for r in odd if r["question_id"] == qid and r["label"] == 0) == 3
@@ -136,18 +169,18 @@ def test_rerank_examples_are_deterministic_and_honour_arguments(sample, rerank_d
 
 
 def test_uniform_sampling_reaches_beyond_the_hardest_negatives(sample, rerank_data):
-    uniform = rerank_examples([sample], HashingEmbedder(), sampling="uniform", candidates=30)
+    uniform = rerank_examples([sample], rag_turns(), sampling="uniform", candidates=30)
     assert uniform.filter(lambda r: r["label"] == 1)["unit_id"] == rerank_data.filter(lambda r: r["label"] == 1)["unit_id"]
     top_ranks = [r["rank"] for r in rerank_data if r["label"] == 0]
     uniform_ranks = [r["rank"] for r in uniform if r["label"] == 0]
     assert max(uniform_ranks) < 30 and sum(uniform_ranks) > sum(top_ranks)
-    assert uniform["unit_id"] == rerank_examples([sample], HashingEmbedder(), sampling="uniform", candidates=30)["unit_id"]
+    assert uniform["unit_id"] == rerank_examples([sample], rag_turns(), sampling="uniform", candidates=30)["unit_id"]
     with pytest.raises(ValueError, match="sampling"):
-        rerank_examples([sample], HashingEmbedder(), sampling="hard")
+        rerank_examples([sample], rag_turns(), sampling="hard")
 
 
 def test_dense_first_stage_draws_every_negative_from_the_dense_ranking(sample, rerank_data):
-    dense = rerank_examples([sample], HashingEmbedder(), retrieval="dense")
+    dense = rerank_examples([sample], rag_turns("dense"))
     negatives = [r for r in dense if r["label"] == 0]
     assert negatives and {r["source"] for r in negatives} == {"dense"}
     for qid in set(dense["question_id"]):
@@ -155,7 +188,7 @@ def test_dense_first_stage_draws_every_negative_from_the_dense_ranking(sample, r
     assert dense.filter(lambda r: r["label"] == 1)["unit_id"] == rerank_data.filter(lambda r: r["label"] == 1)["unit_id"]
     assert "First stage: dense" in dense.info.description
     with pytest.raises(ValueError, match="retrieval"):
-        rerank_examples([sample], HashingEmbedder(), retrieval="bm25")
+        rerank_examples([sample], rag_turns("bm25"))
 
 
 def test_rerank_examples_over_custom_units(sample):
@@ -167,18 +200,18 @@ def test_rerank_examples_over_custom_units(sample):
             for i in range(0, len(turns), 2)
         ]
 
-    data = rerank_examples([sample], HashingEmbedder(), units=pairs, negatives=4)
+    data = rerank_examples([sample], UnitsFirstStage(pairs, sample), negatives=4)
     chunks = {u.id: u for u in pairs(sample)}
     expected = {u.id for u in chunks.values() if {"D2:12", "D4:2"} & set(u.source_ids)}
     assert positives_of(data, "sample-1:q3") == expected
-    assert "pairs" in data.info.description
+    assert "UnitsFirstStage" in data.info.description  # the card names the first stage
 
 
 def test_questions_without_a_positive_unit_are_skipped_and_counted(sample):
     def first_session_only(conversation):
         return [u for u in turn_units(conversation) if u.source_ids[0].startswith("D1:")]
 
-    data = rerank_examples([sample], HashingEmbedder(), units=first_session_only)
+    data = rerank_examples([sample], UnitsFirstStage(first_session_only, sample))
     assert "sample-1:q1" not in set(data["question_id"])  # evidence D2:9 is not among the units
     assert "sample-1:q0" in set(data["question_id"])
     skipped = sum(1 for q in sample.questions if q.category != "adversarial" and not any(e.startswith("D1:") for e in q.evidence))

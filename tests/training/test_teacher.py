@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from memlab.config import ConfigError
 from memlab.lm.cache_only import CacheMissError, CacheOnlyLM
 from memlab.lm.types import ChatRequest
 from memlab.training.teacher import teacher_sessions
@@ -45,6 +46,10 @@ def test_teacher_sessions_replay_the_prompted_build_and_skip_what_is_not_cached(
     # the prompted build of the first two sessions only (the background run has not gone further)
     prompted.build(Conversation("conv-x", h.speakers, h.sessions[:2]).history())
     calls = len(lm.requests)
+    with pytest.raises(ConfigError, match="would call a model"):  # a teacher only ever replays
+        teacher_sessions([conversation], pipeline=prompted)
+    for stage in (prompted.segmenter, prompted.relation_extractor):
+        stage.lm = CacheOnlyLM(lm)  # as configs/pipelines/compassmem_teacher.yaml declares it
     found, counts = teacher_sessions([conversation], pipeline=prompted)
     assert len(lm.requests) == calls  # replayed, not asked again
     assert [t.session.id for t in found] == ["session_1", "session_2"] and counts["not_cached"] == 1

@@ -21,7 +21,7 @@ from memlab.lm.jsonparse import visible_text
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer
+from memlab.stages.answer.base import Answerer, AnswerIn, AnswerOut
 
 # "Answer:", "**Final answer:**", "The final answer is:" at the start of a line, and any
 # further "Answer:" labels right after it ("The final answer is: Answer: ..."). Small models

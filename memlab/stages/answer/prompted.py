@@ -8,7 +8,7 @@ from memlab.lm.base import LM
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer, clean_answer
+from memlab.stages.answer.base import Answerer, AnswerIn, AnswerOut, clean_answer
 
 
 class PromptedAnswerer(PromptedStage, Answerer):

@@ -18,10 +18,15 @@ from memlab.lm.base import LM
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.answer.base import AnswerIn, AnswerOut, Answerer, clean_answer, split_context
+from memlab.stages.answer.base import Answerer, AnswerIn, AnswerOut, clean_answer, split_context
 
 NONE_RETRIEVED = "(none)"
 
+
+
+def _block(lines: list[str]) -> str:
+    """Memory lines as the prompt lists them (``- line``), or the prompt's "none retrieved"."""
+    return ("\n" + "\n".join(f"- {line}" for line in lines) + "\n") if lines else NONE_RETRIEVED
 
 class ReconstructiveAnswerer(PromptedStage, Answerer):
     """One call on ``prompt`` (placeholders ``user_query``, ``retrieved_abstracts``,
@@ -45,9 +50,8 @@ class ReconstructiveAnswerer(PromptedStage, Answerer):
         abstracts, units = split_context(item.memory_text())
         if item.question_date is not None:
             units = [f"(The question is asked on {format_day(item.question_date)}.)"] + units
-        block = lambda lines: ("\n" + "\n".join(f"- {line}" for line in lines) + "\n") if lines else NONE_RETRIEVED
         text = self.prompt.render(
-            user_query=item.question, retrieved_abstracts=block(abstracts), retrieved_units=block(units)
+            user_query=item.question, retrieved_abstracts=_block(abstracts), retrieved_units=_block(units)
         )
         if self.suffix is not None:
             body, _, cue = text.rstrip().rpartition("\n")

@@ -1,4 +1,4 @@
-from memlab.stages.categorize.base import Categorizer, CategorizeIn, CategorizeOut, Category, NodeCard
+from memlab.stages.categorize.base import CategorizeIn, CategorizeOut, Categorizer, Category, NodeCard
 from memlab.stages.categorize.prompted import PromptedCategorizer
 
 __all__ = ["Categorizer", "CategorizeIn", "CategorizeOut", "Category", "NodeCard", "PromptedCategorizer"]

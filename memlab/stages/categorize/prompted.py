@@ -10,7 +10,7 @@ from memlab.lm.jsonparse import list_schema, parse_json
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.categorize.base import Categorizer, CategorizeIn, CategorizeOut, NodeCard, merged_categories
+from memlab.stages.categorize.base import CategorizeIn, CategorizeOut, Categorizer, NodeCard, merged_categories
 
 _ROW = {"type": "object", "properties": {"category": {"type": "string", "maxLength": 60},
                                          "indexes": {"type": "array", "items": {"type": "integer"}}},

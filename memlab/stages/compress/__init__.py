@@ -1,8 +1,8 @@
 from memlab.stages.compress.base import (
     SALIENCE_LEVELS,
     CompressIn,
-    CompressOut,
     Compressor,
+    CompressOut,
     parse_timestamp,
     sliding_windows,
 )

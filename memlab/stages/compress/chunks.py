@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memlab.dates import format_day
-from memlab.stages.compress.base import CompressIn, CompressOut, Compressor
+from memlab.stages.compress.base import CompressIn, Compressor, CompressOut
 from memlab.types import MemoryUnit
 
 

@@ -41,8 +41,8 @@ from memlab.stage import PromptedStage
 from memlab.stages.compress.base import (
     SALIENCE_LEVELS,
     CompressIn,
-    CompressOut,
     Compressor,
+    CompressOut,
     parse_timestamp,
 )
 from memlab.stages.temporal.base import TemporalIn, TemporalNormalizer
@@ -114,9 +114,6 @@ class PromptedCompressor(PromptedStage, Compressor):
         temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
-        if min(max_units, max_entities, max_sources) < 1:
-            raise ValueError(f"max_units, max_entities and max_sources must be positive, "
-                             f"got {max_units}, {max_entities}, {max_sources}")
         self.normalizer = normalizer
         self.prompt = load_prompt(prompt)
         self.provenance_prompt = load_prompt(provenance_prompt) if provenance_prompt else None

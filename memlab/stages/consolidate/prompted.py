@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from memlab.bounds import NonNegativeFloat, NonNegativeInt, PositiveInt, UnitFloat
 from memlab.dates import format_day
 from memlab.lm.base import LM
@@ -34,11 +36,9 @@ class PromptedCausalConsolidator(PromptedStage, Consolidator):
         max_chars: PositiveInt = 300,
         max_tokens: PositiveInt = 160,
         temperature: NonNegativeFloat = 0.0,
-        order: str = "time",
+        order: Literal["time", "hops"] = "time",
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
-        if order not in ORDERS:
-            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
         self.order = order
         self.prompt = load_prompt(prompt)
         self.threshold = threshold

@@ -10,8 +10,15 @@ from memlab.lm.jsonparse import list_schema, parse_json
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.describe.base import (MAX_TAGS, DescribeIn, DescribeOut, EntityDescriber, EntityDescription,
-                                         clip_tags, kept_descriptions)
+from memlab.stages.describe.base import (
+    MAX_TAGS,
+    DescribeIn,
+    DescribeOut,
+    EntityDescriber,
+    EntityDescription,
+    clip_tags,
+    kept_descriptions,
+)
 from memlab.stages.extraction import find_name, one_line
 
 

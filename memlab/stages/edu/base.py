@@ -16,6 +16,7 @@ and a ``TurnSegmenter`` can stand in for it. What the family adds is the unit co
 from __future__ import annotations
 
 from memlab.stages.segment.base import Segmenter
+
 # The source checks every extractor of a session's units shares (re-exported for EDU code).
 from memlab.stages.segment.windows import grounded, validate_sources  # noqa: F401
 

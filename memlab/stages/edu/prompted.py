@@ -24,7 +24,6 @@ Guards against the weak model's degenerate outputs (the first 1.5B runs looped):
 
 from __future__ import annotations
 
-
 from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
@@ -71,10 +70,6 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
         normalizer: TemporalNormalizer | None = None,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
-        if max_edus < 1:
-            raise ValueError(f"max_edus must be positive, got {max_edus}")
-        if max_turns_per_call is not None and max_turns_per_call < 1:
-            raise ValueError(f"max_turns_per_call must be positive or null, got {max_turns_per_call}")
         self.prompt = load_prompt(prompt)
         self.max_edus = max_edus
         self.max_turns_per_call = max_turns_per_call

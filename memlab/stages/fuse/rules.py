@@ -35,8 +35,6 @@ class ClassifierFuser(EventFuser):
         if not isinstance(relation_extractor, RelationExtractor):
             raise TypeError(f"ClassifierFuser: relation_extractor must be a RelationExtractor, "
                             f"got {type(relation_extractor).__name__}")
-        if not 0.0 <= same_event_similarity <= 1.0:
-            raise ValueError(f"ClassifierFuser: same_event_similarity must be in [0, 1], got {same_event_similarity}")
         self.relation_extractor = relation_extractor
         self.same_event_similarity = same_event_similarity
 

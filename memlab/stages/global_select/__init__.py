@@ -1,5 +1,4 @@
-from memlab.stages.global_select.base import (GlobalSelectIn, GlobalSelectOut, GlobalSelector, HierarchyNode,
-                                              Selection)
+from memlab.stages.global_select.base import GlobalSelectIn, GlobalSelector, GlobalSelectOut, HierarchyNode, Selection
 from memlab.stages.global_select.neural import SelectionTarget, TrainedGlobalSelector
 from memlab.stages.global_select.prompted import PromptedGlobalSelector
 

@@ -34,9 +34,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
-from memlab.stages.encoder import EncoderStage, TextEncoder, VectorCache, check_frozen_encoder
-from memlab.stages.global_select.base import (GlobalSelectIn, GlobalSelectOut, GlobalSelector, HierarchyNode,
-                                              checked_selections)
+from memlab.stages.encoder import EncoderStage, TextEncoder, VectorCache
+from memlab.stages.global_select.base import (
+    GlobalSelectIn,
+    GlobalSelector,
+    GlobalSelectOut,
+    HierarchyNode,
+    checked_selections,
+)
 
 
 def node_text(node: HierarchyNode) -> str:
@@ -62,18 +67,13 @@ class SelectionTarget:
 
 
 class TrainedGlobalSelector(EncoderStage, GlobalSelector):
-    """Scores each node of a level against the question (module docstring). ``freeze_encoder``
-    (default) keeps the packaged MiniLM and trains the head alone; ``max_layer`` bounds the layer
+    """Scores each node of a level against the question (module docstring). A frozen
+    ``encoder`` (the recipe's setting) keeps the packaged MiniLM and trains the head alone; ``max_layer`` bounds the layer
     one-hot (deeper layers share its last slot)."""
 
     def __init__(
         self,
-        encoder_path: str | None = None,
-        freeze_encoder: bool = True,
-        lora_rank: NonNegativeInt = 0,
-        lora_alpha: PositiveInt = 16,
-        lora_targets: list[str] | None = None,
-        max_length: PositiveInt = 96,
+        encoder: TextEncoder,
         hidden: PositiveInt = 128,
         max_layer: PositiveInt = 4,
         select_threshold: UnitFloat = 0.5,
@@ -85,16 +85,9 @@ class TrainedGlobalSelector(EncoderStage, GlobalSelector):
         device: str = "cpu",
     ) -> None:
         super().__init__()
-        check_frozen_encoder("TrainedGlobalSelector", freeze_encoder, lora_rank)
-        for name, value in (("select_threshold", select_threshold), ("all_children_threshold", all_children_threshold)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"TrainedGlobalSelector: {name} must be in [0, 1], got {value}")
-        if min(hidden, max_layer, max_selected, batch_size) < 1 or min_selected > max_selected or cache_size < 0:
-            raise ValueError("TrainedGlobalSelector: hidden, max_layer, max_selected and batch_size must be >= 1, "
-                             "min_selected <= max_selected and cache_size >= 0")
-        self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
-                                   max_length=max_length)
-        self.freeze_encoder = freeze_encoder
+        if min_selected > max_selected:
+            raise ValueError(f"TrainedGlobalSelector: min_selected {min_selected} > max_selected {max_selected}")
+        self.encoder = encoder
         self.hidden = hidden
         self.max_layer = max_layer
         self.select_threshold = select_threshold
@@ -115,7 +108,7 @@ class TrainedGlobalSelector(EncoderStage, GlobalSelector):
     # -- encoding --------------------------------------------------------------------------
     def vectors(self, texts: list[str]) -> torch.Tensor:
         """Unit vectors ``[len(texts), hidden_size]``; a frozen encoder's come from the cache."""
-        if not self.freeze_encoder or self.cache_size == 0:
+        if not self.encoder.frozen or self.cache_size == 0:
             return F.normalize(self.encode_texts(texts), dim=-1)
         found = self._cache.lookup(texts, lambda part: F.normalize(self.encode_texts(part), dim=-1),
                                    self.batch_size)
@@ -149,7 +142,7 @@ class TrainedGlobalSelector(EncoderStage, GlobalSelector):
         ``positive_weight``: most nodes of a level are not chosen), plus on all children for the
         categories (``layer > 0``), each averaged over its nodes."""
         if not (len(logits) == len(targets) == len(items)) or any(
-                len(l) != len(t.select) or len(t.select) != len(i.nodes) for l, t, i in zip(logits, targets, items)):
+                len(lg) != len(t.select) or len(t.select) != len(i.nodes) for lg, t, i in zip(logits, targets, items)):
             raise ValueError("TrainedGlobalSelector.loss: one target per item and one flag per node")
         flat = torch.cat(logits)
         device, dtype = flat.device, flat.dtype

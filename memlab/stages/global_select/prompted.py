@@ -9,8 +9,13 @@ from memlab.lm.jsonparse import list_schema, parse_json
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.global_select.base import (GlobalSelectIn, GlobalSelectOut, GlobalSelector, HierarchyNode,
-                                              checked_selections)
+from memlab.stages.global_select.base import (
+    GlobalSelectIn,
+    GlobalSelector,
+    GlobalSelectOut,
+    HierarchyNode,
+    checked_selections,
+)
 
 
 def selection_schema(keys: tuple[str, ...] | None) -> dict:

@@ -32,7 +32,7 @@ are encoded once for all the questions asked of it and a decision costs the head
 Training API: ``logits(items)`` (``ExplorerLogits``, differentiable) and ``loss(logits,
 targets)`` over ``ExplorerTarget``s (the action; the positive next nodes; the subgoals this
 node satisfies): action cross-entropy + binary cross-entropies for node relevance (target:
-the action keeps the node), subgoal satisfaction and next nodes. ``freeze_encoder`` trains the
+the action keeps the node), subgoal satisfaction and next nodes. A frozen ``encoder`` trains the
 heads only, on cached embeddings (fast on a CPU).
 """
 
@@ -110,31 +110,19 @@ class ExplorerPolicy(EncoderStage, Navigator):
 
     def __init__(
         self,
-        encoder_path: str | None = None,
-        lora_rank: NonNegativeInt = 8,
-        lora_alpha: PositiveInt = 16,
-        lora_targets: list[str] | None = None,
-        max_length: PositiveInt = 128,
+        encoder: TextEncoder,
         hidden: PositiveInt = 128,
         next_threshold: UnitFloat = 0.5,
         satisfied_threshold: UnitFloat = 0.5,
-        freeze_encoder: bool = False,
         batch_size: PositiveInt = 64,
         cache_size: NonNegativeInt = 20000,
         device: str = "cpu",
     ) -> None:
         super().__init__()
-        for name, value in (("next_threshold", next_threshold), ("satisfied_threshold", satisfied_threshold)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"ExplorerPolicy: {name} must be in [0, 1], got {value}")
-        if hidden < 1 or batch_size < 1 or cache_size < 0:
-            raise ValueError("ExplorerPolicy: hidden and batch_size must be >= 1 and cache_size >= 0")
-        self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
-                                   max_length=max_length)
+        self.encoder = encoder
         self.hidden = hidden
         self.next_threshold = next_threshold
         self.satisfied_threshold = satisfied_threshold
-        self.freeze_encoder = freeze_encoder
         self.batch_size = batch_size
         self.cache_size = cache_size
         self.device = device
@@ -173,7 +161,7 @@ class ExplorerPolicy(EncoderStage, Navigator):
         if frozen:  # a frozen encoder never drops out: its vectors are fixed, so cacheable
             self.encoder.eval()
         try:
-            return F.normalize(self.encoder(self.encoder.tokenize(texts)), dim=-1)
+            return F.normalize(self.encoder(texts), dim=-1)
         finally:
             self.encoder.train(was_training)
 

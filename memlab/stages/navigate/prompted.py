@@ -12,8 +12,17 @@ from memlab.lm.jsonparse import visible_text
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.line_format import (describe_with, field_reader, first, label_pattern, node_keys, read_fields,
-                                       says_none, subgoal_indices, subgoals_text)
+from memlab.stages.line_format import (
+    describe_with,
+    field_reader,
+    first,
+    label_pattern,
+    node_keys,
+    read_fields,
+    says_none,
+    subgoal_indices,
+    subgoals_text,
+)
 from memlab.stages.navigate.base import ACTIONS, NavigateIn, NavigateOut, Navigator, checked_decision
 
 _FIELDS = field_reader({

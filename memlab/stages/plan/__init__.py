@@ -1,4 +1,4 @@
-from memlab.stages.plan.base import COMPLEXITY_LEVELS, PlanIn, PlanOut, Planner
+from memlab.stages.plan.base import COMPLEXITY_LEVELS, PlanIn, Planner, PlanOut
 from memlab.stages.plan.fixed import FixedPlanner
 from memlab.stages.plan.prompted import PromptedPlanner
 from memlab.stages.plan.routed import RoutedPlanner

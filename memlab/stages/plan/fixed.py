@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memlab.bounds import PositiveInt
-from memlab.stages.plan.base import PlanIn, PlanOut, Planner
+from memlab.stages.plan.base import PlanIn, Planner, PlanOut
 
 
 class FixedPlanner(Planner):
@@ -12,8 +12,6 @@ class FixedPlanner(Planner):
 
     def __init__(self, depth: PositiveInt = 10) -> None:
         super().__init__()
-        if depth < 1:
-            raise ValueError(f"depth must be positive, got {depth}")
         self.depth = depth
 
     def forward(self, batch: list[PlanIn]) -> list[PlanOut]:

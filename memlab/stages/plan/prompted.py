@@ -32,7 +32,7 @@ from memlab.lm.types import ChatRequest
 from memlab.prompts import PromptTemplate, load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.compress.base import parse_timestamp
-from memlab.stages.plan.base import COMPLEXITY_LEVELS, PlanIn, PlanOut, Planner
+from memlab.stages.plan.base import COMPLEXITY_LEVELS, PlanIn, Planner, PlanOut
 
 PARSE_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -11,20 +11,19 @@ no complexity leaves ``default_complexity``.
 from __future__ import annotations
 
 from datetime import datetime, time
+from typing import Literal
 
 from memlab.bounds import PositiveInt
-from memlab.stages.plan.base import COMPLEXITY_LEVELS, PlanIn, PlanOut, Planner
+from memlab.stages.plan.base import COMPLEXITY_LEVELS, PlanIn, Planner, PlanOut
 from memlab.stages.route import IntentRouter, RouteIn
 
 
 class RoutedPlanner(Planner):
     def __init__(self, router: IntentRouter, min_depth: PositiveInt = 3, max_depth: PositiveInt = 20,
-                 default_complexity: str = "HIGH") -> None:
+                 default_complexity: Literal["LOW", "HIGH"] = "HIGH") -> None:
         super().__init__()
         if not 1 <= min_depth <= max_depth:
             raise ValueError(f"need 1 <= min_depth <= max_depth, got {min_depth}, {max_depth}")
-        if default_complexity not in COMPLEXITY_LEVELS:
-            raise ValueError(f"default_complexity must be one of {COMPLEXITY_LEVELS}, got {default_complexity!r}")
         self.router = router
         self.min_depth = min_depth
         self.max_depth = max_depth

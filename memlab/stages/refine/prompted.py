@@ -9,8 +9,16 @@ from memlab.lm.jsonparse import visible_text
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.line_format import (clean_value, field_reader, first, label_pattern, numbered, read_fields,
-                                       says_none, subgoal_indices)
+from memlab.stages.line_format import (
+    clean_value,
+    field_reader,
+    first,
+    label_pattern,
+    numbered,
+    read_fields,
+    says_none,
+    subgoal_indices,
+)
 from memlab.stages.refine.base import QueryRefiner, RefineIn, RefineOut, fallback_query
 
 _FIELDS = field_reader({

@@ -1,7 +1,19 @@
-from memlab.stages.relate.base import (NO_RELATION, RELATION_LABELS, RelateIn, RelateOut, Relation, RelationExtractor,
-                                       normalise_label)
-from memlab.stages.relate.neural import (PAIR_LABELS, PairRelationClassifier, canonical_pairs, canonical_relation,
-                                         event_text)
+from memlab.stages.relate.base import (
+                                       NO_RELATION,
+                                       RELATION_LABELS,
+                                       RelateIn,
+                                       RelateOut,
+                                       Relation,
+                                       RelationExtractor,
+                                       normalise_label,
+)
+from memlab.stages.relate.neural import (
+                                       PAIR_LABELS,
+                                       PairRelationClassifier,
+                                       canonical_pairs,
+                                       canonical_relation,
+                                       event_text,
+)
 from memlab.stages.relate.prompted import PromptedRelationExtractor
 from memlab.stages.relate.rules import AdjacentRelationExtractor, MajorityRelationExtractor
 

@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
-from memlab.stages.encoder import EncoderStage, TextEncoder, check_frozen_encoder
+from memlab.bounds import PositiveInt, UnitFloat
+from memlab.stages.encoder import EncoderStage, TextEncoder
 from memlab.stages.event_view import EventView
 from memlab.stages.relate.base import NO_RELATION, RELATION_LABELS, RelateIn, RelateOut, Relation, RelationExtractor
 
@@ -74,11 +74,10 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
 
     ``labels`` are the head's classes (default ``PAIR_LABELS``; saved resolved, so the weights'
     class order never depends on the code's default); they must include ``none``.
-    ``freeze_encoder`` (default) keeps the packaged MiniLM as it is: only the head trains, event
-    vectors can be computed once per training run, and the checkpoint is the head alone. With
-    ``freeze_encoder=False``, ``lora_rank > 0`` trains a LoRA adapter too and ``0`` fine-tunes
-    the encoder whole. ``max_length`` (tokens of an event) and ``batch_size`` (events per encoder
-    pass) set the CPU cost, one encoder pass per event. ``max_relations`` caps the relations
+    A frozen ``encoder`` (the recipe's setting) keeps the packaged MiniLM as it is: only the head
+    trains, event vectors can be computed once per training run, and the checkpoint is the head
+    alone; an encoder that trains saves its adapter or weights in ``encoder/``. The encoder's
+    ``max_length`` (tokens of an event) and ``batch_size`` (events per encoder pass) set the CPU cost, one encoder pass per event. ``max_relations`` caps the relations
     kept per session (None: all); 12 is the prompted extractor's cap.
 
     Training API: ``pair_logits`` (differentiable ``[n, n_labels]`` logits for (earlier, later)
@@ -89,13 +88,8 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
 
     def __init__(
         self,
+        encoder: TextEncoder,
         labels: list[str] | None = None,
-        encoder_path: str | None = None,
-        freeze_encoder: bool = True,
-        lora_rank: NonNegativeInt = 0,
-        lora_alpha: PositiveInt = 16,
-        lora_targets: list[str] | None = None,
-        max_length: PositiveInt = 128,
         batch_size: PositiveInt = 64,
         max_relations: PositiveInt | None = 12,
         max_distance: PositiveInt = 4,
@@ -109,17 +103,8 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
         unknown = [label for label in labels if label not in PAIR_LABELS]
         if unknown:
             raise ValueError(f"PairRelationClassifier: labels {unknown} are not among {list(PAIR_LABELS)}")
-        check_frozen_encoder("PairRelationClassifier", freeze_encoder, lora_rank)
-        if batch_size < 1:
-            raise ValueError(f"PairRelationClassifier: batch_size must be >= 1, got {batch_size}")
-        if max_relations is not None and max_relations < 1:
-            raise ValueError(f"PairRelationClassifier: max_relations must be >= 1 or None, got {max_relations}")
-        if max_distance < 1:
-            raise ValueError(f"PairRelationClassifier: max_distance must be >= 1, got {max_distance}")
         self.labels = tuple(labels)
-        self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
-                                   max_length=max_length)
-        self.freeze_encoder = freeze_encoder
+        self.encoder = encoder
         self.batch_size = batch_size
         self.max_relations = max_relations
         self.max_distance = max_distance

@@ -1,4 +1,4 @@
-from memlab.stages.rerank.base import RerankIn, RerankOut, Reranker
+from memlab.stages.rerank.base import Reranker, RerankIn, RerankOut
 from memlab.stages.rerank.baselines import CosineReranker, FusionReranker
 from memlab.stages.rerank.fusion import OrderFusionReranker
 from memlab.stages.rerank.neural import CrossEncoderReranker

@@ -7,7 +7,7 @@ import numpy as np
 from memlab.bounds import NonNegativeInt
 from memlab.embed.base import Embedder
 from memlab.memory.index import BM25Index, rrf_fuse
-from memlab.stages.rerank.base import RerankIn, RerankOut, Reranker
+from memlab.stages.rerank.base import Reranker, RerankIn, RerankOut
 
 
 def _cosines(embedder: Embedder, batch: list[RerankIn]) -> list[np.ndarray]:
@@ -44,8 +44,6 @@ class FusionReranker(Reranker):
 
     def __init__(self, embedder: Embedder, rrf_k: NonNegativeInt = 10) -> None:
         super().__init__()
-        if rrf_k < 0:
-            raise ValueError(f"FusionReranker: rrf_k must be >= 0, got {rrf_k}")
         self.embedder = embedder
         self.rrf_k = rrf_k
 

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from memlab.bounds import NonNegativeFloat, NonNegativeInt
 from memlab.memory.index import rrf_fuse
-from memlab.stages.rerank.base import RerankIn, RerankOut, Reranker
+from memlab.stages.rerank.base import Reranker, RerankIn, RerankOut
 
 
 class OrderFusionReranker(Reranker):
     def __init__(self, reranker: Reranker, rrf_k: NonNegativeInt = 10, weight: NonNegativeFloat = 1.0) -> None:
         super().__init__()
-        if rrf_k < 0 or weight < 0:
-            raise ValueError(f"OrderFusionReranker: need rrf_k >= 0 and weight >= 0, got {rrf_k}, {weight}")
         self.reranker = reranker
         self.rrf_k = rrf_k
         self.weight = weight  # of the inner reranker's order; the first-stage order weighs 1

@@ -6,17 +6,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memlab.bounds import NonNegativeInt, PositiveInt
+from memlab.bounds import PositiveInt
 from memlab.stages.encoder import EncoderStage, TextEncoder
-from memlab.stages.rerank.base import RerankIn, RerankOut, Reranker
+from memlab.stages.rerank.base import Reranker, RerankIn, RerankOut
 
 
 class CrossEncoderReranker(EncoderStage, Reranker):
     """Relevance logit per (query, candidate) pair, higher is more relevant.
 
-    ``lora_rank > 0`` trains a LoRA adapter on the packaged encoder (the checkpoint holds
-    the adapter and the head only); ``lora_rank=0`` fine-tunes the whole encoder. Weights
-    load on first use (see ``memlab.stages.encoder``).
+    The ``encoder`` reads each pair as two segments; what of it trains (a LoRA adapter, all
+    of it) is the encoder's setting. Weights load on first use (see ``memlab.stages.encoder``).
 
     Training API: ``score_pairs`` (differentiable logits) and ``loss`` (binary cross-entropy
     with logits against 0/1 relevance labels).
@@ -24,19 +23,12 @@ class CrossEncoderReranker(EncoderStage, Reranker):
 
     def __init__(
         self,
-        encoder_path: str | None = None,
-        lora_rank: NonNegativeInt = 8,
-        lora_alpha: PositiveInt = 16,
-        lora_targets: list[str] | None = None,
-        max_length: PositiveInt = 256,
+        encoder: TextEncoder,
         batch_size: PositiveInt = 32,
         device: str = "cpu",
     ) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"CrossEncoderReranker: batch_size must be >= 1, got {batch_size}")
-        self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
-                                   max_length=max_length)
+        self.encoder = encoder
         self.batch_size = batch_size
         self.device = device
         self.head: nn.Linear | None = None
@@ -51,7 +43,7 @@ class CrossEncoderReranker(EncoderStage, Reranker):
         if not queries:
             return torch.zeros(0, device=self.device)
         self.warm_up()
-        pooled = self.encoder(self.encoder.tokenize(list(queries), list(texts)))
+        pooled = self.encoder.pool(self.encoder.tokenize(list(queries), list(texts)))
         return self.head(pooled).squeeze(-1)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from memlab.bounds import NonNegativeFloat, PositiveInt
+from typing import Annotated
+
+from memlab.bounds import NonNegativeFloat, PositiveInt, Range
 from memlab.lm.base import LM
 from memlab.lm.jsonparse import list_schema, parse_json
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.rerank.base import RerankIn, RerankOut, Reranker
+from memlab.stages.rerank.base import Reranker, RerankIn, RerankOut
 
 
 def ranking_schema(n_candidates: int | None = None) -> dict:
@@ -43,13 +45,11 @@ class PromptedReranker(PromptedStage, Reranker):
         lm: LM,
         prompt: str = "memlab/rerank_listwise",
         max_candidates: PositiveInt = 20,
-        max_chars_per_candidate: PositiveInt = 300,
+        max_chars_per_candidate: Annotated[int, Range(min=4)] = 300,
         max_tokens: PositiveInt = 160,
         temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
-        if max_candidates < 1 or max_chars_per_candidate < 4:
-            raise ValueError("PromptedReranker: max_candidates must be >= 1 and max_chars_per_candidate >= 4")
         self.prompt = load_prompt(prompt)
         self.max_candidates = max_candidates
         self.max_chars_per_candidate = max_chars_per_candidate

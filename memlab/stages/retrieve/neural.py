@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from memlab.bounds import NonNegativeFloat, NonNegativeInt, PositiveInt
+from memlab.bounds import PositiveFloat, PositiveInt
 from memlab.stages.encoder import EncoderStage, TextEncoder
 from memlab.stages.retrieve.base import TrainableEmbedder
 
@@ -17,32 +17,24 @@ from memlab.stages.retrieve.base import TrainableEmbedder
 class BiEncoderEmbedder(EncoderStage, TrainableEmbedder):
     """Mean-pooled, L2-normalised vectors of one shared encoder; cosine is the relevance score.
 
-    Untrained (``lora_rank=0``, the packaged MiniLM) it gives the vectors of the default
-    ``SentenceTransformerEmbedder`` up to float error. ``query_prefix`` / ``document_prefix``
-    mark the two sides (empty by default: a symmetric model). ``lora_rank > 0`` trains a LoRA
-    adapter (the checkpoint is the adapter, ~1 MB); ``lora_rank=0`` fine-tunes the whole
-    encoder. Training API: ``embed`` (differentiable vectors) and ``loss`` (InfoNCE over the
+    Untrained (an ``encoder`` on the packaged MiniLM, mean pooling) it gives the vectors of the
+    default ``SentenceTransformerEmbedder`` up to float error. ``query_prefix`` /
+    ``document_prefix`` mark the two sides (empty by default: a symmetric model). What trains
+    is the encoder's setting (a LoRA adapter, ~1 MB saved, or all of it). Training API: ``embed`` (differentiable vectors) and ``loss`` (InfoNCE over the
     in-batch and hard negatives at ``temperature``).
     """
 
     def __init__(
         self,
-        encoder_path: str | None = None,
-        lora_rank: NonNegativeInt = 16,
-        lora_alpha: PositiveInt = 32,
-        lora_targets: list[str] | None = None,
-        max_length: PositiveInt = 128,
+        encoder: TextEncoder,
         batch_size: PositiveInt = 64,
-        temperature: NonNegativeFloat = 0.05,
+        temperature: PositiveFloat = 0.05,
         query_prefix: str = "",
         document_prefix: str = "",
         device: str = "cpu",
     ) -> None:
         super().__init__()
-        if batch_size < 1 or temperature <= 0:
-            raise ValueError(f"BiEncoderEmbedder: batch_size >= 1 and temperature > 0, got {batch_size}, {temperature}")
-        self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
-                                   max_length=max_length, pooling="mean")
+        self.encoder = encoder
         self.batch_size = batch_size
         self.temperature = temperature
         self.query_prefix = query_prefix

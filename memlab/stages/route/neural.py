@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memlab.bounds import NonNegativeInt, PositiveInt
+from memlab.bounds import PositiveInt
 from memlab.stages.encoder import EncoderStage, TextEncoder
 from memlab.stages.route.base import INTENTS, ClassifierRouter
 from memlab.stages.temporal import TemporalNormalizer
@@ -37,12 +36,8 @@ class QueryRouter(EncoderStage, ClassifierRouter):
 
     def __init__(
         self,
+        encoder: TextEncoder,
         heads: dict[str, list[str]] | None = None,
-        encoder_path: str | None = None,
-        lora_rank: NonNegativeInt = 8,
-        lora_alpha: PositiveInt = 16,
-        lora_targets: list[str] | None = None,
-        max_length: PositiveInt = 64,
         batch_size: PositiveInt = 64,
         device: str = "cpu",
         default_intent: str = "ENTITY",
@@ -61,11 +56,8 @@ class QueryRouter(EncoderStage, ClassifierRouter):
             raise ValueError(f"QueryRouter: intent labels {heads['intent']} must be among {INTENTS}")
         if "intent" in heads and default_intent not in heads["intent"]:
             raise ValueError(f"QueryRouter: default_intent {default_intent!r} is not one of {heads['intent']}")
-        if batch_size < 1:
-            raise ValueError(f"QueryRouter: batch_size must be >= 1, got {batch_size}")
         self.labels = {name: tuple(labels) for name, labels in heads.items()}
-        self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
-                                   max_length=max_length)
+        self.encoder = encoder
         self.batch_size = batch_size
         self.device = device
         self.default_intent = default_intent
@@ -80,7 +72,7 @@ class QueryRouter(EncoderStage, ClassifierRouter):
         if isinstance(questions, str):
             raise TypeError("QueryRouter.logits takes a list of questions, got a single str")
         self.warm_up()
-        pooled = self.encoder(self.encoder.tokenize(list(questions)))
+        pooled = self.encoder(list(questions))
         return {name: head(pooled) for name, head in self.heads.items()}
 
     def loss(self, logits: dict[str, torch.Tensor], targets: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -1,4 +1,4 @@
-from memlab.stages.segment.base import SegmentIn, SegmentOut, Segmenter
+from memlab.stages.segment.base import Segmenter, SegmentIn, SegmentOut
 from memlab.stages.segment.neural import BoundarySegmenter, FixedSpanSegmenter, SpanSegmenter
 from memlab.stages.segment.prompted import PromptedEventSegmenter
 from memlab.stages.segment.rules import TokenChunkSegmenter, TurnSegmenter

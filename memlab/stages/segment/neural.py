@@ -24,15 +24,16 @@ The whole session is one window (index 0), so unit ids are ``<conversation>/<ses
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
 
-from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
-from memlab.stages.encoder import EncoderStage, TextEncoder, check_frozen_encoder
-from memlab.stages.segment.base import SegmentIn, SegmentOut, Segmenter
+from memlab.bounds import PositiveInt, Range, UnitFloat
+from memlab.stages.encoder import EncoderStage, TextEncoder
+from memlab.stages.segment.base import Segmenter, SegmentIn, SegmentOut
 from memlab.stages.segment.prompted import event_unit, extractive_summary, speakers_of
 from memlab.stages.segment.windows import TurnWindow, annotated_lines
 from memlab.types import MemoryUnit, Session
@@ -101,11 +102,10 @@ class FixedSpanSegmenter(SpanSegmenter):
 class BoundarySegmenter(EncoderStage, SpanSegmenter):
     """Trained event boundaries over a session's turn encodings (module docstring).
 
-    ``freeze_encoder`` (default) keeps the packaged encoder as it is: only the GRU and the head
-    train, turn vectors can be computed once per training run, and the checkpoint holds the GRU
-    and the head only. With ``freeze_encoder=False``, ``lora_rank > 0`` trains a LoRA adapter
-    too (the checkpoint adds the adapter) and ``lora_rank=0`` fine-tunes the whole encoder (the
-    checkpoint holds everything). Weights load on first use (``memlab.stages.encoder``).
+    A frozen ``encoder`` (the recipe's setting) keeps the packaged encoder as it is: only the
+    GRU and the head train, turn vectors can be computed once per training run, and the
+    checkpoint holds the GRU and the head only. An encoder that trains (a LoRA adapter, or all
+    of it) saves what it learnt in the checkpoint's ``encoder/`` folder. Weights load on first use (``memlab.stages.encoder``).
 
     Training API: ``boundary_logits(sessions)`` (differentiable; per session a ``[n_turns - 1]``
     tensor, entry t-1 the logit of a boundary before turn t), the same from precomputed turn
@@ -116,14 +116,9 @@ class BoundarySegmenter(EncoderStage, SpanSegmenter):
 
     def __init__(
         self,
-        encoder_path: str | None = None,
-        freeze_encoder: bool = True,
-        lora_rank: NonNegativeInt = 0,
-        lora_alpha: PositiveInt = 16,
-        lora_targets: list[str] | None = None,
-        max_length: PositiveInt = 128,
+        encoder: TextEncoder,
         context_size: PositiveInt = 128,
-        dropout: UnitFloat = 0.1,
+        dropout: Annotated[float, Range(0, 1, open_max=True)] = 0.1,
         threshold: UnitFloat = 0.5,
         max_span: PositiveInt | None = 10,
         max_people: PositiveInt = 3,
@@ -131,16 +126,7 @@ class BoundarySegmenter(EncoderStage, SpanSegmenter):
         device: str = "cpu",
     ) -> None:
         super().__init__()
-        check_frozen_encoder("BoundarySegmenter", freeze_encoder, lora_rank)
-        if batch_size < 1 or context_size < 1 or (max_span is not None and max_span < 1):
-            raise ValueError(f"BoundarySegmenter: batch_size, context_size and max_span must be >= 1, got "
-                             f"{batch_size}, {context_size}, {max_span}")
-        if not 0.0 <= threshold <= 1.0 or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"BoundarySegmenter: threshold must be in [0, 1] and dropout in [0, 1), got "
-                             f"{threshold}, {dropout}")
-        self.encoder = TextEncoder(encoder_path, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
-                                   max_length=max_length)
-        self.freeze_encoder = freeze_encoder
+        self.encoder = encoder
         self.context_size = context_size
         self.threshold = threshold
         self.max_span = max_span
@@ -202,12 +188,12 @@ class BoundarySegmenter(EncoderStage, SpanSegmenter):
         if len(logits) != len(targets) or (masks is not None and len(masks) != len(targets)):
             raise ValueError(f"BoundarySegmenter.loss: {len(logits)} sessions of logits but {len(targets)} of targets"
                              + ("" if masks is None else f" and {len(masks)} of masks"))
-        shapes = [(i, tuple(l.shape), tuple(t.shape)) for i, (l, t) in enumerate(zip(logits, targets))
-                  if l.shape != t.shape or (masks is not None and masks[i].shape != t.shape)]
+        shapes = [(i, tuple(lg.shape), tuple(t.shape)) for i, (lg, t) in enumerate(zip(logits, targets))
+                  if lg.shape != t.shape or (masks is not None and masks[i].shape != t.shape)]
         if shapes:
             raise ValueError(f"BoundarySegmenter.loss: logits, targets and masks differ in shape (session, logits, "
                              f"targets): {shapes[:3]}")
-        flat = torch.cat([l.reshape(-1) for l in logits]) if logits else torch.zeros(0, device=self.device)
+        flat = torch.cat([lg.reshape(-1) for lg in logits]) if logits else torch.zeros(0, device=self.device)
         if not flat.numel():  # nothing to decide (one-turn sessions): a zero that still backpropagates
             return flat.sum()
         gold = torch.cat([t.reshape(-1) for t in targets]).to(flat.device, flat.dtype)
@@ -225,7 +211,7 @@ class BoundarySegmenter(EncoderStage, SpanSegmenter):
             raise ValueError("BoundarySegmenter: the vectors given are not those of the sessions' turns")
         with self.inference():
             logits = self.boundary_logits(sessions) if vectors is None else self.logits_from_vectors(vectors)
-            return [torch.sigmoid(l).tolist() for l in logits]
+            return [torch.sigmoid(lg).tolist() for lg in logits]
 
     def predict_boundaries(self, sessions: list[Session],
                            vectors: list[torch.Tensor] | None = None) -> list[list[int]]:

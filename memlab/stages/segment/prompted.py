@@ -36,10 +36,16 @@ from memlab.lm.jsonparse import list_schema, object_schema, parse_json
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.segment.base import SegmentIn, SegmentOut, Segmenter
+from memlab.stages.segment.base import Segmenter, SegmentIn, SegmentOut
 from memlab.stages.segment.rules import format_date
-from memlab.stages.segment.windows import (TurnWindow, grounded, normalised, repetition_loop, turn_windows,
-                                           validate_sources)
+from memlab.stages.segment.windows import (
+    TurnWindow,
+    grounded,
+    normalised,
+    repetition_loop,
+    turn_windows,
+    validate_sources,
+)
 from memlab.stages.temporal import TemporalNormalizer
 from memlab.types import MemoryUnit, Turn
 

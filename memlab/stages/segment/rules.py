@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from memlab.bounds import PositiveInt
+from typing import Annotated
+
+from memlab.bounds import Range
 from memlab.dates import format_day
-from memlab.stages.segment.base import SegmentIn, SegmentOut, Segmenter
+from memlab.stages.segment.base import Segmenter, SegmentIn, SegmentOut
 from memlab.stages.temporal.base import TemporalIn, TemporalNormalizer
 from memlab.types import MemoryUnit, Session, Turn
 
@@ -62,10 +64,8 @@ class TokenChunkSegmenter(Segmenter):
     heads each chunk. A turn longer than a chunk is a chunk of its own (the embedder truncates).
     """
 
-    def __init__(self, chunk_tokens: PositiveInt = 512) -> None:
+    def __init__(self, chunk_tokens: Annotated[int, Range(min=16)] = 512) -> None:
         super().__init__()
-        if chunk_tokens < 16:
-            raise ValueError(f"chunk_tokens must be at least 16, got {chunk_tokens}")
         self.chunk_tokens = chunk_tokens
 
     def forward(self, batch: list[SegmentIn]) -> list[SegmentOut]:

@@ -10,10 +10,23 @@ from memlab.lm.jsonparse import visible_text
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.line_format import (describe_with, field_reader, label_pattern, node_keys, read_fields, says_none,
-                                       subgoals_text)
-from memlab.stages.select.base import (Candidate, NodeSelector, SelectIn, SelectOut, best_of_each_group,
-                                       checked_selection)
+from memlab.stages.line_format import (
+    describe_with,
+    field_reader,
+    label_pattern,
+    node_keys,
+    read_fields,
+    says_none,
+    subgoals_text,
+)
+from memlab.stages.select.base import (
+    Candidate,
+    NodeSelector,
+    SelectIn,
+    SelectOut,
+    best_of_each_group,
+    checked_selection,
+)
 
 _FIELDS = field_reader({
     "selected": label_pattern("selected nodes", "selected node(s)", "selected node", "selection"),

@@ -20,11 +20,11 @@ is counted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
 import numpy as np
 
-from memlab.bounds import NonNegativeFloat, PositiveInt, UnitFloat
+from memlab.bounds import NonNegativeFloat, PositiveInt, Range
 from memlab.dates import format_day
 from memlab.embed.base import Embedder
 from memlab.lm.base import LM
@@ -80,16 +80,12 @@ class PromptedSynthesizer(PromptedStage, Synthesizer):
         lm: LM,
         embedder: Embedder,
         prompt: str = "simplemem/synthesize",
-        threshold: UnitFloat = 0.7,
-        max_cluster: PositiveInt = 5,
+        threshold: Annotated[float, Range(0, 1, open_min=True)] = 0.7,
+        max_cluster: Annotated[int, Range(min=2)] = 5,
         max_tokens: PositiveInt = 200,
         temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
-        if not 0.0 < threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-        if max_cluster < 2:
-            raise ValueError(f"max_cluster must be at least 2, got {max_cluster}")
         self.embedder = embedder
         self.prompt = load_prompt(prompt)
         self.threshold = threshold

@@ -6,9 +6,9 @@ import logging
 from datetime import date
 
 from memlab.bounds import NonNegativeFloat, PositiveInt
+from memlab.dates import WEEKDAY_NAMES, format_day
 from memlab.lm.base import LM
 from memlab.lm.jsonparse import parse_json
-from memlab.dates import WEEKDAY_NAMES, format_day
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
@@ -84,8 +84,6 @@ class PromptedTemporalNormalizer(PromptedStage, TemporalNormalizer):
         temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
-        if max_items < 1:
-            raise ValueError(f"max_items must be at least 1, got {max_items}")
         self.prompt = load_prompt(prompt)
         self.max_items = max_items
         self.schema = mentions_schema(max_items)

@@ -77,9 +77,6 @@ class TraversalPolicy(Traverser):
         self.edge_types = tuple(edge_types)
         if default_intent not in self.intents:
             raise ValueError(f"default_intent {default_intent!r} is not one of the intents {self.intents}")
-        for name, value in (("beam_width", beam_width), ("max_depth", max_depth), ("max_nodes", max_nodes)):
-            if value < 1:
-                raise ValueError(f"{name} must be positive, got {value}")
         weights = DEFAULT_WEIGHTS if weights is None else weights
         matrix = torch.full((len(self.intents), len(self.edge_types)), float(uniform_weight))
         if not uniform:

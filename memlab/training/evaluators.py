@@ -1,0 +1,395 @@
+"""Stage evaluators: one trained stage scored on conversations, the same way wherever it is scored.
+
+Contract
+--------
+An evaluator (the sentence-transformers pattern) is a component: a dataclass built from a
+``_component_`` config node whose fields are plain settings, so ``node()`` gives that node back
+and a recipe records it in its checkpoint's ``training.json`` (``evaluator``), where ``memlab
+evaluate-stage`` rebuilds it. One evaluator per trainable stage family (``family``):
+
+* ``prepare(conversations)`` does what does not depend on the stage, once: first-stage
+  candidates, teacher labels, built memories. Memories and candidates come from a pipeline
+  config (``build`` + ``retrieve_many``), so each first stage exists once, in its pipeline.
+* ``score(stage, prepared) -> dict`` scores a stage on it (a recipe validates every N steps on
+  one ``prepare``); ``evaluator(stage, conversations)`` does both.
+* Nothing here reads a gold answer into a stage: gold evidence and categories only score.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from memlab.bounds import PositiveInt
+from memlab.stage import Stage
+from memlab.stages.global_select import GlobalSelector
+from memlab.stages.navigate import Navigator
+from memlab.stages.relate import RelationExtractor
+from memlab.stages.rerank import Reranker
+from memlab.stages.retrieve import TrainableEmbedder
+from memlab.stages.route import IntentRouter
+from memlab.stages.segment import Segmenter
+from memlab.types import Conversation
+
+
+@dataclass
+class StageEvaluator:
+    """Base class of stage evaluators; the contract is in this module's docstring."""
+
+    #: The stage family the evaluator scores (``check`` refuses a stage of another).
+    family: ClassVar[type] = Stage
+
+    def prepare(self, conversations: Sequence[Conversation]) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def score(self, stage: Any, prepared: Any) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, stage: Any, conversations: Sequence[Conversation]) -> dict[str, Any]:
+        self.check(stage)
+        return self.score(stage, self.prepare(conversations))
+
+    def check(self, stage: Any) -> None:
+        """A TypeError naming both when ``stage`` is not of the family this evaluator scores."""
+        if not isinstance(stage, self.family):
+            raise TypeError(f"{type(self).__name__} scores {self.family.__name__} stages, not {type(stage).__name__}")
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        """The figures a comparison table shows of a ``score`` result: metric -> (value, n)."""
+        n = int(result.get("questions", 0))
+        return {k: (v, n) for k, v in result.items() if isinstance(v, float)}
+
+    def node(self) -> dict[str, Any]:
+        """The config node that rebuilds this evaluator."""
+        cls = type(self)
+        return {"_component_": f"{cls.__module__}.{cls.__qualname__}", **dataclasses.asdict(self)}
+
+
+def _pipeline(config: str, overrides: Sequence[str]) -> Any:
+    from memlab.config import build_pipeline
+
+    return build_pipeline(config, list(overrides))[0]
+
+
+def _first_questions(conversations: Sequence[Conversation], n: int | None) -> list[Conversation]:
+    """Each conversation with its first ``n`` questions only (None: all)."""
+    return [dataclasses.replace(c, questions=c.questions[:n]) if n else c for c in conversations]
+
+
+def _mean_recalls(rankings: Sequence[Sequence[Any]], questions: Sequence[Any], ks: Sequence[int]) -> dict[str, Any]:
+    """Mean evidence recall@k of each ranking (``Retrieved`` lists) against its question's evidence."""
+    from memlab.eval.metrics import recall_at_k
+
+    out: dict[str, Any] = {}
+    for k in ks:
+        values = [v for q, ranking in zip(questions, rankings)
+                  if (v := recall_at_k([r.unit.source_ids for r in ranking], q.evidence, k)) is not None]
+        out[f"recall@{k}"] = sum(values) / len(values) if values else None
+    return out
+
+
+@dataclass
+class RerankerEvaluator(StageEvaluator):
+    """Evidence recall@k of a reranker over a first stage's top ``depth`` (``evaluate_reranker``).
+
+    The first stage is the pipeline of ``pipeline`` (+ ``pipeline_overrides``) without its
+    reranker and with ``top_k=depth``: its memory of each conversation and its ranking of each
+    question of categories 1-4 with evidence. ``rag_turns.yaml`` is MiniLM + BM25 fused by RRF;
+    ``rag_turns_gemma.yaml`` EmbeddingGemma's dense ranking. ``max_questions`` keeps the first
+    questions of each conversation only (a prompted reranker costs a call a question). Scoring
+    no stage (None) gives the first stage's own order.
+    """
+
+    pipeline: str = "configs/pipelines/rag_turns.yaml"
+    pipeline_overrides: list[str] = field(default_factory=list)
+    depth: PositiveInt = 50
+    ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
+    max_questions: PositiveInt | None = None
+
+    family: ClassVar[type] = Reranker
+
+    def prepare(self, conversations: Sequence[Conversation]) -> list[dict[str, Any]]:
+        """Per question: ``question_id, conversation_id, question, category, evidence, candidates``
+        (the first stage's top ``depth`` units, best first)."""
+        from memlab.training.stage_eval import reranker_candidates
+
+        first_stage = _pipeline(self.pipeline, [*self.pipeline_overrides, "reranker=null", f"top_k={self.depth}"])
+        return reranker_candidates(first_stage, _first_questions(conversations, self.max_questions), self.depth)
+
+    def score(self, stage: Any, prepared: list[dict[str, Any]]) -> dict[str, Any]:
+        from memlab.training.stage_eval import evaluate_reranker
+
+        return {**evaluate_reranker(stage, prepared, ks=tuple(self.ks)), "first_stage_pipeline": self.pipeline}
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        ranking = result.get("reranked", result["first_stage"])  # no stage: the first stage's order
+        return {k: (v, result["questions"]) for k, v in ranking.items()}
+
+
+@dataclass
+class RouterEvaluator(StageEvaluator):
+    """Question-type accuracy (4-way over categories 1-4, and 5-way), confusion, speed
+    (``evaluate_router``); a router only ever sees the question text. ``max_questions`` keeps
+    the first questions of each conversation only (a prompted router costs a call a question)."""
+
+    max_questions: PositiveInt | None = None
+
+    family: ClassVar[type] = IntentRouter
+
+    def prepare(self, conversations: Sequence[Conversation]) -> list[Conversation]:
+        return _first_questions(conversations, self.max_questions)
+
+    def score(self, stage: Any, prepared: list[Conversation]) -> dict[str, Any]:
+        from memlab.training.stage_eval import evaluate_router
+
+        return evaluate_router(stage, prepared)
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        return {"accuracy": (result["accuracy"], result["questions_4way"]),
+                "accuracy_5way": (result["accuracy_5way"], result["questions"])}
+
+
+@dataclass
+class SegmenterEvaluator(StageEvaluator):
+    """Boundary F1 against the prompted CompassMem segmenter (the teacher, ``teacher``: a config
+    whose construction LMs replay the response cache) on the sessions whose construction the
+    cache holds (``evaluate_segmenter``), with span baselines."""
+
+    family: ClassVar[type] = Segmenter
+    teacher: str = "configs/pipelines/compassmem_teacher.yaml"
+    teacher_overrides: list[str] = field(default_factory=list)
+    #: The fixed-span baseline's span (None: the teacher's mean event length on these sessions;
+    #: a recipe records its training sessions' mean).
+    baseline_span: PositiveInt | None = None
+
+    def prepare(self, conversations: Sequence[Conversation]) -> tuple[list[Any], dict[str, int]]:
+        from memlab.training.segmentation import usable_sessions
+        from memlab.training.teacher import teacher_sessions
+
+        found, counts = teacher_sessions(conversations, self.teacher, list(self.teacher_overrides))
+        if not usable_sessions(found):
+            raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(counts)}): run "
+                             f"the prompted build of {self.teacher} on them first")
+        return found, dict(counts)
+
+    def score(self, stage: Any, prepared: tuple[list[Any], dict[str, int]]) -> dict[str, Any]:
+        from memlab.training.segmentation import evaluate_segmenter
+
+        found, counts = prepared
+        return {**evaluate_segmenter(stage, found, self.baseline_span), "teacher": counts}
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        return {k: (result[k], result["labelled_positions"]) for k in ("precision", "recall", "f1")}
+
+
+@dataclass
+class RelationEvaluator(StageEvaluator):
+    """Pair labels against the prompted CompassMem relation extractor (the teacher) on every
+    canonical event pair of the cached sessions (``evaluate_relation_extractor``)."""
+
+    teacher: str = "configs/pipelines/compassmem_teacher.yaml"
+    teacher_overrides: list[str] = field(default_factory=list)
+    keep_failed: bool = False
+
+    family: ClassVar[type] = RelationExtractor
+
+    def prepare(self, conversations: Sequence[Conversation]) -> tuple[list[Any], dict[str, int]]:
+        from memlab.training.teacher import teacher_sessions
+
+        found, counts = teacher_sessions(conversations, self.teacher, list(self.teacher_overrides))
+        if not found:
+            raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(counts)}): run "
+                             f"the prompted build of {self.teacher} on them first")
+        return found, dict(counts)
+
+    def score(self, stage: Any, prepared: tuple[list[Any], dict[str, int]]) -> dict[str, Any]:
+        from memlab.training.relations import evaluate_relation_extractor
+
+        found, counts = prepared
+        return {**evaluate_relation_extractor(stage, found, self.keep_failed), "teacher": counts,
+                "keep_failed": self.keep_failed}
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        return {k: (result[k], result["pairs"]) for k in ("accuracy", "macro_f1", "macro_f1_relations")}
+
+
+@dataclass
+class NavigatorEvaluator(StageEvaluator):
+    """Action and next-node scores of an explorer policy on the evidence-labelled navigation
+    states of the memories ``pipeline`` builds (``evaluate_explorer_policy``). The build calls
+    whatever LM that config's construction stages use (the default builds without one)."""
+
+    pipeline: str = "configs/pipelines/compassmem_trained_construction.yaml"
+    pipeline_overrides: list[str] = field(default_factory=list)
+    hops: PositiveInt = 2
+    max_states: PositiveInt = 24
+    #: The majority-action baseline's action (None: the scored states' own majority, an upper
+    #: bound; a recipe records its training states' majority).
+    majority: str | None = None
+
+    family: ClassVar[type] = Navigator
+
+    def prepare(self, conversations: Sequence[Conversation]) -> Any:
+        from memlab.training.navigation import navigation_examples
+
+        pipeline = _pipeline(self.pipeline, self.pipeline_overrides)
+        memories = {c.id: pipeline.build(c.history()) for c in conversations}
+        return navigation_examples(memories, conversations, top_k=pipeline.top_k, hops=self.hops,
+                                   max_states=self.max_states, max_next=pipeline.max_next)
+
+    def score(self, stage: Any, prepared: Any) -> dict[str, Any]:
+        from memlab.training.navigation import evaluate_explorer_policy
+
+        return {**evaluate_explorer_policy(stage, prepared, majority=self.majority), "pipeline": self.pipeline}
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        return {k: (result[k], result["states"]) for k in ("action_accuracy", "balanced_accuracy")}
+
+
+@dataclass
+class GlobalSelectorEvaluator(StageEvaluator):
+    """System-2 descents scored against evidence on the memories of the Mnemis ``pipeline``,
+    its build replayed from the response cache (``evaluate_global_selector``). Scoring no stage
+    (None) scores the pipeline's own selector (the prompted one: its calls go to its LM)."""
+
+    pipeline: str = "configs/pipelines/mnemis.yaml"
+    pipeline_overrides: list[str] = field(default_factory=list)
+    max_share: float = 0.5
+
+    family: ClassVar[type] = GlobalSelector
+
+    def prepare(self, conversations: Sequence[Conversation]) -> tuple[dict[str, Any], list[Conversation], Any]:
+        from memlab.training.selection import build_memories
+
+        pipeline = _pipeline(self.pipeline, self.pipeline_overrides)
+        if pipeline.categorizer is None:
+            raise ValueError(f"{self.pipeline}: builds no hierarchy (system2: false): nothing to select from")
+        return build_memories(pipeline, conversations), list(conversations), pipeline
+
+    def score(self, stage: Any, prepared: tuple[dict[str, Any], list[Conversation], Any]) -> dict[str, Any]:
+        from memlab.training.selection import evaluate_global_selector
+
+        memories, conversations, pipeline = prepared
+        selector = pipeline.global_selector if stage is None else stage
+        return {**evaluate_global_selector(selector, memories, conversations, pipeline.selection_batch,
+                                           self.max_share),
+                "pipeline": self.pipeline, "selector": type(selector).__name__}
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        keys = ("evidence_episode_recall", "entity_recall", "entity_precision", "episode_share_per_question")
+        return {k: (result[k], result["questions"]) for k in keys}
+
+
+@dataclass
+class SlotRecallEvaluator(StageEvaluator):
+    """Evidence recall@k of a pipeline's retrieval with the stage in its ``slot`` (a dotted stage
+    name, e.g. MAGMA's ``traverser``), over the questions of categories 1-4 with evidence; the
+    memories are built once by ``pipeline`` (+ ``pipeline_overrides``), so the slot must not
+    change what ``build`` makes. ``baseline`` adds the score of the slot's configured stage."""
+
+    pipeline: str = "configs/pipelines/magma.yaml"
+    pipeline_overrides: list[str] = field(default_factory=list)
+    slot: str = "traverser"
+    ks: list[int] = field(default_factory=lambda: [10])
+    baseline: bool = True
+
+    family: ClassVar[type] = Stage
+
+    def prepare(self, conversations: Sequence[Conversation]) -> tuple[Any, list[tuple[Any, Any]]]:
+        from memlab.training.supervision import evaluable_questions
+
+        pipeline = _pipeline(self.pipeline, self.pipeline_overrides)
+        pairs = [(memory, q) for c in conversations for memory in [pipeline.build(c.history())]
+                 for q in evaluable_questions(c)]
+        if not pairs:
+            raise ValueError(f"{[c.id for c in conversations]}: no question of categories 1-4 with evidence")
+        return pipeline, pairs
+
+    def recall(self, pipeline: Any, pairs: Sequence[tuple[Any, Any]]) -> dict[str, float | None]:
+        rankings = [pipeline.retrieve(memory, question.as_query()) for memory, question in pairs]
+        return _mean_recalls(rankings, [q for _, q in pairs], self.ks)
+
+    def score(self, stage: Any, prepared: tuple[Any, list[tuple[Any, Any]]]) -> dict[str, Any]:
+        pipeline, pairs = prepared
+        result: dict[str, Any] = {"questions": len(pairs), "slot": self.slot, "pipeline": self.pipeline}
+        if self.baseline:
+            result["configured"] = self.recall(pipeline, pairs)
+        old = pipeline.replace(self.slot, stage)
+        try:
+            result["with_stage"] = self.recall(pipeline, pairs)
+        finally:
+            if old is not None:
+                pipeline.replace(self.slot, old)
+        return result
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        return {k: (v, result["questions"]) for k, v in result["with_stage"].items()}
+
+
+@dataclass
+class RetrieverEvaluator(StageEvaluator):
+    """Evidence recall@k of a trained embedder as the ``embedder`` of ``pipeline`` (+
+    ``pipeline_overrides``): each conversation's memory built and each question of categories
+    1-4 with evidence ranked with the stage's vectors."""
+
+    family: ClassVar[type] = TrainableEmbedder
+    pipeline: str = "configs/pipelines/rag_turns.yaml"
+    pipeline_overrides: list[str] = field(default_factory=list)
+    ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
+
+    def prepare(self, conversations: Sequence[Conversation]) -> tuple[dict[str, Any], list[Conversation]]:
+        from memlab.config import COMPONENT, ConfigError, load_config, split_runner_keys, validate
+
+        tree = split_runner_keys(load_config(self.pipeline, list(self.pipeline_overrides)))[0]
+        if "embedder" not in tree or COMPONENT not in tree:
+            raise ConfigError(f"{self.pipeline}: a RetrieverEvaluator needs a pipeline with an embedder")
+        validate(tree)
+        return tree, list(conversations)
+
+    def score(self, stage: Any, prepared: tuple[dict[str, Any], list[Conversation]]) -> dict[str, Any]:
+        from memlab.config import instantiate
+        from memlab.training.supervision import evaluable_questions
+
+        tree, conversations = prepared
+        pipeline = instantiate({**tree, "embedder": stage})
+        rankings, questions = [], []
+        for conversation in conversations:
+            asked = evaluable_questions(conversation)
+            if asked:
+                memory = pipeline.build(conversation.history())
+                rankings += pipeline.retrieve_many(memory, [q.as_query() for q in asked])
+                questions += asked
+        if not questions:
+            raise ValueError(f"{[c.id for c in conversations]}: no question of categories 1-4 with evidence")
+        return {**_mean_recalls(rankings, questions, self.ks), "questions": len(questions)}
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        return {k: (v, result["questions"]) for k, v in result.items() if k.startswith("recall@")}
+
+
+def recorded_evaluator(checkpoint: str | os.PathLike, overrides: Sequence[str] = ()) -> StageEvaluator:
+    """The evaluator a checkpoint's ``training.json`` records (``evaluator``: its node), with
+    dotted ``key=value`` ``overrides`` applied (``depth=20``, ``pipeline=...``), validated and
+    built. A ``StageError`` when ``checkpoint`` is no intact saved stage, a ``ConfigError``
+    naming it when it records no evaluator."""
+    from memlab.checkpoint import TRAINING_FILE, checked_manifest, json_object
+    from memlab.config import COMPONENT, ConfigError, apply_override, instantiate
+
+    checked_manifest(Path(checkpoint), check_files=True)  # a saved stage whose record is intact
+    record = json_object(Path(checkpoint) / TRAINING_FILE)
+    node = record.get("evaluator")
+    if not (isinstance(node, dict) and COMPONENT in node):
+        raise ConfigError(f"{checkpoint}: its {TRAINING_FILE} records no evaluator (a stage trained by a memlab "
+                          "recipe records the one its validation used)")
+    node = copy.deepcopy(node)
+    for override in overrides:
+        apply_override(node, override)
+    evaluator = instantiate(node)
+    if not isinstance(evaluator, StageEvaluator):
+        raise ConfigError(f"{checkpoint}: its recorded evaluator {node[COMPONENT]} is not a StageEvaluator")
+    return evaluator

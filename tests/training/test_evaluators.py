@@ -1,0 +1,92 @@
+"""Stage evaluators: config nodes that rebuild them, the first stage taken from its pipeline, one check of a value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from memlab.config import ConfigError, build_pipeline, instantiate, load_config, validate
+from memlab.data import load_sample
+from memlab.stages.encoder import TextEncoder
+from memlab.stages.rerank import CrossEncoderReranker
+from memlab.stages.route.rules import RuleRouter
+from memlab.training.evaluators import (
+    GlobalSelectorEvaluator,
+    NavigatorEvaluator,
+    RelationEvaluator,
+    RerankerEvaluator,
+    RetrieverEvaluator,
+    RouterEvaluator,
+    SegmenterEvaluator,
+    SlotRecallEvaluator,
+    StageEvaluator,
+)
+from memlab.training.supervision import evaluable_questions
+
+REPO = Path(__file__).resolve().parents[2]
+RAG_TURNS = str(REPO / "configs/pipelines/rag_turns.yaml")
+
+
+@pytest.mark.parametrize("evaluator", [
+    RerankerEvaluator(pipeline=RAG_TURNS, pipeline_overrides=["rrf_k=20"], depth=7, ks=[1, 3]),
+    RouterEvaluator(), SegmenterEvaluator(baseline_span=3), RelationEvaluator(keep_failed=True),
+    NavigatorEvaluator(majority="SKIP"), GlobalSelectorEvaluator(max_share=0.4),
+    SlotRecallEvaluator(slot="traverser", ks=[5, 10]), RetrieverEvaluator(pipeline=RAG_TURNS),
+])
+def test_an_evaluator_is_rebuilt_from_its_node(evaluator):
+    node = evaluator.node()
+    validate(node)
+    assert instantiate(node) == evaluator and isinstance(instantiate(node), StageEvaluator)
+
+
+def test_a_bad_setting_is_refused_when_the_node_is_validated():
+    with pytest.raises(ConfigError, match="depth=0 must be >= 1"):
+        instantiate({**RerankerEvaluator().node(), "depth": 0})
+
+
+def test_reranker_candidates_are_the_first_stage_pipelines_own_ranking():
+    sample = load_sample()
+    items = RerankerEvaluator(pipeline=RAG_TURNS, depth=20).prepare(sample)
+    pipeline = build_pipeline(RAG_TURNS, ["top_k=20"])[0]  # what `memlab run --retrieval-only` ranks
+    memory = pipeline.build(sample[0].history())
+    questions = evaluable_questions(sample[0])
+    assert [item["question_id"] for item in items] == [q.id for q in questions]
+    for item, question in zip(items, questions):
+        assert [u.id for u in item["candidates"]] == [r.unit.id for r in pipeline.retrieve(memory, question.as_query())[:20]]
+
+
+def test_an_evaluator_refuses_a_stage_of_another_family():
+    with pytest.raises(TypeError, match="RerankerEvaluator scores Reranker stages, not RuleRouter"):
+        RerankerEvaluator()(RuleRouter(), load_sample())
+
+
+# -- one way to check a value: the annotation, in code as in a config -----------------------------
+def test_a_stage_built_in_code_is_checked_against_its_annotations():
+    with pytest.raises(ValueError, match="CrossEncoderReranker: batch_size must be >= 1, got 0"):
+        CrossEncoderReranker(TextEncoder(), batch_size=0)
+    with pytest.raises(ValueError, match="TextEncoder: pooling must be one of 'cls', 'mean', got 'max'"):
+        TextEncoder(pooling="max")
+    with pytest.raises(ValueError, match="TextEncoder: max_length must be >= 8, got 4"):
+        TextEncoder(max_length=4)
+
+
+def test_a_checkpoint_in_the_wrong_slot_is_refused_at_validation():
+    tree = load_config(RAG_TURNS, ["reranker._component_=memlab.stage.load_stage",
+                                   f"reranker.path={REPO / 'checkpoints/router-tfidf'}"])
+    tree.pop("eval")
+    with pytest.raises(ConfigError, match=r"must be a Reranker component \(TfidfRouter is not one\)"):
+        validate(tree)
+
+
+def test_the_encoder_of_a_trained_stage_is_swapped_by_a_config_line():
+    node = {"_component_": "memlab.stage.load_stage", "path": str(REPO / "checkpoints/event-segmenter")}
+    saved = instantiate(node)
+    swapped = instantiate({**node, "encoder": {"_component_": "memlab.stages.encoder.TextEncoder",
+                                               "frozen": True, "max_length": 32}})
+    assert saved.encoder.max_length == 128 and swapped.encoder.max_length == 32 and swapped.encoder.frozen
+    heads = {k: v for k, v in saved.state_dict().items() if not k.startswith("encoder.")}
+    assert heads and all(torch.equal(swapped.state_dict()[k], v) for k, v in heads.items())  # the trained heads stay
+    session = load_sample()[0].sessions[0]
+    assert len(swapped.predict_boundaries([session])[0]) < len(session.turns)
