@@ -3,7 +3,7 @@
     python eval/compassmem_search_stats.py RUN_DIR [RUN_DIR ...]
 
 Reads ``predictions.jsonl`` (each answer's trace has a ``search`` step with the per-question
-statistics of ``memlab.pipelines.compassmem_search.Search.stats``) and prints, per run, one
+statistics of ``memlab.pipelines.compassmem.search.Search.stats``) and prints, per run, one
 JSON object and a markdown table: time per question, subgoals and their satisfaction, initial
 nodes, paths, steps, path lengths, the action mix, refinements and kept nodes.
 """

@@ -63,8 +63,8 @@ def _parser() -> argparse.ArgumentParser:
                      "(refused if they were built by another pipeline, build configuration or sessions)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    train = commands.add_parser("train", help="run a training recipe (train/<RECIPE>.py) with its config")
-    train.add_argument("recipe", help="recipe name, e.g. finetune_reranker (a script in train/)")
+    train = commands.add_parser("train", help="run a training recipe (memlab/recipes/<RECIPE>.py) with its config")
+    train.add_argument("recipe", help="recipe name, e.g. finetune_reranker (a module of memlab.recipes)")
     train.add_argument("--config", required=True, help="training YAML (configs/train/*.yaml)")
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=1e-4 output_dir=checkpoints/x")
 

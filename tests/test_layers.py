@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipelines",),
     ("eval", "reporting"),
     ("training",),
-    ("cli",),
+    ("cli", "recipes"),
 )
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 

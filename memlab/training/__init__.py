@@ -5,7 +5,10 @@
 * ``memlab.training.recipes``: the kit the flat recipes in ``train/`` share, and how
   ``memlab train`` finds and runs them (re-exported here); ``memlab.training.loop``: the
   optimisation loop of the gradient recipes (batches, steps, validation, early stopping);
-* ``memlab.training.stage_eval``: a reranker or router scored on its own, without an LLM;
+* ``memlab.training.evaluators``: one evaluator per trainable family (a component a recipe
+  validates with and records, ``memlab evaluate-stage`` rebuilds); ``memlab.training.stage_eval``
+  the reranker and router scores they compute; ``memlab.training.comparison``: stages compared
+  under one evaluator, leave-one-conversation-out as an option (``memlab compare-stages``);
 * ``memlab.training.teacher``: CompassMem's prompted construction replayed from the response
   cache (the teacher labels), and from it ``memlab.training.segmentation`` (event boundaries)
   and ``memlab.training.relations`` (event-pair relations); ``memlab.training.navigation``:
@@ -16,41 +19,45 @@
 from __future__ import annotations
 
 from memlab.training.recipes import (
-                                     DATA_DEFAULTS,
-                                     REQUIRED_KEYS,
-                                     EarlyStopping,
-                                     MetricsLog,
-                                     Recipe,
-                                     adamw,
-                                     linear_schedule,
-                                     load_conversations,
-                                     load_recipe,
-                                     load_recipe_config,
-                                     make_accelerator,
-                                     recipe_conversations,
-                                     recipe_path,
-                                     record_training,
-                                     run_recipe,
-                                     seed_everything,
-                                     total_steps,
-                                     with_defaults,
+    DATA_DEFAULTS,
+    GRADIENT_DEFAULTS,
+    REQUIRED_KEYS,
+    EarlyStopping,
+    MetricsLog,
+    Recipe,
+    adamw,
+    linear_schedule,
+    load_recipe,
+    load_recipe_config,
+    make_accelerator,
+    prepare_training,
+    recipe_conversations,
+    recipe_path,
+    record_training,
+    run_recipe,
+    seed_everything,
+    total_steps,
+    training_conversations,
+    with_defaults,
 )
 
 __all__ = [
     "DATA_DEFAULTS",
+    "GRADIENT_DEFAULTS",
     "REQUIRED_KEYS",
     "EarlyStopping",
     "MetricsLog",
     "Recipe",
     "adamw",
     "linear_schedule",
-    "load_conversations",
+    "training_conversations",
     "load_recipe",
     "load_recipe_config",
     "make_accelerator",
+    "prepare_training",
     "recipe_conversations",
-    "record_training",
     "recipe_path",
+    "record_training",
     "run_recipe",
     "seed_everything",
     "total_steps",

@@ -37,7 +37,7 @@ from typing import Any
 import datasets
 
 from memlab.clock import active_seconds
-from memlab.pipelines.compassmem_memory import RELATION, EventMemory
+from memlab.pipelines.compassmem.memory import RELATION, EventMemory
 from memlab.stages.event_view import EventView
 from memlab.stages.navigate import ACTIONS, ExplorerTarget, NavigateIn, Navigator, Neighbour
 from memlab.training.supervision import _dataset, evaluable_questions, ratio

@@ -1,6 +1,6 @@
-"""What every training recipe in ``train/`` shares, and how ``memlab train`` finds them.
+"""What every training recipe (``memlab.recipes``) shares, and how ``memlab train`` finds them.
 
-A recipe is a flat script, readable top to bottom (DESIGN.md, "Training recipes"): it names
+A recipe is a flat module of ``memlab.recipes``, readable top to bottom (DESIGN.md, "Training recipes"): it names
 its phases after ``Recipe`` (set-up, train, save a checkpoint) and needs no base class. This
 module holds only the pieces that would otherwise be copied into each script:
 
@@ -14,20 +14,21 @@ module holds only the pieces that would otherwise be copied into each script:
 * ``EarlyStopping`` on an evaluation metric (higher is better);
 * ``MetricsLog``: one JSON line per evaluation, flushed as it is written, so a run that is
   interrupted keeps its log;
-* ``recipe_path`` / ``load_recipe`` / ``run_recipe``: locate ``train/<name>.py``, import it, run its
-  ``main(config)``.
+* ``recipe_path`` / ``load_recipe`` / ``run_recipe``: locate ``memlab/recipes/<name>.py``, import
+  it, run its ``main(config)``.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import importlib.util
 import json
 import math
 import os
+import pkgutil
 import random
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
 
 class Recipe(Protocol):
-    """What a recipe module (``train/<name>.py``) provides: its phases, in order, as module
+    """What a recipe module (``memlab/recipes/<name>.py``) provides: its phases, in order, as module
     functions over one run state, and ``main`` running them (a shape, not a base class)."""
 
     def setup(self, config: dict[str, Any]) -> Any: ...
@@ -195,38 +196,38 @@ class MetricsLog:
         return record
 
 
-def recipe_path(name: str, search: tuple[Path, ...] | None = None) -> Path:
-    """``train/<name>.py`` in the current directory or in the checkout memlab runs from."""
+#: The package whose modules are the recipes ``memlab train`` runs.
+RECIPES_PACKAGE = "memlab.recipes"
+
+
+def recipe_path(name: str) -> Path:
+    """The file of recipe ``name`` (``memlab/recipes/<name>.py``); a ConfigError naming the
+    recipes there when there is none."""
     if not name.replace("_", "").isalnum():
         raise ConfigError(f"recipe name {name!r} must be a plain identifier (e.g. finetune_reranker)")
-    roots = search or (Path.cwd(), Path(__file__).resolve().parents[2])
-    for root in roots:
-        candidate = root / "train" / f"{name}.py"
-        if candidate.is_file():
-            return candidate
-    raise ConfigError(f"no recipe train/{name}.py under {[str(r) for r in roots]} "
-                      "(memlab train runs from a memlab checkout)")
+    spec = importlib.util.find_spec(f"{RECIPES_PACKAGE}.{name}")
+    if spec is None or spec.origin is None:
+        package = importlib.import_module(RECIPES_PACKAGE)
+        known = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
+        raise ConfigError(f"no recipe {name!r} in {RECIPES_PACKAGE} (recipes: {known})")
+    return Path(spec.origin)
 
 
 def load_recipe(name: str) -> Recipe:
-    """Import ``train/<name>.py`` as a module (its phases can then be called one by one)."""
+    """The recipe module ``memlab.recipes.<name>`` (its phases can then be called one by one)."""
     path = recipe_path(name)
-    spec = importlib.util.spec_from_file_location(f"memlab_recipe_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[spec.name] = module  # dataclasses and pickling look the module up by name
-    spec.loader.exec_module(module)
+    module = importlib.import_module(f"{RECIPES_PACKAGE}.{name}")
     if not callable(getattr(module, "main", None)):
         raise ConfigError(f"{path} has no main(config) function")
     return module
 
 
 def run_recipe(name: str, config: dict[str, Any]) -> dict[str, Any]:
-    """Run ``train/<name>.py``'s ``main(config)``; returns its summary."""
+    """Run recipe ``name``'s ``main(config)``; returns its summary."""
     return load_recipe(name).main(config)
 
 
-def load_conversations(path: str | os.PathLike, ids: list[str] | tuple[str, ...] | None = None,
+def training_conversations(path: str | os.PathLike, ids: list[str] | tuple[str, ...] | None = None,
                        sessions: int | None = None):
     """The conversations of the LoCoMo file ``path``; with ``ids``, only those (in the file's order),
     and a ConfigError naming any id the file does not hold and the ones it does; with ``sessions``,
@@ -245,6 +246,9 @@ def load_conversations(path: str | os.PathLike, ids: list[str] | tuple[str, ...]
 #: The ``data`` section of the recipes that split conversations (``recipe_conversations``).
 DATA_DEFAULTS: dict[str, Any] = {"path": None, "eval_ids": None, "validation_ids": None, "conversations": None,
                                  "max_questions": None, "sessions": None, "final_fit": False}
+
+#: The settings every gradient recipe starts from (its ``DEFAULTS`` add their own).
+GRADIENT_DEFAULTS: dict[str, Any] = {"seed": 0, "precision": "no", "progress": True, "data": DATA_DEFAULTS}
 
 
 def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False):
@@ -276,7 +280,7 @@ def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False
     if data.get("final_fit") and (data.get("eval_ids") or data.get("validation_ids")):
         raise ConfigError("data.final_fit trains on every conversation: set data.eval_ids=null and "
                           "data.validation_ids=null")
-    conversations = load_conversations(data["path"], data.get("conversations"), data.get("sessions"))
+    conversations = training_conversations(data["path"], data.get("conversations"), data.get("sessions"))
     if limit := data.get("max_questions"):  # a quick run (tests, smoke checks): the first questions of each
         conversations = [dataclasses.replace(c, questions=c.questions[:limit]) for c in conversations]
     if data.get("final_fit"):
@@ -332,3 +336,15 @@ def linear_schedule(optimizer, total_steps: int, warmup_fraction: float = 0.1):
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
+
+def prepare_training(stage: torch.nn.Module, config: dict[str, Any], items: int):
+    """``(stage, optimizer, scheduler, accelerator)`` for a gradient recipe: AdamW over the
+    stage's trainable parameters (``adamw``), the warm-up then linear schedule over the steps
+    ``items`` examples make (``total_steps``), and accelerate's device and ``precision``, the
+    stage and optimiser prepared by it."""
+    optim = config["optim"]
+    optimizer = adamw(stage, optim)
+    scheduler = linear_schedule(optimizer, total_steps(items, optim), float(optim["warmup_fraction"]))
+    accelerator = make_accelerator(config["precision"])
+    stage, optimizer = accelerator.prepare(stage, optimizer)
+    return stage, optimizer, scheduler, accelerator

@@ -29,7 +29,7 @@ import datasets
 import torch
 
 from memlab.clock import active_seconds
-from memlab.pipelines.compassmem_memory import event_view
+from memlab.pipelines.compassmem.memory import event_view
 from memlab.stages.event_view import EventView
 from memlab.stages.relate import (
     NO_RELATION,

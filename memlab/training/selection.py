@@ -39,8 +39,8 @@ import datasets
 from memlab.clock import active_seconds
 from memlab.lm.base import LM
 from memlab.lm.cache_only import CacheMissError, CacheOnlyLM
-from memlab.pipelines.mnemis_memory import CATEGORY, MnemisMemory
-from memlab.pipelines.mnemis_search import global_selection
+from memlab.pipelines.mnemis.memory import CATEGORY, MnemisMemory
+from memlab.pipelines.mnemis.search import global_selection
 from memlab.stages.global_select import GlobalSelectIn, GlobalSelector, HierarchyNode, SelectionTarget
 from memlab.training.supervision import _dataset, evaluable_questions, ratio
 from memlab.types import Conversation, Question

@@ -49,7 +49,7 @@ from memlab.types import ANSWERABLE_CATEGORIES, LOCOMO_CATEGORIES, Conversation,
 if TYPE_CHECKING:  # imported lazily: building data sets must not load the memory stack eagerly
     from memlab.lm.cache import ResponseCache
     from memlab.pipelines.base import Pipeline
-    from memlab.pipelines.magma_memory import MagmaMemory
+    from memlab.pipelines.magma.memory import MagmaMemory
 
 #: The evaluation conversations of the fixed 5/2 split over the 7 LoCoMo dev conversations.
 FIXED_EVAL_IDS: tuple[str, ...] = ("conv-26", "conv-30")

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from memlab.embed import SentenceTransformerEmbedder
-from memlab.pipelines.compassmem import CompassMem
-from memlab.pipelines.compassmem_search import Search, priority
-from memlab.pipelines.compassmem_topics import TopicLayer, n_clusters
+from memlab.pipelines.compassmem.pipeline import CompassMem
+from memlab.pipelines.compassmem.search import Search, priority
+from memlab.pipelines.compassmem.topics import TopicLayer, n_clusters
 from memlab.stages.answer import PromptedAnswerer
 from memlab.stages.fuse import PromptedEventFuser
 from memlab.stages.navigate import PromptedNavigator

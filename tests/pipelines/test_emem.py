@@ -13,7 +13,7 @@ import pytest
 from memlab.config import build_pipeline
 from memlab.lm.types import ChatRequest
 from memlab.pipelines.base import RECALL_DEPTH
-from memlab.pipelines.emem import EMem, EMemG
+from memlab.pipelines.emem.pipeline import EMem, EMemG
 from memlab.stages.answer import PromptedAnswerer
 from memlab.stages.answer.cot import CoTAnswerer
 from memlab.stages.arguments import PromptedArgumentExtractor
@@ -252,7 +252,7 @@ def test_emem_g_with_a_real_small_model(tmp_path):
 def test_synonym_edges_respect_threshold_and_cap():
     import numpy as np
 
-    from memlab.pipelines.emem_memory import synonym_pairs
+    from memlab.pipelines.emem.memory import synonym_pairs
 
     # unit vectors at angles: cos(a_i, a_j) = cos(angle difference)
     angles = np.radians([0, 10, 22, 30, 90])
@@ -288,7 +288,7 @@ def test_emem_g_declares_the_shared_arguments_once_and_configs_still_see_them():
     import inspect
 
     from memlab.config import ConfigError, validate
-    from memlab.pipelines.emem import EventMemoryPipeline
+    from memlab.pipelines.emem.pipeline import EventMemoryPipeline
 
     shared = list(inspect.signature(EventMemoryPipeline).parameters)
     assert set(shared) <= set(inspect.signature(EMemG).parameters)

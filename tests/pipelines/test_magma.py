@@ -14,7 +14,7 @@ import pytest
 from memlab.config import build_pipeline
 from memlab.lm.types import ChatRequest
 from memlab.pipelines.base import RECALL_DEPTH
-from memlab.pipelines.magma import MAGMA
+from memlab.pipelines.magma.pipeline import MAGMA
 from memlab.stages.answer.adaptive import AdaptiveAnswerer
 from memlab.stages.consolidate import PromptedCausalConsolidator, PromptedCausalVerdicts
 from memlab.stages.event import PromptedEventExtractor
@@ -203,7 +203,7 @@ def test_magma_with_a_real_small_model(tmp_path):
 
 def test_narrative_order_and_folding():
     from memlab.memory.graph import MemoryGraph
-    from memlab.pipelines.magma_narrative import linearize, order_events
+    from memlab.pipelines.magma.narrative import linearize, order_events
 
     g = MemoryGraph()
     for i, day in enumerate([3, 1, 2, 4]):
@@ -222,7 +222,7 @@ def test_narrative_order_and_folding():
 
 
 def test_worker_backlog_and_wait_timeout():
-    from memlab.pipelines.magma_memory import MagmaMemory
+    from memlab.pipelines.magma.memory import MagmaMemory
     from memlab.types import MemoryUnit
 
     release = threading.Event()
@@ -244,7 +244,7 @@ def test_worker_backlog_and_wait_timeout():
 
 
 def test_neighbourhood_sees_only_earlier_events_nearest_hop_then_most_recent_first():
-    from memlab.pipelines.magma_memory import MagmaMemory
+    from memlab.pipelines.magma.memory import MagmaMemory
     from memlab.types import MemoryUnit
 
     memory = MagmaMemory(HashingEmbedder(), edge_types=("temporal", "entity"))  # no slow path

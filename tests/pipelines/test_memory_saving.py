@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from memlab.memory.store import MemoryStoreError
-from memlab.pipelines.emem_memory import EventMemory
-from memlab.pipelines.magma_memory import MagmaMemory
+from memlab.pipelines.emem.memory import EduMemory
+from memlab.pipelines.magma.memory import MagmaMemory
 from memlab.types import MemoryUnit, Query
 from tests.fakes import CallbackEventExtractor, ReplayLM
 from tests.memory.helpers import HashingEmbedder
@@ -65,7 +65,7 @@ def emem_memory():
 def test_emem_round_trip_gives_identical_retrieval(tmp_path):
     pipeline, memory = emem_memory()
     memory.save(tmp_path / "emem")
-    loaded = EventMemory.load(tmp_path / "emem", HashingEmbedder())
+    loaded = EduMemory.load(tmp_path / "emem", HashingEmbedder())
     assert loaded.frames == memory.frames and loaded.errors == memory.errors
     assert loaded.node_ids == memory.node_ids and (loaded.adjacency != memory.adjacency).nnz == 0
     for query in QUESTIONS:
@@ -79,14 +79,14 @@ def test_a_corrupted_or_truncated_file_is_refused_by_name(tmp_path, victim):
     path = tmp_path / "emem" / victim
     path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
     with pytest.raises(MemoryStoreError, match=f"file {victim} is corrupted or truncated"):
-        EventMemory.load(tmp_path / "emem", HashingEmbedder())
+        EduMemory.load(tmp_path / "emem", HashingEmbedder())
 
 
 def test_another_embedder_or_format_is_refused(tmp_path):
     _, memory = emem_memory()
     memory.save(tmp_path / "emem")
     with pytest.raises(MemoryStoreError, match="another embedder"):
-        EventMemory.load(tmp_path / "emem", HashingEmbedder(salt="x"))
+        EduMemory.load(tmp_path / "emem", HashingEmbedder(salt="x"))
     with pytest.raises(MemoryStoreError, match="holds 'memlab.EMem.EventMemory', not 'memlab.MagmaMemory'"):
         MagmaMemory.load(tmp_path / "emem", HashingEmbedder())
 
@@ -112,4 +112,4 @@ def test_a_failed_save_leaves_no_folder_and_keeps_the_previous_one(tmp_path, mon
             memory.save(target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emem"]
     assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == before
-    assert "session_9" not in EventMemory.load(target, HashingEmbedder()).errors
+    assert "session_9" not in EduMemory.load(target, HashingEmbedder()).errors

@@ -15,10 +15,10 @@ import pytest
 from memlab.config import build_pipeline
 from memlab.embed import SentenceTransformerEmbedder
 from memlab.memory.store import MemoryStoreError
-from memlab.pipelines.mnemis import Mnemis
-from memlab.pipelines.mnemis_hierarchy import build_hierarchy
-from memlab.pipelines.mnemis_memory import MnemisMemory
-from memlab.pipelines.mnemis_search import Candidates, ranked, system1
+from memlab.pipelines.mnemis.hierarchy import build_hierarchy
+from memlab.pipelines.mnemis.memory import MnemisMemory
+from memlab.pipelines.mnemis.pipeline import Mnemis
+from memlab.pipelines.mnemis.search import Candidates, ranked, system1
 from memlab.stages.answer import PromptedAnswerer
 from memlab.stages.categorize import CategorizeOut, Categorizer, Category, PromptedCategorizer
 from memlab.stages.contradict import PromptedContradictionDetector

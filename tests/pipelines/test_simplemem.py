@@ -13,7 +13,7 @@ import pytest
 from memlab.config import build_pipeline
 from memlab.memory.store import UnitMemory
 from memlab.pipelines.base import RECALL_DEPTH
-from memlab.pipelines.simplemem import SimpleMem, interleave, merge_identical
+from memlab.pipelines.simplemem.pipeline import SimpleMem, interleave, merge_identical
 from memlab.stages.answer import PromptedAnswerer, join_context, split_context
 from memlab.stages.answer.simplemem import ReconstructiveAnswerer
 from memlab.stages.compress import ChunkCompressor, PromptedCompressor

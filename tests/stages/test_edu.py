@@ -231,7 +231,7 @@ def test_structured_chunks_for_long_turns_and_generic_edus_for_the_rest():
 
 
 def test_chunk_answerer_context_shows_the_full_chunk():
-    from memlab.pipelines.emem import render_edu
+    from memlab.pipelines.emem.pipeline import render_edu
     from memlab.types import MemoryUnit
 
     unit = MemoryUnit("u", "summary text", ("t2",), datetime(2023, 6, 1), kind="chunk",

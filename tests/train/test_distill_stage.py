@@ -1,4 +1,4 @@
-"""train/distill_stage.py: a teacher's cached calls -> a LoRA-tuned, merged local student."""
+"""memlab/recipes/distill_stage.py: a teacher's cached calls -> a LoRA-tuned, merged local student."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import pytest
 
 from memlab import training
 from memlab.config import ConfigError
+from memlab.data import SAMPLE_PATH
 from memlab.lm.cache import ResponseCache
 from memlab.lm.types import ChatRequest, Completion
-from memlab.training import recipe_path, run_recipe
+from memlab.training import run_recipe
 from memlab.training.supervision import conversation_texts, distillation_dropped
 
-SAMPLE = recipe_path("distill_stage").parents[1] / "memlab" / "data" / "samples" / "sample_locomo.json"
+SAMPLE = SAMPLE_PATH
 
 TEACHER = "fake-teacher"
 SYSTEM = "COUNT-STAGE: reply with JSON giving how many items the note mentions."

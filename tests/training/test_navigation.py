@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memlab.pipelines.compassmem_memory import EventMemory
+from memlab.pipelines.compassmem.memory import EventMemory
 from memlab.stage import Stage
 from memlab.stages.encoder import TextEncoder
 from memlab.stages.navigate import NavigateIn, NavigateOut, Navigator

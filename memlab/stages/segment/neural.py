@@ -11,7 +11,7 @@ The whole session is one window (index 0), so unit ids are ``<conversation>/<ses
 
 * ``FixedSpanSegmenter``: every ``span`` turns (the baseline of the trained segmenter).
 * ``BoundarySegmenter``: a boundary tagger trained by distillation of the prompted segmenter
-  (``memlab.training.segmentation``; recipe ``train/train_event_segmenter.py``). Each turn,
+  (``memlab.training.segmentation``; recipe ``memlab.recipes.train_event_segmenter``). Each turn,
   rendered as ``Turn.render()`` does, is pooled into one vector by the ``TextEncoder``; a
   one-layer bidirectional GRU reads a session's turn vectors in order; for every t >= 1 a small
   MLP over (context of turn t-1, context of turn t, cosine of the two turns' encoder vectors)

@@ -37,11 +37,9 @@ from memlab.config import ConfigError, instantiate
 from memlab.stage import Stage
 from memlab.stages.relate import MajorityRelationExtractor
 from memlab.training import (
-    DATA_DEFAULTS,
+    GRADIENT_DEFAULTS,
     MetricsLog,
-    adamw,
-    linear_schedule,
-    make_accelerator,
+    prepare_training,
     recipe_conversations,
     record_training,
     seed_everything,
@@ -54,10 +52,7 @@ from memlab.training.relations import class_weights, evaluate_relation_extractor
 from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
 
 DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "precision": "no",
-    "progress": True,
-    "data": DATA_DEFAULTS,
+    **GRADIENT_DEFAULTS,
     "teacher_config": TEACHER_CONFIG,
     "teacher_overrides": [],
     "keep_failed": False,
@@ -129,11 +124,7 @@ def setup(config: dict[str, Any]) -> Run:
         texts = sorted(set(run.examples["earlier"]) | set(run.examples["later"]))
         run.vectors = dict(zip(texts, run.stage.encode_texts(texts)))
     run.weights = class_weights(run.examples["label"], run.stage.labels, float(config["class_weight_power"]))
-    optim = config["optim"]
-    run.optimizer = adamw(run.stage, optim)
-    run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.examples), optim), float(optim["warmup_fraction"]))
-    run.accelerator = make_accelerator(config["precision"])
-    run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.examples))
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memlab.pipelines.mnemis_memory import MnemisMemory
+from memlab.pipelines.mnemis.memory import MnemisMemory
 from memlab.stages.categorize import CategorizeIn, Categorizer, NodeCard
 
 

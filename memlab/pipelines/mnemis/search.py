@@ -23,7 +23,7 @@ import numpy as np
 
 from memlab.dates import format_day
 from memlab.pipelines.base import dated_text
-from memlab.pipelines.mnemis_memory import CATEGORY, MnemisMemory
+from memlab.pipelines.mnemis.memory import CATEGORY, MnemisMemory
 from memlab.stages.global_select import GlobalSelectIn, GlobalSelector
 from memlab.stages.rerank import Reranker, RerankIn
 

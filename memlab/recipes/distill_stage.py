@@ -66,10 +66,10 @@ from memlab.training import (
     EarlyStopping,
     MetricsLog,
     adamw,
-    load_conversations,
     make_accelerator,
     seed_everything,
     total_steps,
+    training_conversations,
     with_defaults,
 )
 from memlab.training.supervision import FIXED_EVAL_IDS, conversation_texts, distillation_dropped, distillation_examples
@@ -136,7 +136,7 @@ def excluded_conversations(data: dict[str, Any]):
     ``FIXED_EVAL_IDS``) of ``data.path``; none without a ``data.path``."""
     if not data["path"]:
         return []
-    return load_conversations(data["path"], list(data["exclude_ids"] or FIXED_EVAL_IDS))
+    return training_conversations(data["path"], list(data["exclude_ids"] or FIXED_EVAL_IDS))
 
 
 def load_examples(cfg: dict[str, Any], exclude: Iterable[str] = ()):

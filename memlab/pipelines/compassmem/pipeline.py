@@ -31,9 +31,9 @@ from __future__ import annotations
 from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
 from memlab.embed.base import Embedder
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline, dated_text
-from memlab.pipelines.compassmem_memory import EventMemory, event_view
-from memlab.pipelines.compassmem_search import Search, explore
-from memlab.pipelines.compassmem_topics import TopicLayer
+from memlab.pipelines.compassmem.memory import EventMemory, event_view
+from memlab.pipelines.compassmem.search import Search, explore
+from memlab.pipelines.compassmem.topics import TopicLayer
 from memlab.stages.answer import Answerer, AnswerIn
 from memlab.stages.fuse import EventFuser, FuseIn
 from memlab.stages.navigate import Navigator

@@ -41,11 +41,9 @@ import torch.nn.functional as F
 from memlab.config import build_pipeline, instantiate
 from memlab.stage import Stage
 from memlab.training import (
-    DATA_DEFAULTS,
+    GRADIENT_DEFAULTS,
     MetricsLog,
-    adamw,
-    linear_schedule,
-    make_accelerator,
+    prepare_training,
     recipe_conversations,
     record_training,
     seed_everything,
@@ -57,10 +55,7 @@ from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.supervision import rerank_examples
 
 DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "precision": "no",
-    "progress": True,
-    "data": DATA_DEFAULTS,
+    **GRADIENT_DEFAULTS,
     "pipeline": "configs/pipelines/rag_turns.yaml",
     "pipeline_overrides": [],
     "stage": {"_component_": "memlab.stages.rerank.CrossEncoderReranker", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
@@ -124,11 +119,7 @@ def setup(config: dict[str, Any]) -> Run:
         run.evaluation = run.evaluator.prepare(evaluation)
 
     run.stage = instantiate(config["stage"])
-    optim = config["optim"]
-    run.optimizer = adamw(run.stage, optim)
-    run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.groups), optim), float(optim["warmup_fraction"]))
-    run.accelerator = make_accelerator(config["precision"])
-    run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.groups))
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 

@@ -24,7 +24,7 @@ from memlab.embed.base import Embedder
 from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.store import MemoryStoreError, UnitMemory
-from memlab.pipelines.compassmem_topics import TopicLayer
+from memlab.pipelines.compassmem.topics import TopicLayer
 from memlab.stages.event_view import EventView
 from memlab.stages.navigate import Neighbour
 from memlab.types import MemoryUnit

@@ -40,11 +40,9 @@ import torch
 from memlab.config import build_pipeline, instantiate
 from memlab.stage import Stage
 from memlab.training import (
-    DATA_DEFAULTS,
+    GRADIENT_DEFAULTS,
     MetricsLog,
-    adamw,
-    linear_schedule,
-    make_accelerator,
+    prepare_training,
     recipe_conversations,
     record_training,
     seed_everything,
@@ -56,10 +54,7 @@ from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.selection import build_memories, row_inputs, row_target, score_rows, selection_examples
 
 DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "precision": "no",
-    "progress": True,
-    "data": DATA_DEFAULTS,
+    **GRADIENT_DEFAULTS,
     "pipeline": "configs/pipelines/mnemis.yaml",
     "pipeline_overrides": [],
     "stage": {"_component_": "memlab.stages.global_select.TrainedGlobalSelector", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
@@ -110,12 +105,7 @@ def setup(config: dict[str, Any]) -> Run:
                                             pipeline_overrides=list(config["pipeline_overrides"] or []),
                                             max_share=float(config["supervision"]["max_share"]))
     run.stage = instantiate(config["stage"])
-    optim = config["optim"]
-    run.optimizer = adamw(run.stage, optim)  # optim.head_lr for the head
-    run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.datasets["train"]), optim),
-                                    float(optim["warmup_fraction"]))
-    run.accelerator = make_accelerator(config["precision"])
-    run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.datasets["train"]))
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 

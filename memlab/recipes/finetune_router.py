@@ -31,11 +31,9 @@ import torch
 from memlab.config import ConfigError, instantiate
 from memlab.stage import Stage
 from memlab.training import (
-    DATA_DEFAULTS,
+    GRADIENT_DEFAULTS,
     MetricsLog,
-    adamw,
-    linear_schedule,
-    make_accelerator,
+    prepare_training,
     recipe_conversations,
     record_training,
     seed_everything,
@@ -48,10 +46,7 @@ from memlab.training.supervision import routing_examples
 from memlab.types import ANSWERABLE_CATEGORIES
 
 DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "precision": "no",
-    "progress": True,
-    "data": DATA_DEFAULTS,
+    **GRADIENT_DEFAULTS,
     "stage": {"_component_": "memlab.stages.route.QueryRouter", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
     "optim": {"lr": 1e-4, "weight_decay": 0.01, "epochs": 10, "batch_size": 32, "warmup_fraction": 0.1,
               "max_steps": None},
@@ -99,11 +94,7 @@ def setup(config: dict[str, Any]) -> Run:
     missing = [head for head in run.stage.labels if head not in run.examples[0]]
     if missing:
         raise ValueError(f"the router's heads {missing} have no label column in the routing data")
-    optim = config["optim"]
-    run.optimizer = adamw(run.stage, optim)
-    run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.examples), optim), float(optim["warmup_fraction"]))
-    run.accelerator = make_accelerator(config["precision"])
-    run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.examples))
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 

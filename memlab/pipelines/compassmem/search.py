@@ -39,7 +39,7 @@ from typing import Protocol
 import numpy as np
 
 from memlab.embed.base import Embedder
-from memlab.pipelines.compassmem_memory import EventMemory
+from memlab.pipelines.compassmem.memory import EventMemory
 from memlab.stages.navigate import NavigateIn, NavigateOut, Navigator
 from memlab.stages.refine import QueryRefiner, RefineIn
 from memlab.stages.select import Candidate, NodeSelector, SelectIn

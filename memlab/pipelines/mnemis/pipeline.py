@@ -49,9 +49,9 @@ import numpy as np
 from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
 from memlab.embed.base import Embedder
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline
-from memlab.pipelines.mnemis_hierarchy import build_hierarchy
-from memlab.pipelines.mnemis_memory import MnemisMemory
-from memlab.pipelines.mnemis_search import (
+from memlab.pipelines.mnemis.hierarchy import build_hierarchy
+from memlab.pipelines.mnemis.memory import MnemisMemory
+from memlab.pipelines.mnemis.search import (
     TYPES,
     Candidates,
     Descent,

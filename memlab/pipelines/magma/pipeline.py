@@ -34,8 +34,8 @@ from memlab.dates import format_day
 from memlab.embed.base import Embedder
 from memlab.memory.index import MetadataFilter, rrf_fuse
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline
-from memlab.pipelines.magma_memory import EDGE_SPACES, MagmaMemory
-from memlab.pipelines.magma_narrative import linearize, order_events
+from memlab.pipelines.magma.memory import EDGE_SPACES, MagmaMemory
+from memlab.pipelines.magma.narrative import linearize, order_events
 from memlab.stages.answer import Answerer, AnswerIn
 from memlab.stages.consolidate import Consolidator
 from memlab.stages.event import EventExtractor

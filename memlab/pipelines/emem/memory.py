@@ -1,6 +1,6 @@
 """EMem's event-centric memory (section 3.2): EDUs, their arguments, and the graph over both.
 
-``EventMemory`` holds the EDU units (dense + BM25 indexed; ``text(e)`` is what is indexed),
+``EduMemory`` holds the EDU units (dense + BM25 indexed; ``text(e)`` is what is indexed),
 the argument nodes as units of their own (so each has an embedding and a dense index), and
 the heterogeneous ``MemoryGraph``:
 
@@ -13,7 +13,7 @@ the heterogeneous ``MemoryGraph``:
 An argument unit's provenance is the union of the provenance of the EDUs it occurs in. The
 weighted adjacency matrix is computed once here, for Personalized PageRank at query time.
 
-Saving: ``save(dir)`` / ``EventMemory.load(dir, embedder)`` (``memlab.memory.bundle``): the two
+Saving: ``save(dir)`` / ``EduMemory.load(dir, embedder)`` (``memlab.memory.bundle``): the two
 unit memories with their vectors, the graph, the frames and the extraction errors, written
 atomically and checked on load; the adjacency matrix is recomputed from the loaded graph.
 """
@@ -35,12 +35,12 @@ from memlab.stages.segment import Segmenter, SegmentIn
 from memlab.types import History, MemoryUnit
 
 SESSION, EDU, ARGUMENT = "session", "edu", "argument"
-FORMAT = "memlab.EMem.EventMemory"
+FORMAT = "memlab.EMem.EventMemory"  # the on-disk name, kept: saved memories load
 FORMAT_VERSION = 1
 
 
 @dataclass
-class EventMemory:
+class EduMemory:
     edus: UnitMemory
     arguments: UnitMemory
     graph: MemoryGraph
@@ -77,7 +77,7 @@ class EventMemory:
                     parts={"edus": self.edus, "arguments": self.arguments}, graph=self.graph, state=state)
 
     @classmethod
-    def load(cls, folder, embedder: Embedder) -> "EventMemory":
+    def load(cls, folder, embedder: Embedder) -> "EduMemory":
         bundle = load_bundle(folder, format=FORMAT, format_version=FORMAT_VERSION, embedder=embedder)
         try:
             edus, arguments = bundle.parts["edus"], bundle.parts["arguments"]
@@ -124,7 +124,7 @@ def build_event_memory(
     argument_batch: int = 8,
     synonym_threshold: float = 0.9,
     synonym_cap: int = 100,
-) -> EventMemory:
+) -> EduMemory:
     """Extract EDUs per session, their arguments in batches, and build the graph (module docstring)."""
     outputs = extractor([SegmentIn(history.id, session) for session in history.sessions])
     units: list[MemoryUnit] = []
@@ -171,4 +171,4 @@ def build_event_memory(
         vectors = arguments.vectors(ids)
         for i, j, sim in synonym_pairs(vectors, synonym_threshold, synonym_cap):
             graph.add_edge(ids[i], ids[j], "synonym", directed=False, similarity=sim)
-    return EventMemory(UnitMemory.build(units, embedder), arguments, graph, frames=frames, errors=errors)
+    return EduMemory(UnitMemory.build(units, embedder), arguments, graph, frames=frames, errors=errors)

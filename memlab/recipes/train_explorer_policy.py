@@ -46,11 +46,9 @@ from memlab.config import ConfigError, build_pipeline, instantiate
 from memlab.stage import Stage
 from memlab.stages.navigate import ACTIONS
 from memlab.training import (
-    DATA_DEFAULTS,
+    GRADIENT_DEFAULTS,
     MetricsLog,
-    adamw,
-    linear_schedule,
-    make_accelerator,
+    prepare_training,
     recipe_conversations,
     record_training,
     seed_everything,
@@ -62,10 +60,7 @@ from memlab.training.loop import Optimisation, fit
 from memlab.training.navigation import navigation_examples, row_inputs, row_target
 
 DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "precision": "no",
-    "progress": True,
-    "data": DATA_DEFAULTS,
+    **GRADIENT_DEFAULTS,
     "pipeline": "configs/pipelines/compassmem_trained_construction.yaml",
     "pipeline_overrides": [],
     "stage": {"_component_": "memlab.stages.navigate.ExplorerPolicy", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
@@ -128,12 +123,7 @@ def setup(config: dict[str, Any]) -> Run:
                                        max_states=int(config["supervision"]["max_states"]), majority=run.majority)
 
     run.stage = instantiate(config["stage"])
-    optim = config["optim"]
-    run.optimizer = adamw(run.stage, optim)  # optim.head_lr for the heads
-    run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.datasets["train"]), optim),
-                                    float(optim["warmup_fraction"]))
-    run.accelerator = make_accelerator(config["precision"])
-    run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.datasets["train"]))
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 

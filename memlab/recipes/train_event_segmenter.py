@@ -40,11 +40,9 @@ import torch
 from memlab.config import ConfigError, instantiate
 from memlab.stage import Stage
 from memlab.training import (
-    DATA_DEFAULTS,
+    GRADIENT_DEFAULTS,
     MetricsLog,
-    adamw,
-    linear_schedule,
-    make_accelerator,
+    prepare_training,
     recipe_conversations,
     record_training,
     seed_everything,
@@ -66,10 +64,7 @@ from memlab.training.segmentation import (
 from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
 
 DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "precision": "no",
-    "progress": True,
-    "data": DATA_DEFAULTS,
+    **GRADIENT_DEFAULTS,
     "teacher": {"config": TEACHER_CONFIG, "overrides": []},
     "stage": {"_component_": "memlab.stages.segment.BoundarySegmenter", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
     "optim": {"lr": 1e-3, "weight_decay": 0.01, "epochs": 30, "batch_size": 8, "warmup_fraction": 0.1,
@@ -141,11 +136,7 @@ def setup(config: dict[str, Any]) -> Run:
                                        teacher_overrides=list(config["teacher"]["overrides"] or []),
                                        baseline_span=run.baseline_span)
     run.stage = instantiate(config["stage"])
-    optim = config["optim"]
-    run.optimizer = adamw(run.stage, optim)
-    run.scheduler = linear_schedule(run.optimizer, total_steps(len(run.sessions), optim), float(optim["warmup_fraction"]))
-    run.accelerator = make_accelerator(config["precision"])
-    run.stage, run.optimizer = run.accelerator.prepare(run.stage, run.optimizer)
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.sessions))
     stage = run.accelerator.unwrap_model(run.stage)
     run.validation_gold = [session_boundaries(t.session, t.events) for t in run.validation]
     run.validation_positions = [labelled_positions(t) for t in run.validation]

@@ -1,6 +1,6 @@
 """EMem and EMem-G (A Simple Yet Strong Baseline for Long-Term Conversational Memory, 3.2-3.4).
 
-Both build the same ``EventMemory`` (``emem_memory``): EDUs per session, event arguments,
+Both build the same ``EduMemory`` (``memlab.pipelines.emem.memory``): EDUs per session, event arguments,
 and the session/EDU/argument graph. At query time:
 
 * **EMem** (3.4): dense top-``linking_top_k`` EDUs -> recall-oriented LLM filter -> the kept
@@ -34,7 +34,7 @@ from memlab.dates import format_day
 from memlab.embed.base import Embedder
 from memlab.memory.ppr import personalized_pagerank
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline, extends_signature
-from memlab.pipelines.emem_memory import EventMemory, build_event_memory
+from memlab.pipelines.emem.memory import EduMemory, build_event_memory
 from memlab.stages.answer import Answerer, AnswerIn
 from memlab.stages.arguments import ArgumentExtractor
 from memlab.stages.filter import FilterIn, RelevanceFilter
@@ -91,9 +91,9 @@ class EventMemoryPipeline(Pipeline):
         self.synonym_cap = synonym_cap
 
     def load_memory(self, folder):
-        return EventMemory.load(folder, self.embedder)
+        return EduMemory.load(folder, self.embedder)
 
-    def build(self, history: History) -> EventMemory:
+    def build(self, history: History) -> EduMemory:
         return build_event_memory(
             history,
             self.extractor,
@@ -104,7 +104,7 @@ class EventMemoryPipeline(Pipeline):
             synonym_cap=self.synonym_cap,
         )
 
-    def filtered_candidates(self, memory: EventMemory, query: Query, trace: Trace) -> tuple[list[Retrieved], list[Retrieved]]:
+    def filtered_candidates(self, memory: EduMemory, query: Query, trace: Trace) -> tuple[list[Retrieved], list[Retrieved]]:
         """(dense ranking to recall depth, the linking candidates the EDU filter keeps)."""
         dense = memory.edus.search_dense(query.text, k=max(self.linking_top_k, RECALL_DEPTH))
         candidates = dense[: self.linking_top_k]
@@ -116,14 +116,14 @@ class EventMemoryPipeline(Pipeline):
             trace.add("edu_filter", candidates=len(candidates), kept=[r.unit.id for r in kept], error=out.error)
         return dense, kept
 
-    def select(self, memory: EventMemory, query: Query, trace: Trace) -> tuple[list[MemoryUnit], list[Retrieved]]:
+    def select(self, memory: EduMemory, query: Query, trace: Trace) -> tuple[list[MemoryUnit], list[Retrieved]]:
         """(EDUs for the answerer, the full ranking); see the module docstring."""
         raise NotImplementedError
 
-    def retrieve(self, memory: EventMemory, query: Query) -> list[Retrieved]:
+    def retrieve(self, memory: EduMemory, query: Query) -> list[Retrieved]:
         return self.select(memory, query, Trace())[1]
 
-    def answer_many(self, memory: EventMemory, queries: list[Query]) -> list[Answer]:
+    def answer_many(self, memory: EduMemory, queries: list[Query]) -> list[Answer]:
         """Selection per query, then one answerer call for the batch."""
         traces = [Trace() for _ in queries]
         selected = [self.select(memory, query, trace) for query, trace in zip(queries, traces)]
@@ -136,7 +136,7 @@ class EventMemoryPipeline(Pipeline):
             answers.append(Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=trace))
         return answers
 
-    def answer(self, memory: EventMemory, query: Query) -> Answer:
+    def answer(self, memory: EduMemory, query: Query) -> Answer:
         return self.answer_many(memory, [query])[0]
 
 
@@ -154,7 +154,7 @@ class EMem(EventMemoryPipeline):
     extraction cost.
     """
 
-    def select(self, memory: EventMemory, query: Query, trace: Trace) -> tuple[list[MemoryUnit], list[Retrieved]]:
+    def select(self, memory: EduMemory, query: Query, trace: Trace) -> tuple[list[MemoryUnit], list[Retrieved]]:
         dense, kept = self.filtered_candidates(memory, query, trace)
         chosen = [r.unit for r in kept][: self.qa_top_k]
         return chosen, _complete(kept, dense)
@@ -194,7 +194,7 @@ class EMemG(EventMemoryPipeline):
         self.damping = damping
         self.ppr_iterations = ppr_iterations
 
-    def argument_seeds(self, memory: EventMemory, query: Query, trace: Trace) -> dict[str, float]:
+    def argument_seeds(self, memory: EduMemory, query: Query, trace: Trace) -> dict[str, float]:
         """Argument node id -> seed weight (best mention cosine), filtered and capped."""
         if self.mention_detector is None or len(memory.arguments) == 0:
             return {}
@@ -214,7 +214,7 @@ class EMemG(EventMemoryPipeline):
         limit = self.seed_arguments if self.seed_arguments is not None else self.linking_top_k
         return {a: best[a] for a in sorted(candidates, key=lambda a: -best[a])[:limit] if best[a] > 0}
 
-    def select(self, memory: EventMemory, query: Query, trace: Trace) -> tuple[list[MemoryUnit], list[Retrieved]]:
+    def select(self, memory: EduMemory, query: Query, trace: Trace) -> tuple[list[MemoryUnit], list[Retrieved]]:
         dense, kept = self.filtered_candidates(memory, query, trace)
         if not dense:
             return [], []
