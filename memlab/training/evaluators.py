@@ -99,19 +99,19 @@ class RerankerEvaluator(StageEvaluator):
 
     The first stage is the pipeline of ``pipeline`` (+ ``pipeline_overrides``) without its
     reranker and with ``top_k=depth``: its memory of each conversation and its ranking of each
-    question of categories 1-4 with evidence. ``rag_turns.yaml`` is MiniLM + BM25 fused by RRF;
+    question with evidence (``evaluable_questions``). ``rag_turns.yaml`` is MiniLM + BM25 fused by RRF;
     ``rag_turns_gemma.yaml`` EmbeddingGemma's dense ranking. ``max_questions`` keeps the first
     questions of each conversation only (a prompted reranker costs a call a question). Scoring
     no stage (None) gives the first stage's own order.
     """
+
+    family: ClassVar[type] = Reranker
 
     pipeline: str = "configs/pipelines/rag_turns.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     depth: PositiveInt = 50
     ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
     max_questions: PositiveInt | None = None
-
-    family: ClassVar[type] = Reranker
 
     def prepare(self, conversations: Sequence[Conversation]) -> list[dict[str, Any]]:
         """Per question: ``question_id, conversation_id, question, category, evidence, candidates``
@@ -137,9 +137,9 @@ class RouterEvaluator(StageEvaluator):
     (``evaluate_router``); a router only ever sees the question text. ``max_questions`` keeps
     the first questions of each conversation only (a prompted router costs a call a question)."""
 
-    max_questions: PositiveInt | None = None
-
     family: ClassVar[type] = IntentRouter
+
+    max_questions: PositiveInt | None = None
 
     def prepare(self, conversations: Sequence[Conversation]) -> list[Conversation]:
         return _first_questions(conversations, self.max_questions)
@@ -192,11 +192,11 @@ class RelationEvaluator(StageEvaluator):
     """Pair labels against the prompted CompassMem relation extractor (the teacher) on every
     canonical event pair of the cached sessions (``evaluate_relation_extractor``)."""
 
+    family: ClassVar[type] = RelationExtractor
+
     teacher: str = "configs/pipelines/compassmem_teacher.yaml"
     teacher_overrides: list[str] = field(default_factory=list)
     keep_failed: bool = False
-
-    family: ClassVar[type] = RelationExtractor
 
     def prepare(self, conversations: Sequence[Conversation]) -> tuple[list[Any], dict[str, int]]:
         from memlab.training.teacher import teacher_sessions
@@ -224,6 +224,8 @@ class NavigatorEvaluator(StageEvaluator):
     states of the memories ``pipeline`` builds (``evaluate_explorer_policy``). The build calls
     whatever LM that config's construction stages use (the default builds without one)."""
 
+    family: ClassVar[type] = Navigator
+
     pipeline: str = "configs/pipelines/compassmem_trained_construction.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     hops: PositiveInt = 2
@@ -231,8 +233,6 @@ class NavigatorEvaluator(StageEvaluator):
     #: The majority-action baseline's action (None: the scored states' own majority, an upper
     #: bound; a recipe records its training states' majority).
     majority: str | None = None
-
-    family: ClassVar[type] = Navigator
 
     def prepare(self, conversations: Sequence[Conversation]) -> Any:
         from memlab.training.navigation import navigation_examples
@@ -257,11 +257,11 @@ class GlobalSelectorEvaluator(StageEvaluator):
     its build replayed from the response cache (``evaluate_global_selector``). Scoring no stage
     (None) scores the pipeline's own selector (the prompted one: its calls go to its LM)."""
 
+    family: ClassVar[type] = GlobalSelector
+
     pipeline: str = "configs/pipelines/mnemis.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     max_share: float = 0.5
-
-    family: ClassVar[type] = GlobalSelector
 
     def prepare(self, conversations: Sequence[Conversation]) -> tuple[dict[str, Any], list[Conversation], Any]:
         from memlab.training.selection import build_memories
@@ -288,17 +288,17 @@ class GlobalSelectorEvaluator(StageEvaluator):
 @dataclass
 class SlotRecallEvaluator(StageEvaluator):
     """Evidence recall@k of a pipeline's retrieval with the stage in its ``slot`` (a dotted stage
-    name, e.g. MAGMA's ``traverser``), over the questions of categories 1-4 with evidence; the
+    name, e.g. MAGMA's ``traverser``), over the questions with evidence (``evaluable_questions``); the
     memories are built once by ``pipeline`` (+ ``pipeline_overrides``), so the slot must not
     change what ``build`` makes. ``baseline`` adds the score of the slot's configured stage."""
+
+    family: ClassVar[type] = Stage
 
     pipeline: str = "configs/pipelines/magma.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     slot: str = "traverser"
     ks: list[int] = field(default_factory=lambda: [10])
     baseline: bool = True
-
-    family: ClassVar[type] = Stage
 
     def prepare(self, conversations: Sequence[Conversation]) -> tuple[Any, list[tuple[Any, Any]]]:
         from memlab.training.supervision import evaluable_questions
@@ -307,7 +307,7 @@ class SlotRecallEvaluator(StageEvaluator):
         pairs = [(memory, q) for c in conversations for memory in [pipeline.build(c.history())]
                  for q in evaluable_questions(c)]
         if not pairs:
-            raise ValueError(f"{[c.id for c in conversations]}: no question of categories 1-4 with evidence")
+            raise ValueError(f"{[c.id for c in conversations]}: no question with evidence to score (LoCoMo: categories 1-4)")
         return pipeline, pairs
 
     def recall(self, pipeline: Any, pairs: Sequence[tuple[Any, Any]]) -> dict[str, float | None]:
@@ -365,7 +365,7 @@ class RetrieverEvaluator(StageEvaluator):
                 rankings += pipeline.retrieve_many(memory, [q.as_query() for q in asked])
                 questions += asked
         if not questions:
-            raise ValueError(f"{[c.id for c in conversations]}: no question of categories 1-4 with evidence")
+            raise ValueError(f"{[c.id for c in conversations]}: no question with evidence to score (LoCoMo: categories 1-4)")
         return {**_mean_recalls(rankings, questions, self.ks), "questions": len(questions)}
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
