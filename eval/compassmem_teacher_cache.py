@@ -4,8 +4,8 @@
         conv-26 conv-41 conv-42 conv-43 conv-44 conv-47 conv-30 [--sessions N] \
         [--config configs/pipelines/compassmem.yaml]
 
-Runs the config's segmenter and relation extractor on every session, one session at a time,
-exactly as ``CompassMem.build`` asks them (``memlab.training.teacher`` replays these calls as
+Runs the pipeline's two construction steps, its segmenter and its ``relate``, on every session,
+one session at a time (``memlab.training.teacher`` replays these calls as
 the labels of the trained segmenter and relation classifier, and a prompted build or run of the
 same config replays them for free). Resumable: a cached session costs nothing, so an
 interrupted run picks up where it stopped. Prints one line per session (turns, events,

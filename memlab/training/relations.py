@@ -9,8 +9,8 @@ other way round (``j -> i``) is turned round by ``canonical_relation``: ``tempor
 ``temporal_after`` swapped, every other label kept. The event texts are what
 ``PairRelationClassifier`` reads at inference (``event_text`` of the pipeline's ``event_view``).
 
-Evaluation (``evaluate_relation_extractor``): the extractor relates each teacher session's
-events exactly as ``CompassMem.relate`` asks it to; its relations are put on canonical pairs
+Evaluation (``evaluate_relation_extractor``): the extractor is asked of each teacher session's
+events what ``CompassMem.relate`` asks (``relate_input``); its relations are put on canonical pairs
 the same way and every pair is scored: accuracy and macro-F1 over all pairs (``none``
 included), macro-F1 over the relation labels only, and the same figures for the majority
 label of the evaluated pairs ("majority relation", the baseline). Sessions whose teacher calls
@@ -30,11 +30,11 @@ import torch
 
 from memlab.clock import active_seconds
 from memlab.pipelines.compassmem.memory import event_view
+from memlab.pipelines.compassmem.pipeline import relate_input
 from memlab.stages.event_view import EventView
 from memlab.stages.relate import (
     NO_RELATION,
     PAIR_LABELS,
-    RelateIn,
     Relation,
     canonical_pairs,
     canonical_relation,
@@ -187,7 +187,7 @@ def evaluate_relation_extractor(extractor: "RelationExtractor", teacher_sessions
     errors, started = 0, active_seconds()
     for start in range(0, len(kept), batch_size):
         chunk = kept[start:start + batch_size]
-        outputs = extractor([RelateIn(session_views(s), s.session.turns, s.session.timestamp) for s in chunk])
+        outputs = extractor([relate_input(s.session, list(s.events)) for s in chunk])
         for session, out in zip(chunk, outputs):
             n = len(session.events)
             gold += canonical_labels(session.relations, n)

@@ -42,8 +42,13 @@ from memlab.stages.relate import RelateIn, RelateOut, RelationExtractor
 from memlab.stages.segment import Segmenter, SegmentIn
 from memlab.stages.select import NodeSelector
 from memlab.stages.subgoal import SubgoalPlanner
-from memlab.types import Answer, History, MemoryUnit, Query, Retrieved
+from memlab.types import Answer, History, MemoryUnit, Query, Retrieved, Session
 
+
+def relate_input(session: Session, units: list[MemoryUnit]) -> RelateIn:
+    """What the relation extractor is asked of one session (Eq. 5): its events as ``N0``, ``N1``
+    ... (``event_view``), its turns and its date."""
+    return RelateIn(tuple(event_view(f"N{i}", u) for i, u in enumerate(units)), session.turns, session.timestamp)
 
 class CompassMem(Pipeline):
     """The CompassMem pipeline (module docstring); every stage is a swappable slot."""
@@ -131,8 +136,7 @@ class CompassMem(Pipeline):
         """Eq. 5 for every session (one batch); no relations when edges are ablated."""
         if self.relation_extractor is None:
             return [RelateOut() for _ in sessions]
-        return self.relation_extractor([RelateIn(tuple(event_view(f"N{i}", u) for i, u in enumerate(units)),
-                                                 session.turns, session.timestamp) for session, units in sessions])
+        return self.relation_extractor([relate_input(session, units) for session, units in sessions])
 
     def integrate(self, memory: EventMemory, units: list[MemoryUnit], related: RelateOut) -> None:
         """One construction step: fusion of the session's events, its relations, the topics."""
