@@ -183,13 +183,13 @@ def test_recipe_trains_saves_and_evaluates_the_descent(three_conversations, tmp_
 
 def test_build_memories_without_a_cached_build_names_the_command(three_conversations, minilm, tmp_path):
     from memlab.config import build_pipeline
-    from memlab.training.recipes import load_conversations
+    from memlab.training.recipes import training_conversations
 
     cache = tmp_path / "empty.sqlite"
     built = build_pipeline(REPO / "configs" / "pipelines" / "mnemis.yaml",
                            [f"entity_extractor.lm.cache={cache}"])[0]
     built.embedder = minilm
-    conversation = load_conversations(three_conversations, ["tiny-a"], sessions=1)
+    conversation = training_conversations(three_conversations, ["tiny-a"], sessions=1)
     with pytest.raises(ValueError, match=r"tiny-a \(1 sessions\): its Mnemis build is not in the response cache.*"
                                          r"time_build.py"):
         build_memories(built, conversation)
