@@ -101,7 +101,7 @@ from memlab.checkpoint import (
     training_split,
 )
 from memlab.checkpoint import seal_checkpoint as seal_checkpoint  # re-exported
-from memlab.components import check_arguments, import_memlab_class
+from memlab.components import checked_init, import_memlab_class
 from memlab.fileio import atomic_folder, is_subfolder_name, write_manifest
 from memlab.lm.base import LM, UsageMeter
 from memlab.lm.errors import ParseError, RequestError
@@ -133,8 +133,8 @@ class Stage(nn.Module, Generic[In, Out]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "__init__" in cls.__dict__:
-            cls.__init__ = _recording_init(cls.__dict__["__init__"])  # type: ignore[method-assign]
+        if "__init__" in cls.__dict__:  # arguments checked as every component's are, then recorded
+            cls.__init__ = _recording_init(checked_init(cls.__dict__["__init__"]))  # type: ignore[method-assign]
 
     def forward(self, batch: list[In]) -> list[Out]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -350,8 +350,7 @@ def trained_conversations(module: nn.Module) -> dict[str, frozenset[str]]:
 
 
 def _recording_init(init):
-    """Wrap ``__init__`` so the outermost call checks its arguments against their declared
-    ranges and choices (``memlab.components.check_arguments``) and records them for ``save``."""
+    """Wrap ``__init__`` so the outermost call records its bound arguments for ``save``."""
 
     signature = inspect.signature(init)
 
@@ -360,13 +359,10 @@ def _recording_init(init):
         outermost = not hasattr(self, "_init_kwargs_recording")
         if outermost:
             object.__setattr__(self, "_init_kwargs_recording", True)
-            bound = signature.bind(self, *args, **kwargs)
-            bound.apply_defaults()
-            if not self.__dict__.get("_arguments_checked"):  # a TrainableEmbedder is an Embedder too
-                self.__dict__["_arguments_checked"] = True
-                check_arguments(type(self), init, dict(list(bound.arguments.items())[1:]))
         init(self, *args, **kwargs)
         if outermost:
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
             recorded: dict[str, Any] = {}
             for name, value in list(bound.arguments.items())[1:]:
                 kind = signature.parameters[name].kind

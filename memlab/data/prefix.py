@@ -1,4 +1,5 @@
-"""``first_sessions``: a conversation cut after its first N sessions, for cheaper runs.
+"""``first_sessions``: a conversation cut after its first N sessions, for cheaper runs; and
+``first_questions``, its first N questions.
 
 An LLM-built memory (MAGMA, SimpleMem, EMem) costs minutes per session on a CPU, so a full
 LoCoMo conversation can take hours. Cutting the history keeps the run honest only if the
@@ -26,3 +27,9 @@ def first_sessions(conversation: Conversation, n: int) -> Conversation:
     kept_sessions = {session.id for session in sessions}
     annotations = tuple(a for a in conversation.annotations if a.session_id in kept_sessions)
     return replace(conversation, sessions=sessions, questions=questions, annotations=annotations)
+
+
+def first_questions(conversations: list[Conversation], n: int | None) -> list[Conversation]:
+    """Each conversation with its first ``n`` questions only (None: all), its sessions whole: a
+    quicker score, or a stage that costs an LLM call a question."""
+    return [replace(c, questions=c.questions[:n]) if n else c for c in conversations]

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from memlab.config import build_pipeline, instantiate
+from memlab.config import instantiate
 from memlab.stage import Stage
 from memlab.training import (
     GRADIENT_DEFAULTS,
@@ -50,7 +50,7 @@ from memlab.training import (
     total_steps,
     with_defaults,
 )
-from memlab.training.evaluators import RerankerEvaluator
+from memlab.training.evaluators import RerankerEvaluator, first_stage
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.supervision import rerank_examples
 
@@ -104,9 +104,8 @@ def setup(config: dict[str, Any]) -> Run:
     run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
                  "evaluation": [c.id for c in evaluation]}
     depth, overrides = int(config["rerank_depth"]), list(config["pipeline_overrides"] or [])
-    first_stage = build_pipeline(config["pipeline"], [*overrides, "reranker=null"])[0]
-    examples = rerank_examples(train, first_stage, negatives=int(config["negatives"]), candidates=depth,
-                               seed=int(config["seed"]), sampling=config["negative_sampling"])
+    examples = rerank_examples(train, first_stage(config["pipeline"], overrides), negatives=int(config["negatives"]),
+                               candidates=depth, seed=int(config["seed"]), sampling=config["negative_sampling"])
     run.groups = build_groups(examples)
     if not run.groups:
         raise ValueError("no training groups: the training conversations have no question with evidence")

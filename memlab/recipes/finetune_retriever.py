@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from memlab.config import build_pipeline, instantiate
+from memlab.config import instantiate
 from memlab.stage import Stage
 from memlab.training import (
     GRADIENT_DEFAULTS,
@@ -50,7 +50,7 @@ from memlab.training import (
     total_steps,
     with_defaults,
 )
-from memlab.training.evaluators import RetrieverEvaluator
+from memlab.training.evaluators import RetrieverEvaluator, first_stage
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.supervision import rerank_examples
 
@@ -109,8 +109,7 @@ def setup(config: dict[str, Any]) -> Run:
     run.split = {"train": [c.id for c in train], "validation": [c.id for c in run.validation],
                  "evaluation": [c.id for c in run.evaluation]}
     overrides = list(config["pipeline_overrides"] or [])
-    first_stage = build_pipeline(config["pipeline"], [*overrides, "reranker=null"])[0]
-    examples = rerank_examples(train, first_stage, negatives=int(config["negatives"]),
+    examples = rerank_examples(train, first_stage(config["pipeline"], overrides), negatives=int(config["negatives"]),
                                candidates=int(config["candidates"]), seed=int(config["seed"]), sampling="top")
     run.evaluator = RetrieverEvaluator(pipeline=config["pipeline"], pipeline_overrides=overrides)
     run.validation, run.evaluation = run.evaluator.prepare(run.validation), run.evaluator.prepare(run.evaluation)

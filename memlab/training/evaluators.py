@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from memlab.bounds import PositiveInt
+from memlab.data.prefix import first_questions
 from memlab.stage import Stage
 from memlab.stages.global_select import GlobalSelector
 from memlab.stages.navigate import Navigator
@@ -34,6 +35,7 @@ from memlab.stages.rerank import Reranker
 from memlab.stages.retrieve import TrainableEmbedder
 from memlab.stages.route import IntentRouter
 from memlab.stages.segment import Segmenter
+from memlab.training.stage_eval import mean_recalls
 from memlab.types import Conversation
 
 
@@ -76,21 +78,11 @@ def _pipeline(config: str, overrides: Sequence[str]) -> Any:
     return build_pipeline(config, list(overrides))[0]
 
 
-def _first_questions(conversations: Sequence[Conversation], n: int | None) -> list[Conversation]:
-    """Each conversation with its first ``n`` questions only (None: all)."""
-    return [dataclasses.replace(c, questions=c.questions[:n]) if n else c for c in conversations]
-
-
-def _mean_recalls(rankings: Sequence[Sequence[Any]], questions: Sequence[Any], ks: Sequence[int]) -> dict[str, Any]:
-    """Mean evidence recall@k of each ranking (``Retrieved`` lists) against its question's evidence."""
-    from memlab.eval.metrics import recall_at_k
-
-    out: dict[str, Any] = {}
-    for k in ks:
-        values = [v for q, ranking in zip(questions, rankings)
-                  if (v := recall_at_k([r.unit.source_ids for r in ranking], q.evidence, k)) is not None]
-        out[f"recall@{k}"] = sum(values) / len(values) if values else None
-    return out
+def first_stage(config: str, overrides: Sequence[str], depth: int | None = None) -> Any:
+    """The first stage of the pipeline ``config`` (+ ``overrides``): the pipeline with its reranker
+    off and, with ``depth``, ranking that deep (``top_k``). What a reranker re-scores and
+    learns from, and where a retriever's hard negatives come from."""
+    return _pipeline(config, [*overrides, "reranker=null", *([f"top_k={depth}"] if depth else [])])
 
 
 @dataclass
@@ -118,8 +110,8 @@ class RerankerEvaluator(StageEvaluator):
         (the first stage's top ``depth`` units, best first)."""
         from memlab.training.stage_eval import reranker_candidates
 
-        first_stage = _pipeline(self.pipeline, [*self.pipeline_overrides, "reranker=null", f"top_k={self.depth}"])
-        return reranker_candidates(first_stage, _first_questions(conversations, self.max_questions), self.depth)
+        return reranker_candidates(first_stage(self.pipeline, self.pipeline_overrides, self.depth),
+                                   first_questions(conversations, self.max_questions), self.depth)
 
     def score(self, stage: Any, prepared: list[dict[str, Any]]) -> dict[str, Any]:
         from memlab.training.stage_eval import evaluate_reranker
@@ -142,7 +134,7 @@ class RouterEvaluator(StageEvaluator):
     max_questions: PositiveInt | None = None
 
     def prepare(self, conversations: Sequence[Conversation]) -> list[Conversation]:
-        return _first_questions(conversations, self.max_questions)
+        return first_questions(conversations, self.max_questions)
 
     def score(self, stage: Any, prepared: list[Conversation]) -> dict[str, Any]:
         from memlab.training.stage_eval import evaluate_router
@@ -312,7 +304,7 @@ class SlotRecallEvaluator(StageEvaluator):
 
     def recall(self, pipeline: Any, pairs: Sequence[tuple[Any, Any]]) -> dict[str, float | None]:
         rankings = [pipeline.retrieve(memory, question.as_query()) for memory, question in pairs]
-        return _mean_recalls(rankings, [q for _, q in pairs], self.ks)
+        return mean_recalls([[r.unit for r in ranking] for ranking in rankings], [q.evidence for _, q in pairs], self.ks)
 
     def score(self, stage: Any, prepared: tuple[Any, list[tuple[Any, Any]]]) -> dict[str, Any]:
         pipeline, pairs = prepared
@@ -366,7 +358,8 @@ class RetrieverEvaluator(StageEvaluator):
                 questions += asked
         if not questions:
             raise ValueError(f"{[c.id for c in conversations]}: no question with evidence to score (LoCoMo: categories 1-4)")
-        return {**_mean_recalls(rankings, questions, self.ks), "questions": len(questions)}
+        units = [[r.unit for r in ranking] for ranking in rankings]
+        return {**mean_recalls(units, [q.evidence for q in questions], self.ks), "questions": len(questions)}
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
         return {k: (v, result["questions"]) for k, v in result.items() if k.startswith("recall@")}

@@ -21,7 +21,6 @@ module holds only the pieces that would otherwise be copied into each script:
 from __future__ import annotations
 
 import copy
-import dataclasses
 import importlib
 import importlib.util
 import json
@@ -268,6 +267,7 @@ def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False
     by a leave-one-conversation-out run (``memlab compare-stages ... --loco``). Only recipes that can train
     a fixed length without validation pass ``final_fit_supported``.
     """
+    from memlab.data.prefix import first_questions
     from memlab.training.supervision import FIXED_EVAL_IDS, fixed_split, split_conversations
 
     if not data.get("path"):
@@ -281,8 +281,8 @@ def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False
         raise ConfigError("data.final_fit trains on every conversation: set data.eval_ids=null and "
                           "data.validation_ids=null")
     conversations = training_conversations(data["path"], data.get("conversations"), data.get("sessions"))
-    if limit := data.get("max_questions"):  # a quick run (tests, smoke checks): the first questions of each
-        conversations = [dataclasses.replace(c, questions=c.questions[:limit]) for c in conversations]
+    # a quick run (tests, smoke checks): the first questions of each
+    conversations = first_questions(conversations, data.get("max_questions"))
     if data.get("final_fit"):
         return conversations, [], []
     try:

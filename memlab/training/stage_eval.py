@@ -73,14 +73,17 @@ def rerank_order(reranker: "Reranker", items: Sequence[dict[str, Any]]) -> list[
     return orders
 
 
-def _recalls(rankings: Sequence[Sequence[MemoryUnit]], items: Sequence[dict[str, Any]], k: int) -> list[float | None]:
-    return [recall_at_k([u.source_ids for u in ranking], item["evidence"], k) for ranking, item in zip(rankings, items)]
+def _recalls(rankings: Sequence[Sequence[MemoryUnit]], evidence: Sequence[Sequence[str]], k: int) -> list[float | None]:
+    return [recall_at_k([u.source_ids for u in ranking], gold, k) for ranking, gold in zip(rankings, evidence)]
 
 
-def _mean_recalls(rankings: Sequence[Sequence[MemoryUnit]], items: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict:
+def mean_recalls(rankings: Sequence[Sequence[MemoryUnit]], evidence: Sequence[Sequence[str]],
+                 ks: Sequence[int]) -> dict[str, float | None]:
+    """Mean evidence recall@k of each ranking (units, best first) against its question's gold
+    evidence turns, per k; None for a k no question has evidence to score."""
     out = {}
     for k in ks:
-        values = [v for v in _recalls(rankings, items, k) if v is not None]
+        values = [v for v in _recalls(rankings, evidence, k) if v is not None]
         out[f"recall@{k}"] = sum(values) / len(values) if values else None
     return out
 
@@ -91,9 +94,10 @@ def _paired_gain(first: Sequence[Sequence[MemoryUnit]], reranked: Sequence[Seque
     percentile-bootstrap interval (10,000 resamples of questions, seed 0) and n."""
     from memlab.reporting.paired import bootstrap_interval
 
+    evidence = [item["evidence"] for item in items]
     out = {}
     for k in ks:
-        pairs = [(a, b) for a, b in zip(_recalls(first, items, k), _recalls(reranked, items, k)) if a is not None]
+        pairs = [(a, b) for a, b in zip(_recalls(first, evidence, k), _recalls(reranked, evidence, k)) if a is not None]
         if pairs:
             differences = [b - a for a, b in pairs]
             out[f"recall@{k}"] = {"difference": sum(differences) / len(differences),
@@ -113,12 +117,13 @@ def evaluate_reranker(
     if not items:
         raise ValueError("evaluate_reranker: no questions to evaluate (no items with evidence)")
     first = [item["candidates"] for item in items]
-    result: dict[str, Any] = {"first_stage": _mean_recalls(first, items, ks), "questions": len(items)}
+    evidence = [item["evidence"] for item in items]
+    result: dict[str, Any] = {"first_stage": mean_recalls(first, evidence, ks), "questions": len(items)}
     if reranker is not None:
         started = active_seconds()
         orders = rerank_order(reranker, items)
         result["rerank_seconds_per_question"] = (active_seconds() - started) / len(items)
-        result["reranked"] = _mean_recalls(orders, items, ks)
+        result["reranked"] = mean_recalls(orders, evidence, ks)
         result["gain"] = _paired_gain(first, orders, items, ks)
     return result
 
