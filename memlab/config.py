@@ -24,11 +24,14 @@ Nodes are built depth-first. A node that appears twice through a YAML anchor (``
   parameter's annotation (``int``, ``float``, ``bool``, ``str``, ``Literal``, unions, lists,
   mappings, a component of the annotated class) and declared range (``memlab.bounds``), so
   ``top_k=2.5`` or ``segmenter=5`` fails in milliseconds, not after a model has loaded.
+* ``validate_settings`` applies the same checks to settings that are not built (a training
+  recipe's): a dataclass declares them, fields and annotations like a constructor's.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import os
 import re
@@ -205,6 +208,49 @@ def _validate(node: Any, where: str, problems: list[str], seen: set[int]) -> Non
         problem = mismatch(node[name], hint)
         if problem is not None:
             problems.append(f"{_join(where, name)}={_show(node[name])} {problem} ({owner}.{name})")
+
+
+def validate_settings(settings: dict[str, Any], defaults: Any, where: str = "") -> dict[str, Any]:
+    """``settings`` over ``defaults`` (an instance of a dataclass declaring them: a training
+    recipe's), as a plain dict; ``ConfigError`` listing every problem, on one line.
+
+    Each field is an argument: an unknown key, or a value that does not fit the field's
+    annotation (``mismatch``, ranges included), is refused as it is on a component node. A plain
+    mapping under a field whose default is a dataclass (``optim``, ``data``) is checked the same
+    way one level down and merged over that default; a component node (a recipe's ``stage``) is
+    validated whole and kept as it is, for the recipe to build.
+    """
+    problems: list[str] = []
+    merged = _settings(settings, defaults, where, problems)
+    if problems:
+        raise ConfigError("invalid config: " + "; ".join(problems))
+    return merged
+
+
+def _settings(settings: Any, defaults: Any, where: str, problems: list[str]) -> dict[str, Any]:
+    schema = type(defaults)
+    params, _ = parameters(schema)
+    params = params or {}
+    if not isinstance(settings, dict) or COMPONENT in settings:
+        problems.append(f"{where}={_show(settings)} must be a mapping of {schema.__name__}'s settings")
+        return {}
+    for key in sorted(set(settings) - set(params)):
+        problems.append(f"{_join(where, key)}: no such setting (it takes {sorted(params)})")
+    merged: dict[str, Any] = {}
+    for name, (_, hint) in params.items():
+        default = getattr(defaults, name)
+        section = dataclasses.is_dataclass(default)
+        if name not in settings:
+            merged[name] = dataclasses.asdict(default) if section else copy.deepcopy(default)
+        elif section:
+            merged[name] = _settings(settings[name], default, _join(where, name), problems)
+        else:
+            value = merged[name] = settings[name]
+            _validate(value, _join(where, name), problems, set())  # the component nodes inside
+            problem = mismatch(value, hint)
+            if problem is not None:
+                problems.append(f"{_join(where, name)}={_show(value)} {problem} ({schema.__name__}.{name})")
+    return merged
 
 
 def _join(where: str, key: Any) -> str:

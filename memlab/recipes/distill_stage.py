@@ -14,7 +14,7 @@ a student is never trained on the conversations it will be scored on.
 
 Run: ``memlab train distill_stage --config configs/train/distill_stage.yaml [key=value ...]``
 
-Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError):
+Config keys (their types, ranges and defaults in ``Settings``):
 
 * ``recipe``: ``distill_stage``; ``output_dir``: the run folder (``metrics.jsonl``,
   ``distill.json``, ``model/``); written as ``<output_dir>.partial`` and renamed when done,
@@ -54,43 +54,74 @@ import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
 from tqdm.auto import tqdm
 
+from memlab.bounds import NonNegativeFloat, OpenUnitFloat, PositiveFloat, PositiveInt, Range
 from memlab.clock import active_seconds
 from memlab.config import ConfigError
 from memlab.fileio import swap_in
 from memlab.training import (
     EarlyStopping,
     MetricsLog,
+    RecipeSettings,
     adamw,
     make_accelerator,
+    recipe_settings,
     seed_everything,
     total_steps,
     training_conversations,
-    with_defaults,
 )
 from memlab.training.supervision import FIXED_EVAL_IDS, conversation_texts, distillation_dropped, distillation_examples
 
 IGNORE_INDEX = -100
 
-DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "cache": "default",
-    "teacher_model": None,
-    "match": None,
-    "data": {"path": None, "exclude_ids": None},
-    "student": "smollm2-135m-instruct-q4_1",
-    "lora": {"rank": 8, "alpha": 16, "dropout": 0.05, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
-    "optim": {"lr": 2e-4, "weight_decay": 0.01, "epochs": 3, "batch_size": 4, "max_steps": None},
-    "eval_fraction": 0.1,
-    "max_length": 2048,
-    "eval_every": 50,
-    "patience": 3,
-    "precision": "no",
-}
+@dataclass
+class ExcludedData:
+    """The LoCoMo file the teacher ran on (null: nothing is excluded) and the conversations whose
+    calls are left out (null: ``FIXED_EVAL_IDS``)."""
+
+    path: str | None = None
+    exclude_ids: list[str] | None = None
+
+
+@dataclass
+class LoraSettings:
+    """PEFT's ``LoraConfig``."""
+
+    rank: PositiveInt = 8
+    alpha: PositiveFloat = 16
+    dropout: Annotated[float, Range(0, 1, open_max=True)] = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class DistillOptimiser:
+    """AdamW at a constant rate (no schedule)."""
+
+    lr: PositiveFloat = 2e-4
+    weight_decay: NonNegativeFloat = 0.01
+    epochs: PositiveInt = 3
+    batch_size: PositiveInt = 4
+    max_steps: PositiveInt | None = None
+
+
+@dataclass
+class Settings(RecipeSettings):
+    cache: str = "default"
+    teacher_model: str | None = None
+    match: str | None = None
+    data: ExcludedData = field(default_factory=ExcludedData)
+    student: str = "smollm2-135m-instruct-q4_1"
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    optim: DistillOptimiser = field(default_factory=DistillOptimiser)
+    eval_fraction: OpenUnitFloat = 0.1
+    max_length: PositiveInt = 2048
+    eval_every: PositiveInt = 50
+    patience: PositiveInt = 3
+    precision: Literal["no", "fp16", "bf16"] = "no"
 
 
 @dataclass
@@ -114,15 +145,8 @@ class Run:
 
 
 def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The config over ``DEFAULTS`` (``memlab.training.with_defaults``), its values checked."""
-    cfg = with_defaults(config, DEFAULTS, "distill_stage")
-    if not 0 < float(cfg["eval_fraction"]) < 1:
-        raise ConfigError(f"distill_stage: eval_fraction must be in (0, 1), got {cfg['eval_fraction']}")
-    for key, value in (("max_length", cfg["max_length"]), ("eval_every", cfg["eval_every"]),
-                       ("patience", cfg["patience"]), ("optim.batch_size", cfg["optim"]["batch_size"]),
-                       ("optim.epochs", cfg["optim"]["epochs"])):
-        if int(value) < 1:
-            raise ConfigError(f"distill_stage: {key} must be >= 1, got {value}")
+    """The config over ``Settings`` (``memlab.training.recipe_settings``), its values checked."""
+    cfg = recipe_settings(config, Settings(recipe="distill_stage"))
     if cfg["data"]["exclude_ids"] and not cfg["data"]["path"]:
         raise ConfigError("distill_stage: data.exclude_ids needs data.path, the file those conversations are in")
     return cfg

@@ -16,7 +16,7 @@ pipeline config (``pipeline``): its memories give the training units and negativ
 ranking the candidates the ``RerankerEvaluator`` scores validation and held-out recall on (the
 evaluator the checkpoint records, which ``memlab evaluate-stage`` rebuilds).
 
-Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress`` (a progress bar), ``data {path,
 eval_ids, validation_ids, conversations, max_questions, final_fit}`` (``final_fit``: train on every
 conversation for the configured length, with no validation and no held-out score), ``pipeline``
@@ -33,42 +33,46 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
+from memlab.bounds import PositiveInt
 from memlab.config import instantiate
 from memlab.stage import Stage
+from memlab.stages.rerank import CrossEncoderReranker
 from memlab.training import (
-    GRADIENT_DEFAULTS,
+    GradientSettings,
     MetricsLog,
+    Optimiser,
     prepare_training,
     recipe_conversations,
+    recipe_settings,
     record_training,
     seed_everything,
     total_steps,
-    with_defaults,
 )
 from memlab.training.evaluators import RerankerEvaluator, first_stage
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.supervision import rerank_examples
 
-DEFAULTS: dict[str, Any] = {
-    **GRADIENT_DEFAULTS,
-    "pipeline": "configs/pipelines/rag_turns.yaml",
-    "pipeline_overrides": [],
-    "stage": {"_component_": "memlab.stages.rerank.CrossEncoderReranker", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
-    "negatives": 8,
-    "negative_sampling": "uniform",
-    "rerank_depth": 50,
-    "optim": {"lr": 2e-5, "weight_decay": 0.01, "epochs": 2, "batch_size": 16, "warmup_fraction": 0.1,
-              "max_steps": None},
-    "eval_every": 100,
-    "patience": 3,
-    "validation_questions": None,
-    "metric": "recall@10",
-}
+
+@dataclass
+class Settings(GradientSettings):
+    pipeline: str = "configs/pipelines/rag_turns.yaml"
+    pipeline_overrides: list[str] = field(default_factory=list)
+    stage: CrossEncoderReranker = field(default_factory=lambda: {
+        "_component_": "memlab.stages.rerank.CrossEncoderReranker",
+        "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+    negatives: PositiveInt = 8
+    negative_sampling: Literal["uniform", "top"] = "uniform"
+    rerank_depth: PositiveInt = 50
+    optim: Optimiser = field(default_factory=lambda: Optimiser(lr=2e-5, epochs=2, batch_size=16))
+    eval_every: PositiveInt = 100
+    patience: PositiveInt = 3
+    validation_questions: PositiveInt | None = None
+    metric: str = "recall@10"
 
 
 @dataclass
@@ -97,7 +101,7 @@ def build_groups(dataset) -> list[tuple[str, list[str]]]:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = with_defaults(config, DEFAULTS, "finetune_reranker")
+    config = recipe_settings(config, Settings(recipe="finetune_reranker"))
     seed_everything(int(config["seed"]))
     run = Run(config=config, out=Path(config["output_dir"]))
     train, validation, evaluation = recipe_conversations(config["data"], final_fit_supported=True)

@@ -19,7 +19,7 @@ Validation and evaluation rank with that ``pipeline`` and the trained embedder i
 (``memlab.training.evaluators.RetrieverEvaluator``, the evaluator the checkpoint records);
 early stopping on ``metric``.
 
-Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision, progress``, ``data {path, eval_ids, validation_ids, conversations,
 max_questions, sessions}``, ``pipeline`` and ``pipeline_overrides`` (the pipeline config whose
 embedder slot the retriever fills: it mines hard negatives with its own embedder and scores
@@ -38,35 +38,38 @@ from typing import Any
 
 import torch
 
+from memlab.bounds import PositiveInt
 from memlab.config import instantiate
 from memlab.stage import Stage
+from memlab.stages.retrieve import BiEncoderEmbedder
 from memlab.training import (
-    GRADIENT_DEFAULTS,
+    GradientSettings,
     MetricsLog,
+    Optimiser,
     prepare_training,
     recipe_conversations,
+    recipe_settings,
     record_training,
     seed_everything,
     total_steps,
-    with_defaults,
 )
 from memlab.training.evaluators import RetrieverEvaluator, first_stage
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.supervision import rerank_examples
 
-DEFAULTS: dict[str, Any] = {
-    **GRADIENT_DEFAULTS,
-    "pipeline": "configs/pipelines/rag_turns.yaml",
-    "pipeline_overrides": [],
-    "stage": {"_component_": "memlab.stages.retrieve.BiEncoderEmbedder", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
-    "negatives": 2,
-    "candidates": 20,
-    "optim": {"lr": 5e-4, "weight_decay": 0.01, "epochs": 3, "batch_size": 32, "warmup_fraction": 0.1,
-              "max_steps": None},
-    "eval_every": 25,
-    "patience": 3,
-    "metric": "recall@10",
-}
+
+@dataclass
+class Settings(GradientSettings):
+    pipeline: str = "configs/pipelines/rag_turns.yaml"
+    pipeline_overrides: list[str] = field(default_factory=list)
+    stage: BiEncoderEmbedder = field(default_factory=lambda: {"_component_": "memlab.stages.retrieve.BiEncoderEmbedder",
+                                                              "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+    negatives: PositiveInt = 2
+    candidates: PositiveInt = 20
+    optim: Optimiser = field(default_factory=lambda: Optimiser(lr=5e-4, epochs=3, batch_size=32))
+    eval_every: PositiveInt = 25
+    patience: PositiveInt = 3
+    metric: str = "recall@10"
 
 
 @dataclass
@@ -102,7 +105,7 @@ def build_groups(dataset) -> list[Group]:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = with_defaults(config, DEFAULTS, "finetune_retriever")
+    config = recipe_settings(config, Settings(recipe="finetune_retriever"))
     seed_everything(int(config["seed"]))
     run = Run(config=config, out=Path(config["output_dir"]))
     train, run.validation, run.evaluation = recipe_conversations(config["data"])

@@ -11,7 +11,7 @@ each head's accuracy), written next to the checkpoint as ``training.json``.
 Objective: the sum over heads of the cross-entropy of each head's label. Early stopping reads
 the validation ``accuracy`` (question type over categories 1-4, the issue's metric).
 
-Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision``, ``progress`` (a progress bar), ``data {path, eval_ids, validation_ids,
 conversations, max_questions}``, ``stage`` (a ``QueryRouter`` ``_component_`` node; its
 ``heads`` name the label columns it learns), ``optim {lr, weight_decay, epochs, batch_size,
@@ -24,39 +24,46 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 
-from memlab.config import ConfigError, instantiate
+from memlab.bounds import PositiveInt
+from memlab.config import instantiate
 from memlab.stage import Stage
+from memlab.stages.route import QueryRouter
 from memlab.training import (
-    GRADIENT_DEFAULTS,
+    GradientSettings,
     MetricsLog,
+    Optimiser,
     prepare_training,
     recipe_conversations,
+    recipe_settings,
     record_training,
     seed_everything,
     total_steps,
-    with_defaults,
 )
 from memlab.training.evaluators import RouterEvaluator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.supervision import routing_examples
 from memlab.types import ANSWERABLE_CATEGORIES
 
-DEFAULTS: dict[str, Any] = {
-    **GRADIENT_DEFAULTS,
-    "stage": {"_component_": "memlab.stages.route.QueryRouter", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
-    "optim": {"lr": 1e-4, "weight_decay": 0.01, "epochs": 10, "batch_size": 32, "warmup_fraction": 0.1,
-              "max_steps": None},
-    "patience": 3,
-    "metric": "accuracy",
-}
+#: The validation metrics early stopping can read (``RouterEvaluator``'s accuracies).
+Metric = Literal["accuracy", "accuracy_5way"]
+
+
+@dataclass
+class Settings(GradientSettings):
+    stage: QueryRouter = field(default_factory=lambda: {"_component_": "memlab.stages.route.QueryRouter",
+                                                        "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+    optim: Optimiser = field(default_factory=lambda: Optimiser(lr=1e-4, epochs=10, batch_size=32))
+    patience: PositiveInt = 3
+    metric: Metric = "accuracy"
+
+
 #: How a router is scored: validation, held-out evaluation, ``memlab evaluate-stage``.
 EVALUATOR = RouterEvaluator()
-#: The validation metrics early stopping can read (``RouterEvaluator``'s accuracies).
-METRICS = ("accuracy", "accuracy_5way")
+METRICS = get_args(Metric)
 
 
 @dataclass
@@ -75,9 +82,7 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = with_defaults(config, DEFAULTS, "finetune_router")
-    if config["metric"] not in METRICS:
-        raise ConfigError(f"finetune_router: metric {config['metric']!r} is not one of {list(METRICS)}")
+    config = recipe_settings(config, Settings(recipe="finetune_router"))
     seed_everything(int(config["seed"]))
     run = Run(config=config, out=Path(config["output_dir"]))
     train, run.validation, run.evaluation = recipe_conversations(config["data"])

@@ -14,35 +14,56 @@ the four answerable LoCoMo types (adversarial questions carry no type label, sin
 ordinary questions), the intent and complexity heads their derived labels on every question.
 The objective is sklearn's: mean cross-entropy + ||W||^2 / (2 C n) per head.
 
-Config keys (defaults in ``DEFAULTS``): ``recipe, output_dir, seed``, ``data {path, eval_ids,
-validation_ids, conversations, max_questions, sessions}``, ``stage`` (``_component_`` node; its
+Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir, seed``,
+``data {path, eval_ids, validation_ids, conversations, max_questions, sessions}``, ``stage`` (``_component_`` node; its
 ``vocabulary`` is fitted here), ``min_count`` (a term's least number of training questions),
 ``optim {c_grid, lr, max_iterations}`` (L-BFGS's step size and iterations).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from memlab.bounds import PositiveFloat, PositiveInt
 from memlab.clock import active_seconds
 from memlab.config import instantiate
 from memlab.stage import Stage
+from memlab.stages.route import TfidfRouter
 from memlab.stages.route.linear import fit_vocabulary
 from memlab.stages.route.neural import IGNORE_INDEX
-from memlab.training import DATA_DEFAULTS, recipe_conversations, record_training, seed_everything, with_defaults
+from memlab.training import (
+    DataSettings,
+    RecipeSettings,
+    recipe_conversations,
+    recipe_settings,
+    record_training,
+    seed_everything,
+)
 from memlab.training.evaluators import RouterEvaluator
 from memlab.training.supervision import routing_examples
 
-DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "data": DATA_DEFAULTS,
-    "stage": {"_component_": "memlab.stages.route.TfidfRouter"},
-    "min_count": 1,
-    "optim": {"c_grid": [0.3, 1.0, 3.0, 10.0, 30.0], "lr": 1.0, "max_iterations": 200},
-}
+
+@dataclass
+class LbfgsSettings:
+    """The logistic heads' fit: each regularisation strength of ``c_grid`` is scored on the
+    validation conversations, the best refitted on train + validation; L-BFGS's step size and
+    iterations."""
+
+    c_grid: list[PositiveFloat] = field(default_factory=lambda: [0.3, 1.0, 3.0, 10.0, 30.0])
+    lr: PositiveFloat = 1.0
+    max_iterations: PositiveInt = 200
+
+
+@dataclass
+class Settings(RecipeSettings):
+    data: DataSettings = field(default_factory=DataSettings)
+    stage: TfidfRouter = field(default_factory=lambda: {"_component_": "memlab.stages.route.TfidfRouter"})
+    min_count: PositiveInt = 1
+    optim: LbfgsSettings = field(default_factory=LbfgsSettings)
 
 
 def targets(stage, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -88,7 +109,7 @@ EVALUATOR = RouterEvaluator()
 
 def setup(config: dict[str, Any]):
     """The checked config and its (train, validation, evaluation) conversations."""
-    config = with_defaults(config, DEFAULTS, "fit_tfidf_router")
+    config = recipe_settings(config, Settings(recipe="fit_tfidf_router"))
     seed_everything(int(config["seed"]))
     return config, *recipe_conversations(config["data"])
 

@@ -20,7 +20,7 @@ A part (train, validation, evaluation) with no cached teacher session is refused
 prompted CompassMem build must have run on those conversations first (its calls are in the
 response cache). Sessions with no labelled position (every call failed) are left out.
 
-Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision``, ``progress`` (a progress bar), ``data {path, eval_ids, validation_ids,
 conversations, max_questions}``, ``teacher {config, overrides}`` (the CompassMem config whose
 cached construction gives the labels), ``stage`` (a ``BoundarySegmenter``
@@ -37,17 +37,20 @@ from typing import Any
 
 import torch
 
+from memlab.bounds import PositiveFloat, PositiveInt
 from memlab.config import ConfigError, instantiate
 from memlab.stage import Stage
+from memlab.stages.segment import BoundarySegmenter
 from memlab.training import (
-    GRADIENT_DEFAULTS,
+    GradientSettings,
     MetricsLog,
+    Optimiser,
     prepare_training,
     recipe_conversations,
+    recipe_settings,
     record_training,
     seed_everything,
     total_steps,
-    with_defaults,
 )
 from memlab.training.evaluators import SegmenterEvaluator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
@@ -63,15 +66,23 @@ from memlab.training.segmentation import (
 )
 from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
 
-DEFAULTS: dict[str, Any] = {
-    **GRADIENT_DEFAULTS,
-    "teacher": {"config": TEACHER_CONFIG, "overrides": []},
-    "stage": {"_component_": "memlab.stages.segment.BoundarySegmenter", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
-    "optim": {"lr": 1e-3, "weight_decay": 0.01, "epochs": 30, "batch_size": 8, "warmup_fraction": 0.1,
-              "max_steps": None},
-    "pos_weight": None,
-    "patience": 5,
-}
+
+@dataclass
+class TeacherSettings:
+    """The CompassMem config whose cached prompted construction gives the boundary labels."""
+
+    config: str = TEACHER_CONFIG
+    overrides: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Settings(GradientSettings):
+    teacher: TeacherSettings = field(default_factory=TeacherSettings)
+    stage: BoundarySegmenter = field(default_factory=lambda: {"_component_": "memlab.stages.segment.BoundarySegmenter",
+                                                              "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+    optim: Optimiser = field(default_factory=lambda: Optimiser(lr=1e-3, epochs=30, batch_size=8))
+    pos_weight: PositiveFloat | None = None
+    patience: PositiveInt = 5
 
 
 @dataclass
@@ -114,7 +125,7 @@ def cached_teacher(part: str, conversations, config: dict[str, Any]) -> tuple[li
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = with_defaults(config, DEFAULTS, "train_event_segmenter")
+    config = recipe_settings(config, Settings(recipe="train_event_segmenter"))
     seed_everything(int(config["seed"]))
     run = Run(config=config, out=Path(config["output_dir"]))
     train, validation, evaluation = recipe_conversations(config["data"])

@@ -23,7 +23,7 @@ The memories are built by whatever the ``pipeline`` config holds: the default
 builds with no LLM call. A pipeline without relation edges gives states without neighbours:
 the next-node head then gets no training signal.
 
-Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress``, ``data {...}`` (as the other
 recipes), ``pipeline`` (config path) and ``pipeline_overrides`` (dotted overrides), ``stage``
 (the ``ExplorerPolicy`` ``_component_`` node), ``supervision {hops, max_states}``, ``optim {lr (encoder),
@@ -38,41 +38,57 @@ import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 
-from memlab.config import ConfigError, build_pipeline, instantiate
+from memlab.bounds import PositiveInt, UnitFloat
+from memlab.config import build_pipeline, instantiate
 from memlab.stage import Stage
-from memlab.stages.navigate import ACTIONS
+from memlab.stages.navigate import ACTIONS, ExplorerPolicy
 from memlab.training import (
-    GRADIENT_DEFAULTS,
+    GradientSettings,
     MetricsLog,
+    Optimiser,
     prepare_training,
     recipe_conversations,
+    recipe_settings,
     record_training,
     seed_everything,
     total_steps,
-    with_defaults,
 )
 from memlab.training.evaluators import NavigatorEvaluator
 from memlab.training.loop import Optimisation, fit
 from memlab.training.navigation import navigation_examples, row_inputs, row_target
 
-DEFAULTS: dict[str, Any] = {
-    **GRADIENT_DEFAULTS,
-    "pipeline": "configs/pipelines/compassmem_trained_construction.yaml",
-    "pipeline_overrides": [],
-    "stage": {"_component_": "memlab.stages.navigate.ExplorerPolicy", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
-    "supervision": {"hops": 2, "max_states": 24},
-    "optim": {"lr": 5e-4, "head_lr": 3e-3, "weight_decay": 0.01, "epochs": 3, "batch_size": 16,
-              "warmup_fraction": 0.1, "max_steps": None},
-    "class_balance": 0.5,
-    "eval_every": 100,
-    "patience": 3,
-    "metric": "action_accuracy",
-}
-METRICS = ("action_accuracy", "balanced_accuracy")
+
+@dataclass
+class NavigationSupervision:
+    """How the evidence labels are simulated (``memlab.training.navigation.navigation_examples``)."""
+
+    hops: PositiveInt = 2
+    max_states: PositiveInt = 24
+
+
+#: The validation metrics early stopping can read.
+Metric = Literal["action_accuracy", "balanced_accuracy"]
+
+
+@dataclass
+class Settings(GradientSettings):
+    pipeline: str = "configs/pipelines/compassmem_trained_construction.yaml"
+    pipeline_overrides: list[str] = field(default_factory=list)
+    stage: ExplorerPolicy = field(default_factory=lambda: {"_component_": "memlab.stages.navigate.ExplorerPolicy",
+                                                           "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+    supervision: NavigationSupervision = field(default_factory=NavigationSupervision)
+    optim: Optimiser = field(default_factory=lambda: Optimiser(lr=5e-4, head_lr=3e-3, epochs=3, batch_size=16))
+    class_balance: UnitFloat = 0.5
+    eval_every: PositiveInt = 100
+    patience: PositiveInt = 3
+    metric: Metric = "action_accuracy"
+
+
+METRICS = get_args(Metric)
 
 
 @dataclass
@@ -94,9 +110,7 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = with_defaults(config, DEFAULTS, "train_explorer_policy")
-    if config["metric"] not in METRICS:
-        raise ConfigError(f"train_explorer_policy: metric {config['metric']!r} is not one of {METRICS}")
+    config = recipe_settings(config, Settings(recipe="train_explorer_policy"))
     seed_everything(int(config["seed"]))
     run = Run(config=config, out=Path(config["output_dir"]))
     parts = dict(zip(("train", "validation", "evaluation"), recipe_conversations(config["data"])))

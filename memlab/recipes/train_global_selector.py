@@ -19,7 +19,7 @@ fills it.
 Objective: ``TrainedGlobalSelector.loss``: binary cross-entropy on select (positives weighted by
 ``positive_weight``) plus on take-all-children for the categories.
 
-Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress``, ``data {...}`` (as the other
 recipes, with ``sessions``: the prefix whose build is cached), ``pipeline`` (config path),
 ``pipeline_overrides``, ``stage`` (the ``TrainedGlobalSelector`` ``_component_`` node),
@@ -37,34 +37,46 @@ from typing import Any
 
 import torch
 
+from memlab.bounds import PositiveFloat, PositiveInt, UnitFloat
 from memlab.config import build_pipeline, instantiate
 from memlab.stage import Stage
+from memlab.stages.global_select import TrainedGlobalSelector
 from memlab.training import (
-    GRADIENT_DEFAULTS,
+    GradientSettings,
     MetricsLog,
+    Optimiser,
     prepare_training,
     recipe_conversations,
+    recipe_settings,
     record_training,
     seed_everything,
     total_steps,
-    with_defaults,
 )
 from memlab.training.evaluators import GlobalSelectorEvaluator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.selection import build_memories, row_inputs, row_target, score_rows, selection_examples
 
-DEFAULTS: dict[str, Any] = {
-    **GRADIENT_DEFAULTS,
-    "pipeline": "configs/pipelines/mnemis.yaml",
-    "pipeline_overrides": [],
-    "stage": {"_component_": "memlab.stages.global_select.TrainedGlobalSelector", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
-    "supervision": {"max_share": 0.5, "all_children_share": 1.0},
-    "optim": {"lr": 5e-4, "head_lr": 3e-3, "weight_decay": 0.01, "epochs": 20, "batch_size": 8,
-              "warmup_fraction": 0.1, "max_steps": None},
-    "positive_weight": 3.0,
-    "eval_every": 20,
-    "patience": 10,
-}
+
+@dataclass
+class SelectionSupervision:
+    """How a hierarchy call's evidence labels are made (``memlab.training.selection.selection_examples``)."""
+
+    max_share: UnitFloat = 0.5
+    all_children_share: UnitFloat = 1.0
+
+
+@dataclass
+class Settings(GradientSettings):
+    pipeline: str = "configs/pipelines/mnemis.yaml"
+    pipeline_overrides: list[str] = field(default_factory=list)
+    stage: TrainedGlobalSelector = field(default_factory=lambda: {
+        "_component_": "memlab.stages.global_select.TrainedGlobalSelector",
+        "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+    supervision: SelectionSupervision = field(default_factory=SelectionSupervision)
+    optim: Optimiser = field(default_factory=lambda: Optimiser(lr=5e-4, head_lr=3e-3, epochs=20, batch_size=8))
+    positive_weight: PositiveFloat = 3.0
+    eval_every: PositiveInt = 20
+    patience: PositiveInt = 10
 
 
 @dataclass
@@ -85,7 +97,7 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = with_defaults(config, DEFAULTS, "train_global_selector")
+    config = recipe_settings(config, Settings(recipe="train_global_selector"))
     seed_everything(int(config["seed"]))
     run = Run(config=config, out=Path(config["output_dir"]))
     run.conversations = dict(zip(("train", "validation", "evaluation"), recipe_conversations(config["data"])))

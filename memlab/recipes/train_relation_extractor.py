@@ -14,7 +14,7 @@ Objective: cross-entropy of each canonical pair's label (the 11 relation labels 
 each class weighted ``(n / (k * n_c)) ** class_weight_power`` (0: unweighted) since ``none``
 dominates. Early stopping reads the validation ``metric`` (default ``macro_f1``, over all pairs).
 
-Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision``, ``progress`` (a progress bar), ``data {...}`` (as the other recipes),
 ``teacher_config`` (the CompassMem config whose cached prompted construction gives the labels)
 and ``teacher_overrides``, ``keep_failed`` (also sessions whose teacher calls failed),
@@ -29,42 +29,50 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 
-from memlab.config import ConfigError, instantiate
+from memlab.bounds import NonNegativeFloat, PositiveInt
+from memlab.config import instantiate
 from memlab.stage import Stage
-from memlab.stages.relate import MajorityRelationExtractor
+from memlab.stages.relate import MajorityRelationExtractor, PairRelationClassifier
 from memlab.training import (
-    GRADIENT_DEFAULTS,
+    GradientSettings,
     MetricsLog,
+    Optimiser,
     prepare_training,
     recipe_conversations,
+    recipe_settings,
     record_training,
     seed_everything,
     total_steps,
-    with_defaults,
 )
 from memlab.training.evaluators import RelationEvaluator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.relations import class_weights, evaluate_relation_extractor, majority_label, relation_examples
 from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
 
-DEFAULTS: dict[str, Any] = {
-    **GRADIENT_DEFAULTS,
-    "teacher_config": TEACHER_CONFIG,
-    "teacher_overrides": [],
-    "keep_failed": False,
-    "stage": {"_component_": "memlab.stages.relate.PairRelationClassifier", "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}},
-    "optim": {"lr": 1e-4, "head_lr": None, "weight_decay": 0.01, "epochs": 5, "batch_size": 32,
-              "warmup_fraction": 0.1, "max_steps": None},
-    "class_weight_power": 0.5,
-    "patience": 2,
-    "metric": "macro_f1",
-}
+#: The validation metrics early stopping can read.
+Metric = Literal["macro_f1", "macro_f1_relations", "accuracy"]
+
+
+@dataclass
+class Settings(GradientSettings):
+    teacher_config: str = TEACHER_CONFIG
+    teacher_overrides: list[str] = field(default_factory=list)
+    keep_failed: bool = False
+    stage: PairRelationClassifier = field(default_factory=lambda: {
+        "_component_": "memlab.stages.relate.PairRelationClassifier",
+        "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+    optim: Optimiser = field(default_factory=lambda: Optimiser(lr=1e-4, epochs=5, batch_size=32))
+    class_weight_power: NonNegativeFloat = 0.5
+    patience: PositiveInt = 2
+    metric: Metric = "macro_f1"
+
+
 #: The validation scores early stopping can read (``evaluate_relation_extractor``'s).
-METRICS = ("macro_f1", "macro_f1_relations", "accuracy")
+METRICS = get_args(Metric)
 
 
 @dataclass
@@ -100,9 +108,7 @@ def part_sessions(config: dict[str, Any], part: str, conversations: list) -> tup
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = with_defaults(config, DEFAULTS, "train_relation_extractor")
-    if config["metric"] not in METRICS:
-        raise ConfigError(f"train_relation_extractor: metric {config['metric']!r} is not one of {list(METRICS)}")
+    config = recipe_settings(config, Settings(recipe="train_relation_extractor"))
     seed_everything(int(config["seed"]))
     run = Run(config=config, out=Path(config["output_dir"]))
     train, validation, evaluation = recipe_conversations(config["data"])

@@ -18,7 +18,7 @@ config turns it off (``event_extractor=null``, ``consolidator=null``), so the gr
 temporal and semantic edge spaces only and training needs no LLM. The weights of edge types
 absent from the graphs receive no gradient and keep their initial values.
 
-Config keys (defaults in ``DEFAULTS``; an unknown key is a ConfigError): ``recipe, output_dir,
+Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed``, ``progress`` (a progress bar), ``data {...}`` (as the other recipes), ``pipeline``
 (config path) and ``pipeline_overrides`` (dotted overrides), ``stage`` (the ``TraversalPolicy``
 ``_component_`` node, ``trainable: true``), ``optim {lr (Adam), epochs}``, ``patience`` (epochs).
@@ -36,32 +36,43 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from memlab.bounds import PositiveFloat, PositiveInt
 from memlab.clock import active_seconds
-from memlab.config import ConfigError, build_pipeline, instantiate
+from memlab.config import build_pipeline, instantiate
 from memlab.stage import Stage
-from memlab.stages.traverse import TraverseIn
+from memlab.stages.traverse import TraversalPolicy, TraverseIn
 from memlab.training import (
-    DATA_DEFAULTS,
+    DataSettings,
     EarlyStopping,
     MetricsLog,
+    RecipeSettings,
     recipe_conversations,
+    recipe_settings,
     record_training,
     seed_everything,
-    with_defaults,
 )
 from memlab.training.evaluators import SlotRecallEvaluator
 from memlab.training.supervision import evaluable_questions, magma_event_units, traversal_targets
 
-DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "progress": True,
-    "data": DATA_DEFAULTS,
-    "pipeline": "configs/pipelines/magma.yaml",
-    "pipeline_overrides": ["event_extractor=null", "consolidator=null"],
-    "stage": {"_component_": "memlab.stages.traverse.TraversalPolicy", "trainable": True},
-    "optim": {"lr": 0.05, "epochs": 5},
-    "patience": 2,
-}
+
+@dataclass
+class PolicyOptimiser:
+    """Adam over the policy's few weights: its learning rate and epochs over the training walks."""
+
+    lr: PositiveFloat = 0.05
+    epochs: PositiveInt = 5
+
+
+@dataclass
+class Settings(RecipeSettings):
+    progress: bool = True
+    data: DataSettings = field(default_factory=DataSettings)
+    pipeline: str = "configs/pipelines/magma.yaml"
+    pipeline_overrides: list[str] = field(default_factory=lambda: ["event_extractor=null", "consolidator=null"])
+    stage: TraversalPolicy = field(default_factory=lambda: {"_component_": "memlab.stages.traverse.TraversalPolicy",
+                                                            "trainable": True})
+    optim: PolicyOptimiser = field(default_factory=PolicyOptimiser)
+    patience: PositiveInt = 2
 
 
 @dataclass
@@ -90,9 +101,7 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = with_defaults(config, DEFAULTS, "train_traversal_policy")
-    if int(config["optim"]["epochs"]) < 1:
-        raise ConfigError(f"train_traversal_policy: optim.epochs must be >= 1, got {config['optim']['epochs']}")
+    config = recipe_settings(config, Settings(recipe="train_traversal_policy"))
     seed_everything(int(config["seed"]))
     run = Run(config=config, out=Path(config["output_dir"]))
     train, validation, evaluation = recipe_conversations(config["data"])

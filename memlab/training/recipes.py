@@ -6,8 +6,10 @@ module holds only the pieces that would otherwise be copied into each script:
 
 * ``load_recipe_config``: the recipe's YAML (the same ``_component_`` mechanism as pipeline
   configs, ``_base_`` and dotted overrides included) with its common keys checked;
-* ``with_defaults``: a config over the recipe's ``DEFAULTS``, unknown keys refused (each
-  recipe's ``setup`` calls it, so a config given as a dict is checked too);
+* ``recipe_settings``: a config over the recipe's ``Settings`` (a dataclass: its fields, their
+  annotations and defaults), checked by the config validator like any component node (each
+  recipe's ``setup`` calls it, so a config given as a dict is checked too); ``RecipeSettings``,
+  ``GradientSettings``, ``DataSettings`` and ``Optimiser`` are the parts recipes share;
 * ``seed_everything``: one seed for python, numpy and torch (CPU and GPU);
 * ``make_accelerator``: accelerate's ``Accelerator`` for device and precision, so the same
   script runs on this CPU and on a GPU;
@@ -20,7 +22,6 @@ module holds only the pieces that would otherwise be copied into each script:
 
 from __future__ import annotations
 
-import copy
 import importlib
 import importlib.util
 import json
@@ -28,14 +29,16 @@ import math
 import os
 import pkgutil
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import torch
 
+from memlab.bounds import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from memlab.clock import active_seconds
-from memlab.config import ConfigError, load_config
+from memlab.config import ConfigError, load_config, validate_settings
 from memlab.fileio import write_json_atomic
 
 if TYPE_CHECKING:
@@ -68,54 +71,20 @@ def load_recipe_config(path: str | os.PathLike, overrides: list[str] | tuple[str
     return config
 
 
-def with_defaults(config: dict[str, Any], defaults: dict[str, Any], recipe: str) -> dict[str, Any]:
-    """``config`` over the recipe's ``defaults``: a key the recipe does not know is a ConfigError
-    naming it and the known ones, so a typo is never silently ignored.
-
-    A section whose default is a plain mapping (``optim``, ``data``, ``lora``) is merged one level
-    deep and its keys are checked the same way; a ``_component_`` node (``stage``) is taken whole,
-    its arguments left to the component system, which checks them against the constructor.
-    """
+def recipe_settings(config: dict[str, Any], defaults: RecipeSettings) -> dict[str, Any]:
+    """``config`` over ``defaults`` (the recipe's ``Settings()``) as a plain dict, checked by
+    ``memlab.config.validate_settings``: an unknown key or a value that does not fit its field's
+    annotation (type, range, choices) is a ConfigError naming it, so a typo is never silently
+    ignored; a section (``optim``, ``data``) is merged over its default field by field; a
+    ``_component_`` node (``stage``) is validated and kept whole, for the recipe to build."""
+    recipe = config.get("recipe", defaults.recipe)
     missing = [k for k in REQUIRED_KEYS if k not in config]
     if missing:
         raise ConfigError(f"{recipe}: a training config needs the keys {missing}")
-    unknown = set(config) - set(defaults) - set(REQUIRED_KEYS)
-    if unknown:
-        raise ConfigError(f"{recipe}: unknown config keys {sorted(unknown)} (known: {sorted({*defaults, *REQUIRED_KEYS})})")
-    merged = {**copy.deepcopy(defaults), **config}
-    for key, default in defaults.items():
-        if not isinstance(default, dict) or "_component_" in default:
-            continue
-        section = config.get(key) or {}
-        extra = set(section) - set(default)
-        if extra:
-            raise ConfigError(f"{recipe}: unknown {key} keys {sorted(extra)} (known: {sorted(default)})")
-        merged[key] = {**copy.deepcopy(default), **section}
-        for name, value in section.items():
-            _check_like_default(f"{key}.{name}", value, default[name], recipe)
-    for key, value in config.items():
-        if key in defaults and not isinstance(defaults[key], dict):
-            _check_like_default(key, value, defaults[key], recipe)
-    return merged
-
-
-def _check_like_default(key: str, value: Any, default: Any, recipe: str) -> None:
-    """A scalar setting must have its default's type (an int where a float is expected is fine):
-    ``optim.lr=abc`` is refused here, not deep inside the optimizer."""
-    if default is None or value is None or isinstance(default, (dict, list, tuple)):
-        return
-    if isinstance(default, bool):
-        fits, kind = isinstance(value, bool), "true or false"
-    elif isinstance(default, int):
-        fits, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
-    elif isinstance(default, float):
-        fits, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
-    elif isinstance(default, str):
-        fits, kind = isinstance(value, str), "a string"
-    else:
-        return
-    if not fits:
-        raise ConfigError(f"{recipe}: {key}={value!r} must be {kind} (like its default {default!r})")
+    try:
+        return validate_settings(config, defaults)
+    except ConfigError as e:
+        raise ConfigError(f"{recipe}: {e}") from None
 
 
 def record_training(checkpoint: str | os.PathLike, config: dict[str, Any], summary: dict[str, Any],
@@ -242,12 +211,52 @@ def training_conversations(path: str | os.PathLike, ids: list[str] | tuple[str, 
         raise ConfigError(str(e)) from None
 
 
-#: The ``data`` section of the recipes that split conversations (``recipe_conversations``).
-DATA_DEFAULTS: dict[str, Any] = {"path": None, "eval_ids": None, "validation_ids": None, "conversations": None,
-                                 "max_questions": None, "sessions": None, "final_fit": False}
+@dataclass
+class RecipeSettings:
+    """The settings every recipe has (``recipe`` and ``output_dir`` are required); a recipe's
+    ``Settings`` subclasses this or ``GradientSettings`` and declares its own, with defaults."""
 
-#: The settings every gradient recipe starts from (its ``DEFAULTS`` add their own).
-GRADIENT_DEFAULTS: dict[str, Any] = {"seed": 0, "precision": "no", "progress": True, "data": DATA_DEFAULTS}
+    recipe: str = ""
+    output_dir: str | os.PathLike = ""
+    seed: int = 0
+
+
+@dataclass
+class DataSettings:
+    """The ``data`` section of the recipes that split conversations (``recipe_conversations``)."""
+
+    path: str | None = None
+    eval_ids: list[str] | None = None
+    validation_ids: list[str] | None = None
+    conversations: list[str] | None = None
+    max_questions: PositiveInt | None = None
+    sessions: PositiveInt | None = None
+    final_fit: bool = False
+
+
+@dataclass
+class GradientSettings(RecipeSettings):
+    """What every gradient recipe adds: accelerate's precision (ignored on a CPU), a progress bar,
+    the conversations."""
+
+    precision: Literal["no", "fp16", "bf16"] = "no"
+    progress: bool = True
+    data: DataSettings = field(default_factory=DataSettings)
+
+
+@dataclass
+class Optimiser:
+    """``optim`` of a gradient recipe (``prepare_training``): AdamW (``adamw``; ``head_lr`` for a
+    stage's freshly initialised head, null: ``lr``), ``epochs`` over the examples or ``max_steps``
+    (null: no cap), ``warmup_fraction`` of the steps warming up, then a linear decay."""
+
+    lr: PositiveFloat = 1e-4
+    head_lr: PositiveFloat | None = None
+    weight_decay: NonNegativeFloat = 0.01
+    epochs: PositiveInt = 1
+    batch_size: PositiveInt = 16
+    warmup_fraction: UnitFloat = 0.1
+    max_steps: PositiveInt | None = None
 
 
 def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False):

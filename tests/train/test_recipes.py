@@ -10,20 +10,24 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import pytest
 import torch
 
+from memlab.bounds import PositiveFloat, PositiveInt
 from memlab.config import ConfigError
 from memlab.stage import Stage
 from memlab.training import (
     EarlyStopping,
+    RecipeSettings,
     load_recipe,
     load_recipe_config,
     recipe_conversations,
     recipe_path,
-    with_defaults,
+    recipe_settings,
 )
 
 SAMPLE = Path(__file__).resolve().parents[2] / "memlab" / "data" / "samples" / "sample_locomo.json"
@@ -53,7 +57,7 @@ def test_recipes_are_found_and_configs_load():
         assert recipe_path(name).is_file()
     for path in CONFIGS.glob("*.yaml"):
         config = load_recipe_config(path)
-        with_defaults(config, load_recipe(config["recipe"]).DEFAULTS, config["recipe"])  # no unknown key
+        recipe_settings(config, load_recipe(config["recipe"]).Settings())  # no unknown key, every value fits
     with pytest.raises(ConfigError, match="no recipe"):
         recipe_path("no_such_recipe")
     with pytest.raises(ConfigError, match="plain identifier"):
@@ -64,34 +68,51 @@ def test_recipes_are_found_and_configs_load():
 def test_a_mistyped_key_is_refused_with_the_known_ones(name, tmp_path):
     known = "min_count" if name == "fit_tfidf_router" else "patience"  # a recipe without early stopping
     config = {"recipe": name, "output_dir": str(tmp_path / "out"), "patiense": 3}
-    with pytest.raises(ConfigError, match=rf"unknown config keys \['patiense'\] \(known: .*'{known}'"):
+    with pytest.raises(ConfigError, match=rf"{name}: invalid config: patiense: no such setting \(it takes .*'{known}'"):
         load_recipe(name).setup(config)
     config = {"recipe": name, "output_dir": str(tmp_path / "out"), "optim": {"learning_rate": 0.1}}
-    with pytest.raises(ConfigError, match=r"unknown optim keys \['learning_rate'\] \(known: .*'lr'"):
+    with pytest.raises(ConfigError, match=r"optim.learning_rate: no such setting \(it takes .*'lr'"):
         load_recipe(name).setup(config)
 
 
-def test_with_defaults_fills_sections_and_keeps_component_nodes_whole():
-    defaults = {"seed": 0, "optim": {"lr": 1.0, "epochs": 2}, "stage": {"_component_": "memlab.A", "size": 3}}
-    config = with_defaults({"recipe": "r", "output_dir": "o", "optim": {"lr": 0.5},
-                            "stage": {"_component_": "memlab.B", "width": 1}}, defaults, "r")
+@dataclass
+class Section:
+    lr: PositiveFloat = 1.0
+    epochs: PositiveInt = 2
+
+
+@dataclass
+class ToySettings(RecipeSettings):
+    optim: Section = field(default_factory=Section)
+    stage: Stage = field(default_factory=lambda: {"_component_": "memlab.stages.rerank.CrossEncoderReranker"})
+    mode: Literal["a", "b"] = "a"
+
+
+def test_recipe_settings_fill_sections_and_keep_component_nodes_whole():
+    defaults = ToySettings()
+    node = {"_component_": "memlab.stages.route.RuleRouter"}
+    config = recipe_settings({"recipe": "r", "output_dir": "o", "optim": {"lr": 0.5}, "stage": node}, defaults)
     assert config["seed"] == 0 and config["optim"] == {"lr": 0.5, "epochs": 2}
-    assert config["stage"] == {"_component_": "memlab.B", "width": 1}
-    assert defaults["optim"] == {"lr": 1.0, "epochs": 2}  # the recipe's defaults are not changed
+    assert config["stage"] == node
+    assert defaults.optim == Section()  # the recipe's defaults are not changed
     with pytest.raises(ConfigError, match=r"needs the keys \['output_dir'\]"):
-        with_defaults({"recipe": "r"}, defaults, "r")
+        recipe_settings({"recipe": "r"}, defaults)
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ({"optim": {"lr": "abc"}}, r"r: optim.lr='abc' must be a number \(like its default 1.0\)"),
-    ({"optim": {"epochs": 2.5}}, r"r: optim.epochs=2.5 must be an integer"),
-    ({"seed": True}, r"r: seed=True must be an integer"),
+    ({"optim": {"lr": "abc"}}, r"r: invalid config: optim.lr='abc' must be a number \(Section.lr\)"),
+    ({"optim": {"epochs": 2.5}}, r"r: invalid config: optim.epochs=2.5 must be an integer"),
+    ({"optim": {"epochs": 0}}, r"optim.epochs=0 must be >= 1"),
+    ({"seed": True}, r"r: invalid config: seed=True must be an integer"),
+    ({"mode": "c"}, r"mode='c' must be one of 'a', 'b'"),
+    ({"optim": 3}, r"optim=3 must be a mapping of Section's settings"),
+    ({"stage": {"_component_": "memlab.bounds.Range"}}, r"stage=<memlab.bounds.Range> must be a Stage component \(Range is not one\)"),
+    ({"stage": {"_component_": "memlab.stages.route.RuleRouter", "colour": 1}}, r"RuleRouter has no argument 'colour'"),
 ])
-def test_with_defaults_refuses_a_setting_of_the_wrong_type(override, message):
-    defaults = {"seed": 0, "optim": {"lr": 1.0, "epochs": 2}}
+def test_recipe_settings_refuse_a_setting_that_does_not_fit_its_declaration(override, message):
     with pytest.raises(ConfigError, match=message):
-        with_defaults({"recipe": "r", "output_dir": "o", **override}, defaults, "r")
-    assert with_defaults({"recipe": "r", "output_dir": "o", "optim": {"lr": 1}}, defaults, "r")["optim"]["lr"] == 1
+        recipe_settings({"recipe": "r", "output_dir": "o", **override}, ToySettings())
+    assert recipe_settings({"recipe": "r", "output_dir": "o", "optim": {"lr": 1}}, ToySettings())["optim"]["lr"] == 1
 
 
 def test_recipe_data_errors_name_the_problem(three_conversations):
@@ -130,13 +151,13 @@ def test_router_refuses_data_it_cannot_train_or_select_on(three_conversations, t
     no_accuracy = edited_conversations(three_conversations, tmp_path, tiny_b=adversarial)
     with pytest.raises(ValueError, match=r"validation conversations \['tiny-b'\] have no question of categories 1-4"):
         recipe.setup({**base, "data": {**tiny_data(three_conversations), "path": str(no_accuracy)}})
-    with pytest.raises(ConfigError, match="metric 'f1' is not one of"):
+    with pytest.raises(ConfigError, match="metric='f1' must be one of 'accuracy', 'accuracy_5way'"):
         recipe.setup({**base, "metric": "f1"})
 
 
 def test_traversal_policy_refuses_zero_epochs_and_an_empty_recall(tmp_path):
     recipe = load_recipe("train_traversal_policy")
-    with pytest.raises(ConfigError, match="optim.epochs must be >= 1, got 0"):
+    with pytest.raises(ConfigError, match="optim.epochs=0 must be >= 1"):
         recipe.setup({"recipe": "train_traversal_policy", "output_dir": str(tmp_path), "optim": {"epochs": 0}})
 
     class NoPipeline:

@@ -181,5 +181,5 @@ def test_recipe_refuses_a_split_part_with_no_cached_session(three_conversations,
     with pytest.raises(ValueError, match=r"no cached teacher session for the validation conversations \['tiny-b'\] "
                                          r"\(\{'not_cached': 2\}"):
         recipe.setup(recipe_config(tmp_path, three_conversations))
-    with pytest.raises(Exception, match="metric 'f1' is not one of"):
+    with pytest.raises(Exception, match="metric='f1' must be one of"):
         recipe.setup({**recipe_config(tmp_path, three_conversations), "metric": "f1"})
