@@ -32,3 +32,11 @@ class CacheOnlyLM(LM):
     def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
         raise CacheMissError(f"{len(requests)} request(s) to {self.name} are not in the response cache "
                              f"({self.lm.cache_path}); CacheOnlyLM never calls the model")
+
+
+def live_stages(owner: object, names: tuple[str, ...] | list[str]) -> list[str]:
+    """The names among ``names`` of ``owner``'s stages whose LM could call a model (an LM that is
+    not a ``CacheOnlyLM``); absent and LM-less stages are not live. What a replaying recipe or
+    evaluator refuses before it builds anything."""
+    return [name for name in names
+            if isinstance(lm := getattr(getattr(owner, name, None), "lm", None), LM) and not isinstance(lm, CacheOnlyLM)]

@@ -43,14 +43,13 @@ from memlab.config import instantiate
 from memlab.stage import Stage
 from memlab.stages.rerank import CrossEncoderReranker
 from memlab.training import (
-    GradientSettings,
     MetricsLog,
     Optimiser,
+    PipelineSettings,
+    encoder_stage,
     prepare_training,
-    recipe_conversations,
-    recipe_settings,
     record_training,
-    seed_everything,
+    start_recipe,
     total_steps,
 )
 from memlab.training.evaluators import RerankerEvaluator, first_stage
@@ -59,12 +58,9 @@ from memlab.training.supervision import rerank_examples
 
 
 @dataclass
-class Settings(GradientSettings):
+class Settings(PipelineSettings):
     pipeline: str = "configs/pipelines/rag_turns.yaml"
-    pipeline_overrides: list[str] = field(default_factory=list)
-    stage: CrossEncoderReranker = field(default_factory=lambda: {
-        "_component_": "memlab.stages.rerank.CrossEncoderReranker",
-        "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+    stage: CrossEncoderReranker = field(default_factory=encoder_stage("memlab.stages.rerank.CrossEncoderReranker"))
     negatives: PositiveInt = 8
     negative_sampling: Literal["uniform", "top"] = "uniform"
     rerank_depth: PositiveInt = 50
@@ -101,12 +97,9 @@ def build_groups(dataset) -> list[tuple[str, list[str]]]:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = recipe_settings(config, Settings(recipe="finetune_reranker"))
-    seed_everything(int(config["seed"]))
-    run = Run(config=config, out=Path(config["output_dir"]))
-    train, validation, evaluation = recipe_conversations(config["data"], final_fit_supported=True)
-    run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
-                 "evaluation": [c.id for c in evaluation]}
+    config, parts = start_recipe(config, Settings(recipe="finetune_reranker"), final_fit_supported=True)
+    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
+    train, validation, evaluation = parts
     depth, overrides = int(config["rerank_depth"]), list(config["pipeline_overrides"] or [])
     examples = rerank_examples(train, first_stage(config["pipeline"], overrides), negatives=int(config["negatives"]),
                                candidates=depth, seed=int(config["seed"]), sampling=config["negative_sampling"])

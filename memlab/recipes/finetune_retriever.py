@@ -43,14 +43,13 @@ from memlab.config import instantiate
 from memlab.stage import Stage
 from memlab.stages.retrieve import BiEncoderEmbedder
 from memlab.training import (
-    GradientSettings,
     MetricsLog,
     Optimiser,
+    PipelineSettings,
+    encoder_stage,
     prepare_training,
-    recipe_conversations,
-    recipe_settings,
     record_training,
-    seed_everything,
+    start_recipe,
     total_steps,
 )
 from memlab.training.evaluators import RetrieverEvaluator, first_stage
@@ -59,11 +58,9 @@ from memlab.training.supervision import rerank_examples
 
 
 @dataclass
-class Settings(GradientSettings):
+class Settings(PipelineSettings):
     pipeline: str = "configs/pipelines/rag_turns.yaml"
-    pipeline_overrides: list[str] = field(default_factory=list)
-    stage: BiEncoderEmbedder = field(default_factory=lambda: {"_component_": "memlab.stages.retrieve.BiEncoderEmbedder",
-                                                              "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+    stage: BiEncoderEmbedder = field(default_factory=encoder_stage("memlab.stages.retrieve.BiEncoderEmbedder"))
     negatives: PositiveInt = 2
     candidates: PositiveInt = 20
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=5e-4, epochs=3, batch_size=32))
@@ -105,12 +102,9 @@ def build_groups(dataset) -> list[Group]:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = recipe_settings(config, Settings(recipe="finetune_retriever"))
-    seed_everything(int(config["seed"]))
-    run = Run(config=config, out=Path(config["output_dir"]))
-    train, run.validation, run.evaluation = recipe_conversations(config["data"])
-    run.split = {"train": [c.id for c in train], "validation": [c.id for c in run.validation],
-                 "evaluation": [c.id for c in run.evaluation]}
+    config, parts = start_recipe(config, Settings(recipe="finetune_retriever"))
+    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
+    train, run.validation, run.evaluation = parts
     overrides = list(config["pipeline_overrides"] or [])
     examples = rerank_examples(train, first_stage(config["pipeline"], overrides), negatives=int(config["negatives"]),
                                candidates=int(config["candidates"]), seed=int(config["seed"]), sampling="top")

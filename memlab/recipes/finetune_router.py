@@ -36,11 +36,10 @@ from memlab.training import (
     GradientSettings,
     MetricsLog,
     Optimiser,
+    encoder_stage,
     prepare_training,
-    recipe_conversations,
-    recipe_settings,
     record_training,
-    seed_everything,
+    start_recipe,
     total_steps,
 )
 from memlab.training.evaluators import RouterEvaluator
@@ -54,8 +53,7 @@ Metric = Literal["accuracy", "accuracy_5way"]
 
 @dataclass
 class Settings(GradientSettings):
-    stage: QueryRouter = field(default_factory=lambda: {"_component_": "memlab.stages.route.QueryRouter",
-                                                        "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+    stage: QueryRouter = field(default_factory=encoder_stage("memlab.stages.route.QueryRouter"))
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=1e-4, epochs=10, batch_size=32))
     patience: PositiveInt = 3
     metric: Metric = "accuracy"
@@ -82,12 +80,9 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = recipe_settings(config, Settings(recipe="finetune_router"))
-    seed_everything(int(config["seed"]))
-    run = Run(config=config, out=Path(config["output_dir"]))
-    train, run.validation, run.evaluation = recipe_conversations(config["data"])
-    run.split = {"train": [c.id for c in train], "validation": [c.id for c in run.validation],
-                 "evaluation": [c.id for c in run.evaluation]}
+    config, parts = start_recipe(config, Settings(recipe="finetune_router"))
+    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
+    train, run.validation, run.evaluation = parts
     run.examples = list(routing_examples(train))
     if not run.examples:
         raise ValueError(f"no training questions: the training conversations {run.split['train']} have none")

@@ -36,12 +36,9 @@ from memlab.stages.route import TfidfRouter
 from memlab.stages.route.linear import fit_vocabulary
 from memlab.stages.route.neural import IGNORE_INDEX
 from memlab.training import (
-    DataSettings,
-    RecipeSettings,
-    recipe_conversations,
-    recipe_settings,
+    ConversationSettings,
     record_training,
-    seed_everything,
+    start_recipe,
 )
 from memlab.training.evaluators import RouterEvaluator
 from memlab.training.supervision import routing_examples
@@ -59,8 +56,7 @@ class LbfgsSettings:
 
 
 @dataclass
-class Settings(RecipeSettings):
-    data: DataSettings = field(default_factory=DataSettings)
+class Settings(ConversationSettings):
     stage: TfidfRouter = field(default_factory=lambda: {"_component_": "memlab.stages.route.TfidfRouter"})
     min_count: PositiveInt = 1
     optim: LbfgsSettings = field(default_factory=LbfgsSettings)
@@ -109,9 +105,8 @@ EVALUATOR = RouterEvaluator()
 
 def setup(config: dict[str, Any]):
     """The checked config and its (train, validation, evaluation) conversations."""
-    config = recipe_settings(config, Settings(recipe="fit_tfidf_router"))
-    seed_everything(int(config["seed"]))
-    return config, *recipe_conversations(config["data"])
+    config, parts = start_recipe(config, Settings(recipe="fit_tfidf_router"))
+    return config, *parts
 
 
 def main(config: dict[str, Any]) -> dict[str, Any]:

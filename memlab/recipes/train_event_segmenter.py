@@ -45,11 +45,10 @@ from memlab.training import (
     GradientSettings,
     MetricsLog,
     Optimiser,
+    encoder_stage,
     prepare_training,
-    recipe_conversations,
-    recipe_settings,
     record_training,
-    seed_everything,
+    start_recipe,
     total_steps,
 )
 from memlab.training.evaluators import SegmenterEvaluator
@@ -78,8 +77,7 @@ class TeacherSettings:
 @dataclass
 class Settings(GradientSettings):
     teacher: TeacherSettings = field(default_factory=TeacherSettings)
-    stage: BoundarySegmenter = field(default_factory=lambda: {"_component_": "memlab.stages.segment.BoundarySegmenter",
-                                                              "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+    stage: BoundarySegmenter = field(default_factory=encoder_stage("memlab.stages.segment.BoundarySegmenter"))
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=1e-3, epochs=30, batch_size=8))
     pos_weight: PositiveFloat | None = None
     patience: PositiveInt = 5
@@ -125,12 +123,9 @@ def cached_teacher(part: str, conversations, config: dict[str, Any]) -> tuple[li
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = recipe_settings(config, Settings(recipe="train_event_segmenter"))
-    seed_everything(int(config["seed"]))
-    run = Run(config=config, out=Path(config["output_dir"]))
-    train, validation, evaluation = recipe_conversations(config["data"])
-    run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
-                 "evaluation": [c.id for c in evaluation]}
+    config, parts = start_recipe(config, Settings(recipe="train_event_segmenter"))
+    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
+    train, validation, evaluation = parts
     training, run.teacher_counts["train"] = cached_teacher("train", train, config)
     for part, conversations in (("validation", validation), ("evaluation", evaluation)):
         found, run.teacher_counts[part] = cached_teacher(part, conversations, config)

@@ -47,14 +47,13 @@ from memlab.config import build_pipeline, instantiate
 from memlab.stage import Stage
 from memlab.stages.navigate import ACTIONS, ExplorerPolicy
 from memlab.training import (
-    GradientSettings,
     MetricsLog,
     Optimiser,
+    PipelineSettings,
+    encoder_stage,
     prepare_training,
-    recipe_conversations,
-    recipe_settings,
     record_training,
-    seed_everything,
+    start_recipe,
     total_steps,
 )
 from memlab.training.evaluators import NavigatorEvaluator
@@ -75,11 +74,9 @@ Metric = Literal["action_accuracy", "balanced_accuracy"]
 
 
 @dataclass
-class Settings(GradientSettings):
+class Settings(PipelineSettings):
     pipeline: str = "configs/pipelines/compassmem_trained_construction.yaml"
-    pipeline_overrides: list[str] = field(default_factory=list)
-    stage: ExplorerPolicy = field(default_factory=lambda: {"_component_": "memlab.stages.navigate.ExplorerPolicy",
-                                                           "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+    stage: ExplorerPolicy = field(default_factory=encoder_stage("memlab.stages.navigate.ExplorerPolicy"))
     supervision: NavigationSupervision = field(default_factory=NavigationSupervision)
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=5e-4, head_lr=3e-3, epochs=3, batch_size=16))
     class_balance: UnitFloat = 0.5
@@ -110,11 +107,9 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = recipe_settings(config, Settings(recipe="train_explorer_policy"))
-    seed_everything(int(config["seed"]))
-    run = Run(config=config, out=Path(config["output_dir"]))
-    parts = dict(zip(("train", "validation", "evaluation"), recipe_conversations(config["data"])))
-    run.split = {part: [c.id for c in conversations] for part, conversations in parts.items()}
+    config, split = start_recipe(config, Settings(recipe="train_explorer_policy"))
+    run = Run(config=config, out=Path(config["output_dir"]), split=split.ids())
+    parts = split._asdict()
     run.pipeline, _, _ = build_pipeline(config["pipeline"], list(config["pipeline_overrides"] or []))
     supervision = {"top_k": run.pipeline.top_k, "max_next": run.pipeline.max_next, **config["supervision"]}
     for part, conversations in parts.items():

@@ -42,14 +42,13 @@ from memlab.config import build_pipeline, instantiate
 from memlab.stage import Stage
 from memlab.stages.global_select import TrainedGlobalSelector
 from memlab.training import (
-    GradientSettings,
     MetricsLog,
     Optimiser,
+    PipelineSettings,
+    encoder_stage,
     prepare_training,
-    recipe_conversations,
-    recipe_settings,
     record_training,
-    seed_everything,
+    start_recipe,
     total_steps,
 )
 from memlab.training.evaluators import GlobalSelectorEvaluator
@@ -66,12 +65,9 @@ class SelectionSupervision:
 
 
 @dataclass
-class Settings(GradientSettings):
-    pipeline: str = "configs/pipelines/mnemis.yaml"
-    pipeline_overrides: list[str] = field(default_factory=list)
-    stage: TrainedGlobalSelector = field(default_factory=lambda: {
-        "_component_": "memlab.stages.global_select.TrainedGlobalSelector",
-        "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+class Settings(PipelineSettings):
+    pipeline: str = "configs/pipelines/mnemis_replay.yaml"
+    stage: TrainedGlobalSelector = field(default_factory=encoder_stage("memlab.stages.global_select.TrainedGlobalSelector"))
     supervision: SelectionSupervision = field(default_factory=SelectionSupervision)
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=5e-4, head_lr=3e-3, epochs=20, batch_size=8))
     positive_weight: PositiveFloat = 3.0
@@ -97,17 +93,14 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = recipe_settings(config, Settings(recipe="train_global_selector"))
-    seed_everything(int(config["seed"]))
-    run = Run(config=config, out=Path(config["output_dir"]))
-    run.conversations = dict(zip(("train", "validation", "evaluation"), recipe_conversations(config["data"])))
-    run.split = {part: [c.id for c in conversations] for part, conversations in run.conversations.items()}
+    config, parts = start_recipe(config, Settings(recipe="train_global_selector"))
+    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids(), conversations=parts._asdict())
     run.pipeline, _, _ = build_pipeline(config["pipeline"], list(config["pipeline_overrides"] or []))
     if run.pipeline.categorizer is None:
         raise ValueError(f"{config['pipeline']}: the selector learns on a hierarchy; the pipeline builds none "
                          "(system2: false)")
     for part, conversations in run.conversations.items():
-        run.memories[part] = build_memories(run.pipeline, conversations)
+        run.memories[part] = build_memories(run.pipeline, conversations, config["pipeline"])
         run.datasets[part] = selection_examples(run.memories[part], conversations, run.pipeline.selection_batch,
                                                 **config["supervision"])
         if not len(run.datasets[part]):

@@ -41,11 +41,10 @@ from memlab.training import (
     GradientSettings,
     MetricsLog,
     Optimiser,
+    encoder_stage,
     prepare_training,
-    recipe_conversations,
-    recipe_settings,
     record_training,
-    seed_everything,
+    start_recipe,
     total_steps,
 )
 from memlab.training.evaluators import RelationEvaluator
@@ -62,9 +61,7 @@ class Settings(GradientSettings):
     teacher_config: str = TEACHER_CONFIG
     teacher_overrides: list[str] = field(default_factory=list)
     keep_failed: bool = False
-    stage: PairRelationClassifier = field(default_factory=lambda: {
-        "_component_": "memlab.stages.relate.PairRelationClassifier",
-        "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}})
+    stage: PairRelationClassifier = field(default_factory=encoder_stage("memlab.stages.relate.PairRelationClassifier"))
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=1e-4, epochs=5, batch_size=32))
     class_weight_power: NonNegativeFloat = 0.5
     patience: PositiveInt = 2
@@ -108,12 +105,9 @@ def part_sessions(config: dict[str, Any], part: str, conversations: list) -> tup
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = recipe_settings(config, Settings(recipe="train_relation_extractor"))
-    seed_everything(int(config["seed"]))
-    run = Run(config=config, out=Path(config["output_dir"]))
-    train, validation, evaluation = recipe_conversations(config["data"])
-    run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
-                 "evaluation": [c.id for c in evaluation]}
+    config, parts = start_recipe(config, Settings(recipe="train_relation_extractor"))
+    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
+    train, validation, evaluation = parts
     counts = run.teacher_counts
     for part, conversations in (("train", train), ("validation", validation), ("evaluation", evaluation)):
         run.sessions[part], counts[part] = part_sessions(config, part, conversations)

@@ -42,14 +42,11 @@ from memlab.config import build_pipeline, instantiate
 from memlab.stage import Stage
 from memlab.stages.traverse import TraversalPolicy, TraverseIn
 from memlab.training import (
-    DataSettings,
+    ConversationSettings,
     EarlyStopping,
     MetricsLog,
-    RecipeSettings,
-    recipe_conversations,
-    recipe_settings,
     record_training,
-    seed_everything,
+    start_recipe,
 )
 from memlab.training.evaluators import SlotRecallEvaluator
 from memlab.training.supervision import evaluable_questions, magma_event_units, traversal_targets
@@ -64,9 +61,8 @@ class PolicyOptimiser:
 
 
 @dataclass
-class Settings(RecipeSettings):
+class Settings(ConversationSettings):
     progress: bool = True
-    data: DataSettings = field(default_factory=DataSettings)
     pipeline: str = "configs/pipelines/magma.yaml"
     pipeline_overrides: list[str] = field(default_factory=lambda: ["event_extractor=null", "consolidator=null"])
     stage: TraversalPolicy = field(default_factory=lambda: {"_component_": "memlab.stages.traverse.TraversalPolicy",
@@ -101,12 +97,9 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config = recipe_settings(config, Settings(recipe="train_traversal_policy"))
-    seed_everything(int(config["seed"]))
-    run = Run(config=config, out=Path(config["output_dir"]))
-    train, validation, evaluation = recipe_conversations(config["data"])
-    run.split = {"train": [c.id for c in train], "validation": [c.id for c in validation],
-                 "evaluation": [c.id for c in evaluation]}
+    config, parts = start_recipe(config, Settings(recipe="train_traversal_policy"))
+    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
+    train, validation, evaluation = parts
     run.pipeline, _, _ = build_pipeline(config["pipeline"], list(config["pipeline_overrides"] or []))
     for conversation in train:
         memory = run.pipeline.build(conversation.history())

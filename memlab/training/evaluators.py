@@ -251,7 +251,7 @@ class GlobalSelectorEvaluator(StageEvaluator):
 
     family: ClassVar[type] = GlobalSelector
 
-    pipeline: str = "configs/pipelines/mnemis.yaml"
+    pipeline: str = "configs/pipelines/mnemis_replay.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     max_share: float = 0.5
 
@@ -261,7 +261,7 @@ class GlobalSelectorEvaluator(StageEvaluator):
         pipeline = _pipeline(self.pipeline, self.pipeline_overrides)
         if pipeline.categorizer is None:
             raise ValueError(f"{self.pipeline}: builds no hierarchy (system2: false): nothing to select from")
-        return build_memories(pipeline, conversations), list(conversations), pipeline
+        return build_memories(pipeline, conversations, self.pipeline), list(conversations), pipeline
 
     def score(self, stage: Any, prepared: tuple[dict[str, Any], list[Conversation], Any]) -> dict[str, Any]:
         from memlab.training.selection import evaluate_global_selector

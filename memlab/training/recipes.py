@@ -31,7 +31,7 @@ import pkgutil
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ from memlab.fileio import write_json_atomic
 
 if TYPE_CHECKING:
     from memlab.training.evaluators import StageEvaluator
+    from memlab.types import Conversation
 
 
 class Recipe(Protocol):
@@ -235,13 +236,33 @@ class DataSettings:
 
 
 @dataclass
-class GradientSettings(RecipeSettings):
-    """What every gradient recipe adds: accelerate's precision (ignored on a CPU), a progress bar,
-    the conversations."""
+class ConversationSettings(RecipeSettings):
+    """A recipe that splits LoCoMo conversations (``recipe_conversations``)."""
+
+    data: DataSettings = field(default_factory=DataSettings)
+
+
+@dataclass
+class GradientSettings(ConversationSettings):
+    """What every gradient recipe adds: accelerate's precision (ignored on a CPU), a progress bar."""
 
     precision: Literal["no", "fp16", "bf16"] = "no"
     progress: bool = True
-    data: DataSettings = field(default_factory=DataSettings)
+
+
+@dataclass
+class PipelineSettings(GradientSettings):
+    """A gradient recipe whose examples and evaluation come from the memories (or the first stage)
+    of a pipeline config: ``pipeline`` + dotted ``pipeline_overrides``."""
+
+    pipeline: str = ""
+    pipeline_overrides: list[str] = field(default_factory=list)
+
+
+def encoder_stage(component: str) -> Callable[[], dict[str, Any]]:
+    """The default of a recipe's ``stage`` (a ``field`` default_factory): a node of the neural stage
+    ``component`` over a default ``TextEncoder``."""
+    return lambda: {"_component_": component, "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}}
 
 
 @dataclass
@@ -259,7 +280,28 @@ class Optimiser:
     max_steps: PositiveInt | None = None
 
 
-def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False):
+class ConversationSplit(NamedTuple):
+    """A recipe's conversations: to train on, to select on (early stopping), to score once at the end."""
+
+    train: list[Conversation]
+    validation: list[Conversation]
+    evaluation: list[Conversation]
+
+    def ids(self) -> dict[str, list[str]]:
+        """Each part's conversation ids, as ``training.json`` records the split."""
+        return {part: [c.id for c in conversations] for part, conversations in self._asdict().items()}
+
+
+def start_recipe(config: dict[str, Any], defaults: RecipeSettings, final_fit_supported: bool = False
+                 ) -> tuple[dict[str, Any], ConversationSplit]:
+    """A recipe's first step: its config checked over ``defaults`` (``recipe_settings``), every
+    seed set (``seed_everything``), its conversations split (``recipe_conversations``)."""
+    config = recipe_settings(config, defaults)
+    seed_everything(int(config["seed"]))
+    return config, recipe_conversations(config["data"], final_fit_supported)
+
+
+def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False) -> ConversationSplit:
     """(train, validation, evaluation) conversations from a recipe's ``data`` section.
 
     ``data.path``: a LoCoMo file, required (the embedded sample holds a single conversation, which
@@ -293,7 +335,7 @@ def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False
     # a quick run (tests, smoke checks): the first questions of each
     conversations = first_questions(conversations, data.get("max_questions"))
     if data.get("final_fit"):
-        return conversations, [], []
+        return ConversationSplit(conversations, [], [])
     try:
         split = fixed_split([c.id for c in conversations], data.get("eval_ids") or FIXED_EVAL_IDS)
     except ValueError as e:  # eval ids absent from the data, or nothing left to train on
@@ -308,7 +350,7 @@ def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False
     train = [c for c in train if c.id not in validation_ids]
     if not train:
         raise ConfigError("data.validation_ids leave no conversation to train on")
-    return train, validation, evaluation
+    return ConversationSplit(train, validation, evaluation)
 
 
 def total_steps(items: int, optim: dict[str, Any]) -> int:

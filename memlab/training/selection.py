@@ -37,8 +37,8 @@ from typing import Any
 import datasets
 
 from memlab.clock import active_seconds
-from memlab.lm.base import LM
-from memlab.lm.cache_only import CacheMissError, CacheOnlyLM
+from memlab.config import ConfigError
+from memlab.lm.cache_only import CacheMissError, live_stages
 from memlab.pipelines.mnemis.memory import CATEGORY, MnemisMemory
 from memlab.pipelines.mnemis.search import global_selection
 from memlab.stages.global_select import GlobalSelectIn, GlobalSelector, HierarchyNode, SelectionTarget
@@ -61,22 +61,23 @@ SELECTION_FEATURES = datasets.Features(
 )
 
 
-def replay_only(*stages: Any) -> None:
-    """Give each prompted stage among ``stages`` a ``CacheOnlyLM`` over its LM: it replays what
-    its prompted run was answered and never calls a model (None and LM-less stages are left)."""
-    for stage in stages:
-        if stage is not None and isinstance(getattr(stage, "lm", None), LM) and not isinstance(stage.lm, CacheOnlyLM):
-            stage.lm = CacheOnlyLM(stage.lm)
+#: The stages of a Mnemis build; their LMs must be cache-only here (``build_memories``).
+BUILD_STAGES = ("entity_extractor", "describer", "fact_extractor", "contradiction_detector", "categorizer")
+#: The Mnemis config whose build stages replay the prompted build from the response cache.
+REPLAY_CONFIG = "configs/pipelines/mnemis_replay.yaml"
 
 
-def build_memories(pipeline: Any, conversations: Sequence[Conversation], replay: bool = True
+def build_memories(pipeline: Any, conversations: Sequence[Conversation], source: str = "the pipeline"
                    ) -> dict[str, MnemisMemory]:
-    """Each conversation's memory built by the Mnemis ``pipeline``. With ``replay``, its build
-    stages answer from the response cache only (``replay_only``): a recipe never spends hours of
-    model time, and a build the cache does not hold is a ValueError saying how to fill it."""
-    if replay:
-        replay_only(pipeline.entity_extractor, pipeline.describer, pipeline.fact_extractor,
-                    pipeline.contradiction_detector, pipeline.categorizer)
+    """Each conversation's memory built by the Mnemis ``pipeline`` (built from the config
+    ``source``), whose build stages answer from the response cache only: a recipe never spends
+    hours of model time. A ConfigError when a build stage's LM is not declared a ``CacheOnlyLM``
+    (as ``REPLAY_CONFIG`` declares them); a ValueError saying how to fill the cache when it lacks
+    a build."""
+    live = live_stages(pipeline, BUILD_STAGES)
+    if live:
+        raise ConfigError(f"{source}: the Mnemis build's {', '.join(live)} would call a model; declare their lm a "
+                          f"memlab.lm.cache_only.CacheOnlyLM (as {REPLAY_CONFIG} does)")
     memories = {}
     for conversation in conversations:
         try:

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from memlab.config import ConfigError, build_pipeline
-from memlab.lm.base import LM
-from memlab.lm.cache_only import CacheMissError, CacheOnlyLM
+from memlab.lm.cache_only import CacheMissError, live_stages
 from memlab.stages.relate import Relation
 from memlab.stages.segment import SegmentIn
 from memlab.types import Conversation, MemoryUnit, Session
@@ -64,9 +63,7 @@ def teacher_sessions(conversations: Sequence[Conversation], config: str | os.Pat
     is built from ``config`` + ``overrides`` unless one is given (``pipeline``); a ConfigError
     when its segmenter's or relation extractor's LM is not a ``CacheOnlyLM``."""
     pipeline = pipeline if pipeline is not None else build_pipeline(config, list(overrides))[0]
-    live = [name for name in ("segmenter", "relation_extractor")
-            if isinstance(getattr(getattr(pipeline, name, None), "lm", None), LM)
-            and not isinstance(getattr(pipeline, name).lm, CacheOnlyLM)]
+    live = live_stages(pipeline, ("segmenter", "relation_extractor"))
     if live:
         raise ConfigError(f"{config}: the teacher's {' and '.join(live)} would call a model; declare their lm a "
                           f"memlab.lm.cache_only.CacheOnlyLM (as {TEACHER_CONFIG} does)")

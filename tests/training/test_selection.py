@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from memlab.config import ConfigError
 from memlab.stage import Stage
 from memlab.stages.encoder import TextEncoder
 from memlab.stages.global_select import (
@@ -162,7 +163,8 @@ def test_recipe_trains_saves_and_evaluates_the_descent(three_conversations, tmp_
     built.embedder = minilm
     monkeypatch.setattr(recipe, "build_pipeline", lambda path, overrides: (built, {}, {}))
     # the scripted LM has no cache to replay: build with it directly
-    monkeypatch.setattr(recipe, "build_memories", lambda p, conversations: build_memories(p, conversations, False))
+    monkeypatch.setattr(recipe, "build_memories",
+                        lambda p, conversations, source: {c.id: p.build(c.history()) for c in conversations})
     out = tmp_path / "selector"
     summary = recipe.main({
         "recipe": "train_global_selector", "output_dir": str(out), "progress": False,
@@ -186,13 +188,17 @@ def test_build_memories_without_a_cached_build_names_the_command(three_conversat
     from memlab.training.recipes import training_conversations
 
     cache = tmp_path / "empty.sqlite"
-    built = build_pipeline(REPO / "configs" / "pipelines" / "mnemis.yaml",
-                           [f"entity_extractor.lm.cache={cache}"])[0]
+    built = build_pipeline(REPO / "configs" / "pipelines" / "mnemis_replay.yaml",
+                           [f"entity_extractor.lm.lm.cache={cache}"])[0]
     built.embedder = minilm
     conversation = training_conversations(three_conversations, ["tiny-a"], sessions=1)
     with pytest.raises(ValueError, match=r"tiny-a \(1 sessions\): its Mnemis build is not in the response cache.*"
                                          r"time_build.py"):
         build_memories(built, conversation)
+    live = build_pipeline(REPO / "configs" / "pipelines" / "mnemis.yaml")[0]
+    with pytest.raises(ConfigError, match=r"mnemis.yaml: the Mnemis build's entity_extractor, describer, "
+                                          r"fact_extractor, contradiction_detector, categorizer would call a model"):
+        build_memories(live, conversation, "mnemis.yaml")
 
 
 def test_evaluate_stage_refuses_a_selector_without_evaluator_or_cached_build(tmp_path, caplog, monkeypatch):
@@ -206,8 +212,11 @@ def test_evaluate_stage_refuses_a_selector_without_evaluator_or_cached_build(tmp
     (tmp_path / "selector" / "training.json").write_text(json.dumps(record))
     monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path / "empty.sqlite"))
     assert main(["evaluate-stage", str(tmp_path / "selector"), "--sessions", "1",
-                 f"pipeline={REPO / 'configs' / 'pipelines' / 'mnemis.yaml'}"]) == 2
+                 f"pipeline={REPO / 'configs' / 'pipelines' / 'mnemis_replay.yaml'}"]) == 2
     assert "not in the response cache" in caplog.text
+    assert main(["evaluate-stage", str(tmp_path / "selector"), "--sessions", "1",
+                 f"pipeline={REPO / 'configs' / 'pipelines' / 'mnemis.yaml'}"]) == 2
+    assert "would call a model" in caplog.text
 
 
 def test_the_selection_comparison_refuses_a_build_the_cache_lacks(tmp_path, monkeypatch, caplog):
@@ -217,6 +226,6 @@ def test_the_selection_comparison_refuses_a_build_the_cache_lacks(tmp_path, monk
     config = str(REPO / "configs" / "compare" / "mnemis_selection.yaml")
     assert main(["compare-stages", config, "--sessions", "1", "--data",
                  str(REPO / "memlab" / "data" / "samples" / "sample_locomo.json"), "--conversations", "sample-1",
-                 f"evaluator.pipeline={REPO / 'configs' / 'pipelines' / 'mnemis.yaml'}"]) == 2
+                 f"evaluator.pipeline={REPO / 'configs' / 'pipelines' / 'mnemis_replay.yaml'}"]) == 2
     assert "not in the response cache" in caplog.text
     assert main(["compare-stages", config, "--data", "nowhere.json", "--conversations", "x"]) == 2
