@@ -233,6 +233,21 @@ class MemoryGraph:
                 return self._g.number_of_edges()
             return sum(1 for _, _, t in self._g.edges(data="type") if t == type)
 
+    def component_sizes(self, node_types: str | Iterable[str] | None = None,
+                        edge_types: str | Iterable[str] | None = None) -> list[int]:
+        """Sizes of the weakly connected components, largest first, of the subgraph of the nodes
+        of ``node_types`` (all: None) joined by edges of ``edge_types`` (all: None)."""
+        kinds = {node_types} if isinstance(node_types, str) else None if node_types is None else set(node_types)
+        wanted = {edge_types} if isinstance(edge_types, str) else None if edge_types is None else set(edge_types)
+        with self._lock:
+            nodes = [n for n, t in self._g.nodes(data="type") if kinds is None or t in kinds]
+            kept = set(nodes)
+            sub = nx.Graph()
+            sub.add_nodes_from(nodes)
+            sub.add_edges_from((u, v) for u, v, d in self._g.edges(data=True)
+                               if u in kept and v in kept and (wanted is None or d["type"] in wanted))
+            return sorted((len(c) for c in nx.connected_components(sub)), reverse=True)
+
     def __len__(self) -> int:
         return self.num_nodes()
 

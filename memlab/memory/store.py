@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,7 @@ from memlab.memory.index import (
     rrf_fuse,
 )
 from memlab.memory.jsoncodec import unit_from_dict, unit_to_dict
+from memlab.memory.structure import span_structure
 from memlab.types import MemoryUnit, Retrieved
 from memlab.versions import package_versions
 
@@ -136,6 +138,14 @@ class UnitMemory:
             return self.units[id]
         except KeyError:
             raise KeyError(f"no unit {id!r} in memory") from None
+
+    def structure(self) -> dict[str, Any]:
+        """The units' shape (``memlab.memory.structure``): how many of each kind, their turns and
+        provenance, the sessions they come from."""
+        with self._lock:
+            units = list(self.units.values())
+        kinds = Counter(u.kind for u in units)
+        return {**span_structure(units, "unit"), "kinds": dict(sorted(kinds.items())), "degenerate": []}
 
     def vectors(self, ids: Iterable[str]) -> np.ndarray:
         """Stored (normalised) vectors of these units, one row each."""

@@ -24,7 +24,10 @@ Contract
 * A pipeline only ever sees a ``Query`` (text and date): never a gold answer, a gold category
   or gold evidence.
 * ``memory_stats(memory)`` reports what the runner should record about a built memory (unit
-  counts, a consolidation backlog, failed background steps ...) in ``metrics.json``.
+  counts, a consolidation backlog, failed background steps ...) in ``metrics.json``, its
+  ``structure`` block included: ``memory_structure(memory)``, the shape of what formed, from the
+  memory alone with no model call (``memlab.memory.structure``; ``degenerate`` lists what did
+  not form). Memories with a ``structure()`` give theirs; a pipeline adds what only it knows.
 * ``release(memory)`` is called once the memory's questions are answered; a memory that still
   works in the background (MAGMA's consolidation worker) finishes and stops there.
 * ``save_memory(memory, folder)`` / ``load_memory(folder)`` write a built memory through the
@@ -99,9 +102,16 @@ class Pipeline(CheckedArguments, nn.Module):
         return [self.answer(memory, query) for query in queries]
 
     def memory_stats(self, memory: Any) -> dict[str, Any]:
-        """Facts about a built memory for the run's output; memories with ``stats()`` give theirs."""
+        """Facts about a built memory for the run's output; memories with ``stats()`` give theirs,
+        and every memory its ``structure`` (contract above)."""
         stats = getattr(memory, "stats", None)
-        return dict(stats()) if callable(stats) else {}
+        structure = self.memory_structure(memory)
+        return {**(dict(stats()) if callable(stats) else {}), **({"structure": structure} if structure else {})}
+
+    def memory_structure(self, memory: Any) -> dict[str, Any]:
+        """The shape of what formed in ``memory`` (contract above); {} for a memory that has none."""
+        structure = getattr(memory, "structure", None)
+        return dict(structure()) if callable(structure) else {}
 
     def release(self, memory: Any) -> None:
         """Done with ``memory`` (contract above); nothing to do for memories without background work."""

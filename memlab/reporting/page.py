@@ -38,7 +38,8 @@ def write_report(run_folders: Sequence[str | os.PathLike], out: str | os.PathLik
     _check_out(out)
     with atomic_folder(out) as staging:
         drawn = _draw(runs, staging)
-        tables = [_metrics_table(runs), _category_table(runs), _stage_table(runs)]
+        structure = _structure_table(runs)
+        tables = [_metrics_table(runs), _category_table(runs), _stage_table(runs), *([structure] if structure.rows else [])]
         for other in runs[1:]:
             tables.extend(_paired_tables(runs[0], other))
         title = f"memlab report: {', '.join(run.name for run in runs)}"
@@ -105,6 +106,33 @@ def _stage_table(runs: list[RunResult]) -> Table:
             table.rows.append([run.name, stage, _count(usage.get("llm_calls")), _count(usage.get("prompt_tokens")),
                                _count(usage.get("completion_tokens")), _seconds(usage.get("llm_seconds"))])
     return table
+
+
+def _structure_table(runs: list[RunResult]) -> Table:
+    table = Table("Memory structure (what formed, per conversation)", ["run", "conversation", "shape", "degenerate"],
+                  note="Each memory's own structure block (metrics.json memory.<conversation>.structure), computed "
+                       "from the built memory with no model call; 'degenerate' names what the system's defining "
+                       "structure failed to form.")
+    for run in runs:
+        for conversation, stats in run.metrics.get("memory", {}).items():
+            structure = stats.get("structure") if isinstance(stats, dict) else None
+            if not structure:
+                continue
+            shape = "; ".join(f"{key}={_shape_value(value)}" for key, value in structure.items()
+                              if key != "degenerate" and _shape_value(value) is not None)
+            flags = structure.get("degenerate") or []
+            table.rows.append([run.name, conversation, shape, "DEGENERATE: " + "; ".join(flags) if flags else "no"])
+    return table
+
+
+def _shape_value(value: Any) -> str | None:
+    """A structure value as the shape column shows it: a number, or a list of numbers; None
+    for anything else (mappings such as unit kinds stay in metrics.json)."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return _fmt(value)
+    if isinstance(value, list) and all(isinstance(v, (int, float, type(None))) for v in value):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    return None
 
 
 def _paired_tables(a: RunResult, b: RunResult) -> list[Table]:

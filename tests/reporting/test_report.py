@@ -130,3 +130,26 @@ def test_the_committed_conv26_runs_report(tmp_path):
         overall = json.loads((run / "metrics.json").read_text())["overall"]
         assert f"<td>{run.name}</td><td>{overall['n']}</td><td>{overall['f1_locomo']:.3f}</td>" in html
     assert (page.parent / "category_judge.png").read_bytes().startswith(PNG)  # these runs were judged
+
+
+def test_the_report_shows_each_memorys_structure_and_flags_a_degenerate_one(tmp_path):
+    from pathlib import Path
+
+    from memlab.config import build_pipeline
+    from tests.pipelines.test_no_label_in_prompts import with_lm
+
+    config = Path(__file__).resolve().parents[2] / "configs" / "pipelines" / "rag_turns.yaml"
+    pipeline = with_lm(build_pipeline(config)[0], ReplayLM(lambda r: "an answer"))
+    run = tmp_path / "rag"
+    run_benchmark(pipeline, load_sample(), run, RunOptions(max_questions=2, progress=False))
+    metrics = json.loads((run / "metrics.json").read_text())
+    structure = metrics["memory"]["sample-1"]["structure"]
+    assert structure["units"] == len(list(load_sample()[0].turns())) and structure["kinds"] == {"turn": structure["units"]}
+    assert structure["mean_turns_per_unit"] == 1.0 and structure["degenerate"] == []
+    markdown = (write_report([run], tmp_path / "report").parent / "report.md").read_text()
+    row = next(line for line in markdown.splitlines() if line.startswith("| rag | sample-1 |"))
+    assert f"units={structure['units']}" in row and row.endswith("| no |")
+    metrics["memory"]["sample-1"]["structure"]["degenerate"] = ["no relation edge crosses sessions"]
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    markdown = (write_report([run], tmp_path / "report").parent / "report.md").read_text()
+    assert "| DEGENERATE: no relation edge crosses sessions |" in markdown

@@ -47,6 +47,16 @@ def test_turns_no_event_claims_become_extractive_events():
     _, out = segment(events((["D1:1", "D1:2"], "Ann adopted a puppy named Rex.", ["Ann"])))
     assert [u.source_ids for u in out.units] == [("D1:1", "D1:2"), ("D1:3", "D1:4", "D1:5")]
     assert out.units[1].attributes["extractive"] and out.units[1].text.startswith("Ann: Rex is a beagle")
+    assert [u.attributes["provenance"] for u in out.units] == ["stated", "filled"]
+
+
+def test_an_event_citing_no_valid_turn_gets_guessed_turns_and_says_so():
+    _, out = segment(events(([], "Bob is going to Lisbon next week.", ["Bob"]),
+                            (["D1:9"], "Ann adopted a puppy named Rex.", ["Ann"])))
+    guessed = {u.text: u for u in out.units if u.attributes["provenance"] == "guessed"}
+    assert set(guessed) == {"Bob is going to Lisbon next week.", "Ann adopted a puppy named Rex."}
+    assert all(0 < len(u.source_ids) <= 2 for u in guessed.values())  # at most two turns, sharing words
+    assert {u.attributes["provenance"] for u in out.units} <= {"guessed", "filled"}
 
 
 def test_a_looping_reply_is_retried_and_its_distinct_events_salvaged():

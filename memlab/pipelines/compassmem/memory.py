@@ -18,12 +18,16 @@ checked on load): the event index, the graph, the keys and the topic layer's sta
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
 import numpy as np
 
 from memlab.embed.base import Embedder
 from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.store import MemoryStoreError, UnitMemory
+from memlab.memory.structure import cross_session_share, session_of, share, span_structure
 from memlab.pipelines.compassmem.topics import TopicLayer
 from memlab.stages.event_view import EventView
 from memlab.stages.navigate import Neighbour
@@ -109,6 +113,40 @@ class EventMemory:
         return {"events": len(self.index), "relations": self.graph.num_edges(RELATION), "merged_events": self.merges,
                 "topics": 0 if self.topics is None else self.topics.n_topics,
                 "reclusterings": 0 if self.topics is None else self.topics.reclusterings}
+
+    def structure(self) -> dict[str, Any]:
+        """The event graph's shape (``memlab.memory.structure``). What the paper's graph implies:
+        multi-turn events (its 100-token chunk ablation is sized to the mean event), relation
+        edges within sessions (Eq. 5) and across them (fusion's "relation" case, 4.2), so that
+        EXPAND can reach another session; topics that group several events."""
+        events = [self.index.get(i) for i in self.events()]
+        edges = [(u, v) for u, v, _ in self.graph.edges(RELATION)]
+        crossing, crossing_share = cross_session_share(edges, {e.id: session_of(e) for e in events})
+        topic_sizes = Counter(self.topics.topic_of.values()) if self.topics is not None else Counter()
+        components = self.graph.component_sizes(EVENT, [RELATION])
+        found = {
+            **span_structure(events, "event"),
+            "relation_edges": len(edges),
+            "relation_edges_per_event": share(len(edges), len(events)),
+            "cross_session_edges": crossing,
+            "cross_session_edge_share": crossing_share,
+            "merged_events": self.merges,
+            "topics": len(topic_sizes),
+            "singleton_topic_share": share(sum(size == 1 for size in topic_sizes.values()), len(topic_sizes)),
+            "largest_component_share": share(components[0], len(events)) if components else None,
+        }
+        problems = []
+        if len(events) > 1 and not edges:
+            problems.append("no relation edge")
+        elif found["sessions"] > 1 and not crossing:
+            problems.append("no relation edge crosses sessions")
+        if (found["single_turn_event_share"] or 0) >= 0.8:
+            problems.append(f"{found['single_turn_event_share']:.0%} of events are single turns")
+        if (found["cited_provenance_share"] if events else 1) < 0.5:
+            problems.append(f"only {found['cited_provenance_share']:.0%} of events cite their turns")
+        if len(topic_sizes) > 1 and found["singleton_topic_share"] >= 0.8:
+            problems.append(f"{found['singleton_topic_share']:.0%} of topics hold one event")
+        return {**found, "degenerate": problems}
 
     # -- saving --------------------------------------------------------------------------
     def save(self, folder) -> None:

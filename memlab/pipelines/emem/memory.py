@@ -21,6 +21,7 @@ atomically and checked on load; the adjacency matrix is recomputed from the load
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,6 +31,7 @@ from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.ppr import adjacency_matrix
 from memlab.memory.store import MemoryStoreError, UnitMemory
+from memlab.memory.structure import share, span_structure
 from memlab.stages.arguments import ArgumentExtractor, ArgumentIn, EventFrame, normalize_argument
 from memlab.stages.segment import Segmenter, SegmentIn
 from memlab.types import History, MemoryUnit
@@ -65,6 +67,32 @@ class EduMemory:
         edges = {f"{t}_edges": self.graph.num_edges(t) for t in ("edu-argument", "synonym")}
         return {"edus": len(self.edus), "arguments": len(self.arguments), **edges,
                 "sessions_with_extraction_errors": len(self.errors)}
+
+    def structure(self) -> dict[str, Any]:
+        """The EDU graph's shape (``memlab.memory.structure``). What the paper implies (3.2,
+        Table 4): several EDUs per session, each with its arguments (its event frame), arguments
+        shared between EDUs and joined by synonym edges, so that PPR can walk from a query's
+        arguments to EDUs of other sessions: one large component, not one per EDU."""
+        edus = list(self.edus.units.values())
+        turns = {t for u in edus for t in u.source_ids}
+        argument_edges = self.graph.num_edges("edu-argument")
+        components = self.graph.component_sizes([EDU, ARGUMENT], ["edu-argument", "synonym"])
+        found = {
+            **span_structure(edus, "edu"),
+            "edus_per_turn": share(len(edus), len(turns)),
+            "arguments": len(self.arguments),
+            "arguments_per_edu": share(argument_edges, len(edus)),
+            "edus_per_argument": share(argument_edges, len(self.arguments)),
+            "synonym_edges": self.graph.num_edges("synonym"),
+            "components": len(components),
+            "largest_component_share": share(components[0], sum(components)) if components else None,
+        }
+        problems = []
+        if edus and not argument_edges:
+            problems.append("no EDU has an argument")
+        elif len(edus) > 1 and len(components) >= len(edus):
+            problems.append("no argument is shared: the graph is one component per EDU")
+        return {**found, "degenerate": problems}
 
     def save(self, folder) -> None:
         """Save atomically (module docstring)."""

@@ -39,11 +39,13 @@ import re
 import threading
 import time
 from datetime import datetime
+from typing import Any
 
 from memlab.embed.base import Embedder
 from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.store import MemoryStoreError, UnitMemory
+from memlab.memory.structure import mean, share, span_structure
 from memlab.stages.consolidate import ConsolidateIn, ConsolidateOut, Consolidator, EventRef
 from memlab.stages.event import EventExtractor, EventIn, EventOut
 from memlab.stages.temporal import TemporalIn, TemporalNormalizer, annotate
@@ -236,6 +238,33 @@ class MagmaMemory:
         counts = {f"{t}_edges": len(self.graph.edges(t)) for t in EDGE_SPACES}
         return {"events": len(self.events()), "entities": len(self.graph.nodes("entity")), **counts,
                 "backlog": self.backlog, "failed_steps": self.failed_steps}
+
+    def structure(self) -> dict[str, Any]:
+        """The multigraph's shape (``memlab.memory.structure``): each built edge space's size,
+        the speakers the events carry (C.1's prompt names one), the graph's components. What the
+        paper implies (3.2, Tables 4-5): every built space non-empty; causal links inferred by
+        the slow path for some events of every session; one connected graph (the temporal chain
+        alone links every event)."""
+        with self.graph.locked():
+            events = [self.index.get(i) for i in self.events()]
+            edges = {space: len(self.graph.edges(space)) for space in EDGE_SPACES}
+            components = self.graph.component_sizes("event")
+        sessions = span_structure(events, "event")["sessions"]
+        found = {
+            "events": len(events),
+            "mean_turns_per_event": mean(len(e.source_ids) for e in events),
+            "speaker_share": share(sum(bool(e.speaker) for e in events), len(events)),
+            "sessions": sessions,
+            **{f"{space}_edges": count for space, count in edges.items()},
+            "causal_edges_per_session": share(edges["causal"], sessions),
+            "entities": self.graph.num_nodes("entity"),
+            "entity_edges_per_event": share(edges["entity"], len(events)),
+            "components": len(components),
+        }
+        problems = [f"the {space} graph is empty" for space in self.edge_types if len(events) > 1 and not edges[space]]
+        if events and found["speaker_share"] < 0.5:
+            problems.append(f"only {found['speaker_share']:.0%} of events carry a speaker")
+        return {**found, "degenerate": problems}
 
     # -- saving ----------------------------------------------------------------------------
     def save(self, folder) -> None:

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
-from typing import Iterable
+from typing import Any, Iterable
 
 from memlab.embed.base import Embedder
 from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.store import MemoryStoreError, UnitMemory
+from memlab.memory.structure import share
 from memlab.stages.describe import MAX_TAGS
 from memlab.stages.global_select import HierarchyNode
 from memlab.types import MemoryUnit
@@ -223,6 +224,31 @@ class MnemisMemory:
                 "resolved_mentions": self.counts["resolved_mentions"],
                 "duplicate_facts": self.counts["duplicate_facts"],
                 "invalidated_facts": self.counts["invalidated_facts"]}
+
+    def structure(self) -> dict[str, Any]:
+        """The base graph's and the hierarchy's shape (``memlab.memory.structure``). What the paper
+        implies (2.2): layers that shrink by about the compression ratio, categories that each
+        group a part of the layer below (many-to-many), so that a top-down descent narrows the
+        candidates; fact validity closed only by a contradiction (2.1), so most facts stay valid."""
+        layers = [[n for n in layer if self.graph.node_type(n) == CATEGORY] for layer in self.layers[1:]]
+        below = [len(layer) for layer in self.layers[:-1]]
+        widest = [max((len(self.children(c)) for c in categories), default=0) for categories in layers]
+        facts = len(self.facts)
+        found = {
+            "episodes": len(self.episodes),
+            "entities": len(self.entities),
+            "facts": facts,
+            "invalidated_fact_share": share(self.counts["invalidated_facts"], facts),
+            "layers": len(layers),
+            "layer_sizes": [len(layer) for layer in self.layers],
+            "categories_per_layer": [len(categories) for categories in layers],
+            "largest_category_share_per_layer": [share(w, n) for w, n in zip(widest, below)],
+        }
+        problems = [f"layer {i}: one category holds {w} of the {n} nodes below it"
+                    for i, (w, n) in enumerate(zip(widest, below), start=1) if n > 2 and w >= 0.9 * n]
+        if facts >= 5 and found["invalidated_fact_share"] >= 0.5:
+            problems.append(f"{found['invalidated_fact_share']:.0%} of facts are closed as contradicted")
+        return {**found, "degenerate": problems}
 
     # -- saving --------------------------------------------------------------------------
     def save(self, folder) -> None:

@@ -147,6 +147,15 @@ class Mnemis(Pipeline):
     def load_memory(self, folder):
         return MnemisMemory.load(folder, self.embedder)
 
+    def memory_structure(self, memory: MnemisMemory) -> dict:
+        """The memory's shape; a pipeline that builds a hierarchy (System-2) but got no category
+        over enough entities to fill two (``compression_ratio`` each) is degenerate: System-2
+        then selects among the bare entities."""
+        structure = memory.structure()
+        if self.categorizer is not None and structure["entities"] >= 2 * self.compression_ratio and not structure["layers"]:
+            structure["degenerate"].append("no category above the entities")
+        return structure
+
     def build(self, history: History) -> MnemisMemory:
         memory = MnemisMemory(self.embedder)
         sessions = [s for s in history.sessions if s.turns]

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Any
 
 from memlab.bounds import PositiveInt
 from memlab.embed.base import Embedder
 from memlab.memory.index import MetadataFilter
 from memlab.memory.store import UnitMemory
+from memlab.memory.structure import share
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline, dated_text
 from memlab.stages.answer import Answerer, AnswerIn, join_context
 from memlab.stages.compress import ChunkCompressor, CompressIn, Compressor, sliding_windows
@@ -135,6 +137,25 @@ class SimpleMem(Pipeline):
 
     def load_memory(self, folder):
         return UnitMemory.load(folder, self.embedder)
+
+    def memory_structure(self, memory: UnitMemory) -> dict[str, Any]:
+        """The units' shape and what synthesis made of them (2.2): entries merged from several
+        fragments, the fragments they absorbed, the abstracts beside them. What the paper implies:
+        compression keeps a few units per window and synthesis merges related ones, so the memory
+        holds fewer entries than the windows' units."""
+        structure = memory.structure()
+        problems = structure.pop("degenerate")
+        units = list(memory.units.values())
+        merged = [u for u in units if len(u.attributes.get("merged_from", ())) > 1]
+        abstracts = sum(u.kind == "abstract" for u in units)
+        sessions = structure["sessions"]
+        found = {"synthesis_merges": len(merged), "merged_fragments": sum(len(u.attributes["merged_from"]) for u in merged),
+                 "abstracts": abstracts, "units_per_session": share(len(units) - abstracts, sessions)}
+        if not units:
+            problems.append("no unit")
+        elif self.synthesizer is not None and len(units) > 1 and not merged:
+            problems.append("synthesis merged nothing")
+        return {**structure, **found, "degenerate": problems}
 
     def build(self, history: History) -> UnitMemory:
         memory = UnitMemory(self.embedder)

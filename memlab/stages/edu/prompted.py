@@ -5,7 +5,7 @@ are resolved in code (the injected ``normalizer``; none: left as said) and writt
 turns before the call; the output is JSON-schema constrained with at most ``max_edus`` items; a long session
 can be split into windows of ``max_turns_per_call`` turns and ``max_chars_per_call``
 characters (``None`` turns: the whole session in one call, as in the paper, when it fits); every EDU's source ids are checked against the window
-(``validate_sources``) and EDUs sharing no word with the window are dropped.
+(``cited_sources``; none cited: ``guessed_sources``, ``attributes["provenance"]`` ``guessed``) and EDUs sharing no word with the window are dropped.
 
 Guards against the weak model's degenerate outputs (the first 1.5B runs looped):
 
@@ -29,12 +29,20 @@ from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import list_schema, object_schema, parse_json
 from memlab.lm.types import ChatRequest
+from memlab.memory.structure import GUESSED, STATED
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.edu.base import EDUExtractor, grounded, validate_sources
+from memlab.stages.edu.base import EDUExtractor, grounded
 from memlab.stages.segment.base import SegmentIn, SegmentOut
 from memlab.stages.segment.rules import format_date
-from memlab.stages.segment.windows import TurnWindow, normalised, repetition_loop, turn_windows
+from memlab.stages.segment.windows import (
+    TurnWindow,
+    cited_sources,
+    guessed_sources,
+    normalised,
+    repetition_loop,
+    turn_windows,
+)
 from memlab.stages.temporal import TemporalNormalizer
 from memlab.types import MemoryUnit
 
@@ -138,10 +146,11 @@ class PromptedEDUExtractor(PromptedStage, EDUExtractor):
             if not edu or normalised(edu) in seen or not grounded(edu, item.turns):
                 continue
             seen.add(normalised(edu))
-            sources = validate_sources(row.get("source_turns", ()), edu, item.turns)
+            cited = cited_sources(row.get("source_turns", ()), item.turns)
+            sources = cited or guessed_sources(edu, item.turns)
             if not sources:
                 continue
-            units.append(self.make_unit(item, len(units), edu, sources))
+            units.append(self.make_unit(item, len(units), edu, sources, provenance=STATED if cited else GUESSED))
         return units
 
     def fallback(self, item: TurnWindow, error: str) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]

@@ -10,8 +10,9 @@ characters. Adaptations for small local models, none of which changes what an ev
   and at most half the window's turns per call (no room to pad the list with repeats).
 * Relative dates are resolved in code (``normalizer``) and written into the turns before the
   call.
-* Every event's turns are checked against the window (``validate_sources``); an event
-  sharing no word with the window is dropped; a decoding loop (the same summary repeated) is
+* Every event's turns are checked against the window (``cited_sources``); an event citing
+  none gets the turns sharing most words with it (``guessed_sources``, ``attributes["provenance"]``
+  ``guessed``); an event sharing no word with the window is dropped; a decoding loop (the same summary repeated) is
   a ``ParseError``, retried, and then the distinct events of the looping reply are kept
   (counted failure).
 * Runs of turns no event claims (a window whose call failed for good: all of them) become
@@ -34,17 +35,19 @@ from memlab.lm.base import LM
 from memlab.lm.errors import ParseError
 from memlab.lm.jsonparse import list_schema, object_schema, parse_json
 from memlab.lm.types import ChatRequest
+from memlab.memory.structure import FILLED, GUESSED, STATED
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.segment.base import Segmenter, SegmentIn, SegmentOut
 from memlab.stages.segment.rules import format_date
 from memlab.stages.segment.windows import (
     TurnWindow,
+    cited_sources,
     grounded,
+    guessed_sources,
     normalised,
     repetition_loop,
     turn_windows,
-    validate_sources,
 )
 from memlab.stages.temporal import TemporalNormalizer
 from memlab.types import MemoryUnit, Turn
@@ -62,15 +65,18 @@ def event_schema(max_events: int, max_people: int) -> dict:
 
 
 def event_unit(window: TurnWindow, n: int, summary: str, sources: tuple[str, ...],
-               participants: tuple[str, ...], extractive: bool = False) -> MemoryUnit:
-    """The memory unit of a window's ``n``-th event (the family's unit convention)."""
+               participants: tuple[str, ...], extractive: bool = False, provenance: str = STATED) -> MemoryUnit:
+    """The memory unit of a window's ``n``-th event (the family's unit convention): ``extractive``
+    when its text is its turns themselves; ``provenance`` how its turns were found
+    (``memlab.memory.structure``: stated by the segmenter, guessed or filled in)."""
     return MemoryUnit(
         id=f"{window.conversation_id}/{window.session.id}/w{window.index}/event{n}",
         text=summary,
         source_ids=sources,
         timestamp=window.session.timestamp,
         kind="event",
-        attributes={"session": window.session.id, "participants": list(participants), "extractive": extractive},
+        attributes={"session": window.session.id, "participants": list(participants), "extractive": extractive,
+                    "provenance": provenance},
     )
 
 
@@ -92,7 +98,8 @@ def with_uncovered_turns(window: TurnWindow, events: list[MemoryUnit], span: int
         else:
             runs.append([turn])
     extra = [event_unit(window, len(events) + n, extractive_summary(tuple(run)), tuple(t.id for t in run),
-                        speakers_of(tuple(run), tuple(t.id for t in run), max_people), extractive=True)
+                        speakers_of(tuple(run), tuple(t.id for t in run), max_people), extractive=True,
+                        provenance=FILLED)
              for n, run in enumerate(runs)]
     order = {turn.id: i for i, turn in enumerate(window.turns)}
     return sorted(events + extra, key=lambda u: min(order[t] for t in u.source_ids))
@@ -176,12 +183,13 @@ class PromptedEventSegmenter(PromptedStage, Segmenter):
             summary = " ".join(str(row["summary"]).split())
             if not summary or normalised(summary) in seen or not grounded(summary, item.turns):
                 continue
-            sources = validate_sources(row.get("turns", ()), summary, item.turns)
+            cited = cited_sources(row.get("turns", ()), item.turns)
+            sources = cited or guessed_sources(summary, item.turns)
             if not sources:
                 continue
             seen.add(normalised(summary))
             people = self.checked_people(row.get("people", ()), item) or speakers_of(item.turns, sources, self.max_people)
-            units.append(event_unit(item, len(units), summary, sources, people))
+            units.append(event_unit(item, len(units), summary, sources, people, provenance=STATED if cited else GUESSED))
         return units
 
     def checked_people(self, names: list, item: TurnWindow) -> tuple[str, ...]:

@@ -106,18 +106,24 @@ def clean_turn_id(value: object) -> str:
 
 
 def validate_sources(claimed: Iterable[str], text: str, turns: tuple[Turn, ...], max_fallback: int = 2) -> tuple[str, ...]:
-    """The claimed source turn ids that exist in ``turns`` (in turn order).
+    """The claimed source turn ids that exist in ``turns`` (``cited_sources``); when none is
+    left, the turns ``guessed_sources`` finds for ``text`` instead."""
+    return cited_sources(claimed, turns) or guessed_sources(text, turns, max_fallback)
 
-    A claimed id may be written "[D1:3]", "/D1:3" or "D1:3" (``clean_turn_id``); ids of other sessions or made-up ids are
-    dropped. When none is left, the ``max_fallback`` turns sharing the most (stemmed,
-    non-stopword) words with ``text`` are the provenance instead; empty only when no turn
-    shares a word.
-    """
+
+def cited_sources(claimed: Iterable[str], turns: tuple[Turn, ...]) -> tuple[str, ...]:
+    """The claimed source turn ids that exist in ``turns`` (in turn order). A claimed id may be
+    written "[D1:3]", "/D1:3" or "D1:3" (``clean_turn_id``); ids of other sessions or made-up ids
+    are dropped."""
     known = {t.id: i for i, t in enumerate(turns)}
     cleaned = {clean_turn_id(c) for c in claimed}
-    valid = sorted((c for c in cleaned if c in known), key=known.__getitem__)
-    if valid:
-        return tuple(valid)
+    return tuple(sorted((c for c in cleaned if c in known), key=known.__getitem__))
+
+
+def guessed_sources(text: str, turns: tuple[Turn, ...], max_fallback: int = 2) -> tuple[str, ...]:
+    """The ``max_fallback`` turns sharing the most (stemmed, non-stopword) words with ``text``,
+    in turn order: a provenance guessed, not cited; empty only when no turn shares a word."""
+    known = {t.id: i for i, t in enumerate(turns)}
     words = set(tokenize(text))
     overlaps = [(len(words & set(tokenize(t.render()))), -i, t.id) for i, t in enumerate(turns)]
     best = sorted((o for o in overlaps if o[0] > 0), reverse=True)[:max_fallback]
