@@ -15,8 +15,9 @@ ordinary questions), the intent and complexity heads their derived labels on eve
 The objective is sklearn's: mean cross-entropy + ||W||^2 / (2 C n) per head.
 
 Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir, seed``,
-``data {path, eval_ids, validation_ids, conversations, max_questions, sessions}``, ``stage`` (``_component_`` node; its
-``vocabulary`` is fitted here), ``min_count`` (a term's least number of training questions),
+``data {path, eval_ids, validation_ids, conversations, max_questions, sessions}``, ``stage``
+(``_component_`` node; its ``vocabulary`` is fitted here), ``min_count`` (a term's least number
+of training questions),
 ``optim {c_grid, lr, max_iterations}`` (L-BFGS's step size and iterations).
 """
 
@@ -35,11 +36,7 @@ from memlab.stage import Stage
 from memlab.stages.route import TfidfRouter
 from memlab.stages.route.linear import fit_vocabulary
 from memlab.stages.route.neural import IGNORE_INDEX
-from memlab.training import (
-    ConversationSettings,
-    record_training,
-    start_recipe,
-)
+from memlab.training import ConversationSettings, record_training, start_recipe
 from memlab.training.evaluators import RouterEvaluator
 from memlab.training.supervision import routing_examples
 

@@ -41,13 +41,7 @@ from memlab.clock import active_seconds
 from memlab.config import build_pipeline, instantiate
 from memlab.stage import Stage
 from memlab.stages.traverse import TraversalPolicy, TraverseIn
-from memlab.training import (
-    ConversationSettings,
-    EarlyStopping,
-    MetricsLog,
-    record_training,
-    start_recipe,
-)
+from memlab.training import ConversationSettings, EarlyStopping, MetricsLog, record_training, start_recipe
 from memlab.training.evaluators import SlotRecallEvaluator
 from memlab.training.supervision import evaluable_questions, magma_event_units, traversal_targets
 

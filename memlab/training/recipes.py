@@ -9,7 +9,9 @@ module holds only the pieces that would otherwise be copied into each script:
 * ``recipe_settings``: a config over the recipe's ``Settings`` (a dataclass: its fields, their
   annotations and defaults), checked by the config validator like any component node (each
   recipe's ``setup`` calls it, so a config given as a dict is checked too); ``RecipeSettings``,
-  ``GradientSettings``, ``DataSettings`` and ``Optimiser`` are the parts recipes share;
+  ``ConversationSettings``, ``GradientSettings``, ``PipelineSettings``, ``DataSettings``,
+  ``Optimiser`` and ``encoder_stage`` are the parts recipes share;
+* ``start_recipe``: a recipe's first step (settings, seed, its ``ConversationSplit``);
 * ``seed_everything``: one seed for python, numpy and torch (CPU and GPU);
 * ``make_accelerator``: accelerate's ``Accelerator`` for device and precision, so the same
   script runs on this CPU and on a GPU;
