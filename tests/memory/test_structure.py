@@ -48,6 +48,10 @@ def test_compassmem_structure_counts_edges_across_sessions_turns_and_provenance(
     assert structure["cross_session_edges"] == 1 and structure["cross_session_edge_share"] == 0.5
     assert structure["largest_component_share"] == 0.75  # a-b-c joined, d alone
     assert structure["degenerate"] == []
+    for n in range(20):  # 1 edge of 21 crossing sessions: under 5%
+        memory.add_event(event(f"x{n}", "s1", ("D1:4", "D1:5")))
+        memory.link("a", f"x{n}", "causes")
+    assert memory.structure()["degenerate"] == ["only 1 of 22 relation edges cross sessions"]
     memory.graph.remove_edge("b", "c", "relation", "precedes")
     assert memory.structure()["degenerate"] == ["no relation edge crosses sessions"]
 

@@ -140,6 +140,8 @@ class EventMemory:
             problems.append("no relation edge")
         elif found["sessions"] > 1 and not crossing:
             problems.append("no relation edge crosses sessions")
+        elif found["sessions"] > 1 and crossing_share < 0.05:  # the audit's conv-26: 1 edge of 88
+            problems.append(f"only {crossing} of {len(edges)} relation edges cross sessions")
         if (found["single_turn_event_share"] or 0) >= 0.8:
             problems.append(f"{found['single_turn_event_share']:.0%} of events are single turns")
         if (found["cited_provenance_share"] if events else 1) < 0.5:
