@@ -6,8 +6,9 @@
 Prints one JSON line per conversation: turns, build seconds (wall time less suspensions,
 ``memlab.clock``: the build alone, no question is asked), the LLM calls (cached or not),
 uncached calls and tokens the build made (summed over every LM of the pipeline), and the
-memory's own statistics (``memory_stats``): what BENCHMARKS.md reports as the build cost of
-CompassMem with trained construction stages.
+memory's own statistics (``memory_stats``, its ``structure`` block included: what formed, and
+what is degenerate): what BENCHMARKS.md reports as the build cost of CompassMem with trained
+construction stages, and the shape of a memory without asking it a question.
 """
 
 from __future__ import annotations
