@@ -101,13 +101,13 @@ EVALUATOR = RouterEvaluator()
 
 
 def setup(config: dict[str, Any]):
-    """The checked config and its (train, validation, evaluation) conversations."""
-    config, parts = start_recipe(config, Settings(recipe="fit_tfidf_router"))
-    return config, *parts
+    """The checked config and its conversations (``ConversationSplit``)."""
+    return start_recipe(config, Settings(recipe="fit_tfidf_router"))
 
 
 def main(config: dict[str, Any]) -> dict[str, Any]:
-    config, train, validation, evaluation = setup(config)
+    config, parts = setup(config)
+    train, validation, evaluation = parts
     started = active_seconds()
     selection = {}
     grid = config["optim"]["c_grid"]
@@ -120,8 +120,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     stage.save(out)
     loaded = Stage.load(out)  # scored exactly as a user will load it
     summary = {
-        "split": {"train": [c.id for c in train], "validation": [c.id for c in validation],
-                  "evaluation": [c.id for c in evaluation]},
+        "split": parts.ids(),
         "selection": {"validation_accuracy_by_c": selection, "c": best_c},
         "vocabulary": len(stage.vocabulary), "fit_seconds": round(seconds, 1),
         "evaluation": EVALUATOR.score(loaded, evaluation), "checkpoint": str(out),

@@ -45,7 +45,7 @@ from memlab.embed.base import Embedder
 from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.store import MemoryStoreError, UnitMemory
-from memlab.memory.structure import mean, share, span_structure
+from memlab.memory.structure import mean, session_of, share
 from memlab.stages.consolidate import ConsolidateIn, ConsolidateOut, Consolidator, EventRef
 from memlab.stages.event import EventExtractor, EventIn, EventOut
 from memlab.stages.temporal import TemporalIn, TemporalNormalizer, annotate
@@ -249,7 +249,7 @@ class MagmaMemory:
             events = [self.index.get(i) for i in self.events()]
             edges = {space: len(self.graph.edges(space)) for space in EDGE_SPACES}
             components = self.graph.component_sizes("event")
-        sessions = span_structure(events, "event")["sessions"]
+        sessions = len({session_of(e) for e in events} - {None})
         found = {
             "events": len(events),
             "mean_turns_per_event": mean(len(e.source_ids) for e in events),
