@@ -2,7 +2,7 @@
 
     python eval/compassmem_teacher_cache.py --data ../shared/data/locomo/locomo10_dev.json \
         conv-26 conv-41 conv-42 conv-43 conv-44 conv-47 conv-30 [--sessions N] \
-        [--config configs/pipelines/compassmem.yaml]
+        [--config configs/pipelines/compassmem.yaml] [--override KEY=VALUE ...]
 
 Runs the pipeline's two construction steps, its segmenter and its ``relate``, on every session,
 one session at a time (``memlab.training.teacher`` replays these calls as
@@ -12,7 +12,9 @@ interrupted run picks up where it stopped. Prints one line per session (turns, e
 relations, seconds, whether a call failed). ``--sessions N`` labels each conversation's first N
 sessions only (the cache is per session, so a later run with a larger N or none adds the rest;
 ``memlab.training.teacher`` skips what is not cached). One model job at a time: do not run it beside
-another llama.cpp job.
+another llama.cpp job. The committed teacher (``compassmem_teacher.yaml``) pins issue 23's
+segmenter request; to add sessions to its labels, pass the same pins:
+``--override segmenter.prompt=compassmem/event_extract_published --override segmenter.cite_turns=false``.
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, help="LoCoMo JSON")
     parser.add_argument("--config", default="configs/pipelines/compassmem.yaml")
     parser.add_argument("--sessions", type=int, default=None, help="label each conversation's first N sessions only")
+    parser.add_argument("--override", action="append", default=[], help="a config override KEY=VALUE (repeatable)")
     args = parser.parse_args(argv)
     try:
         conversations = load_conversations(args.data, args.conversations, args.sessions)
     except (DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    pipeline = build_pipeline(args.config)[0]
+    pipeline = build_pipeline(args.config, args.override)[0]
     order = {c: i for i, c in enumerate(args.conversations)}
     for conversation in sorted(conversations, key=lambda c: order[c.id]):
         history = conversation.history()

@@ -15,7 +15,7 @@ from memlab.pipelines.compassmem.pipeline import CompassMem
 from memlab.pipelines.compassmem.search import Search, priority
 from memlab.pipelines.compassmem.topics import TopicLayer, n_clusters
 from memlab.stages.answer import PromptedAnswerer
-from memlab.stages.fuse import PromptedEventFuser
+from memlab.stages.fuse import EventFuser, FuseIn, FuseOut, PromptedEventFuser
 from memlab.stages.navigate import PromptedNavigator
 from memlab.stages.refine import PromptedQueryRefiner
 from memlab.stages.relate import PromptedRelationExtractor
@@ -44,8 +44,10 @@ def history() -> History:
 class Script:
     """Replies by prompt: what each CompassMem stage would be told by a cooperative model."""
 
-    def __init__(self, same_event: bool = True, action: str = "EXPAND", satisfy: str = "[1, 2]") -> None:
+    def __init__(self, same_event: bool = True, action: str = "EXPAND", satisfy: str = "[1, 2]",
+                 overlap_words: tuple[str, ...] = ("Rex",)) -> None:
         self.same_event, self.action, self.satisfy = same_event, action, satisfy
+        self.overlap_words = overlap_words
         self.kinds: list[str] = []
 
     def __call__(self, request) -> str:
@@ -59,9 +61,12 @@ class Script:
         if "pairwise relations" in prompt:
             return self.reply("relate", {"relations": [{"source": "E1", "target": "E2", "type": "cause-effect",
                                                         "evidence": re.findall(r"\[(D\d+:\d+)\]", prompt)[:1]}]})
-        if "SAME event" in prompt:
-            return self.reply("fuse", {"same_event": self.same_event, "has_overlap": True, "relation_type": "follow up",
-                                       "reasoning": "same adoption"})
+        if "SAME event" in prompt:  # same text: the same event; a shared overlap word: overlap
+            existing, new = (re.search(rf"EVENT {x}[^:]*: \S+ \[[^]]*\] (?:\([^)]*\) )?(.*)", prompt).group(1) for x in "AB")
+            same = self.same_event and existing == new
+            overlap = same or any(w in existing and w in new for w in self.overlap_words)
+            return self.reply("fuse", {"same_event": same, "has_overlap": overlap,
+                                       "relation_type": "follow up" if overlap else None, "reasoning": "compared"})
         if "sub-goals that need to be satisfied" in prompt:
             return self.reply("plan", "Sub-goal 1: the dog's name\nSub-goal 2: what the dog does")
         if "Generate a NEW search query" in prompt:
@@ -112,7 +117,7 @@ def test_build_makes_events_relations_fusion_and_topics(minilm):
     assert any(src == "c0123/session_1/w0/event0" and dst == "c0123/session_3/w0/event1"
                for src, dst, _ in memory.graph.edges("relation"))
     assert set(memory.topics.topic_of) == set(memory.events())
-    assert script.kinds.count("fuse") == 1  # asked only above the 0.9 similarity threshold
+    assert script.kinds.count("fuse") == 4  # every new event of sessions 2 and 3 is compared with its e*
 
 
 def test_overlap_links_instead_of_merging(minilm):
@@ -120,6 +125,47 @@ def test_overlap_links_instead_of_merging(minilm):
     assert len(memory.events()) == 6 and memory.merges == 0
     edges = {(s, d, data["label"]) for s, d, data in memory.graph.edges("relation")}
     assert ("c0123/session_1/w0/event0", "c0123/session_3/w0/event0", "follow_up") in edges
+
+
+def crossing(memory) -> set[tuple[str, str, str]]:
+    return {(s.split("/")[1], d.split("/")[1], data["label"]) for s, d, data in memory.graph.edges("relation")
+            if s.split("/")[1] != d.split("/")[1]}
+
+
+def test_fusion_is_three_way_for_every_new_event(minilm):
+    """Merge above the merge threshold; an overlap links at any similarity; neither: a new node."""
+    # "Rex chews every shoe" (session 1) and session 3's Rex event overlap at a cosine far
+    # below 0.9: the paper's edge case, which a fuser asked only above 0.9 never saw
+    memory = pipeline(Script(same_event=False), minilm).build(history())
+    assert crossing(memory) == {("session_1", "session_3", "follow_up")}
+    assert memory.structure()["cross_session_edges"] == 1
+    # nothing overlaps: every event is a node of its own and no edge crosses sessions
+    alone = pipeline(Script(same_event=False, overlap_words=()), minilm).build(history())
+    assert len(alone.events()) == 6 and not crossing(alone)
+
+
+class SameEventFuser(EventFuser):
+    """A fuser that calls every pair the same event."""
+
+    def forward(self, batch: list[FuseIn]) -> list[FuseOut]:
+        return [FuseOut(same_event=True) for _ in batch]
+
+
+def test_a_same_event_reply_below_the_merge_threshold_is_an_overlap(minilm):
+    memory = pipeline(Script(), minilm, fuser=SameEventFuser()).build(history())
+    # only session 3's restatement of session 1's adoption (cosine 1) merges; the other three
+    # new events are linked to their e* by a "related" edge
+    assert memory.merges == 1 and len(memory.events()) == 5
+    assert [data["label"] for *_, data in memory.graph.edges("relation")].count("related") == 3
+
+
+def test_fusion_neighbours_compare_each_event_with_several_earlier_ones(minilm):
+    one, three = Script(same_event=False), Script(same_event=False)
+    pipeline(one, minilm).build(history())
+    memory = pipeline(three, minilm, fusion_neighbours=3).build(history())
+    # session 2 sees 2 earlier events, session 3 sees 4: (2 + 2) pairs against (2 + 2) * 1
+    assert one.kinds.count("fuse") == 4 and three.kinds.count("fuse") == 2 * 2 + 2 * 3
+    assert memory.merges == 0 and ("session_1", "session_3", "follow_up") in crossing(memory)
 
 
 def test_no_edges_ablation_calls_no_relation_extractor(minilm):

@@ -50,13 +50,42 @@ def test_turns_no_event_claims_become_extractive_events():
     assert [u.attributes["provenance"] for u in out.units] == ["stated", "filled"]
 
 
-def test_an_event_citing_no_valid_turn_gets_guessed_turns_and_says_so():
-    _, out = segment(events(([], "Bob is going to Lisbon next week.", ["Bob"]),
-                            (["D1:9"], "Ann adopted a puppy named Rex.", ["Ann"])))
+def test_the_schema_requires_every_event_to_cite_a_turn_of_the_window():
+    stage, _ = segment(events((["D1:1"], "Ann adopted a puppy named Rex.", ["Ann"])))
+    schema = stage.lm.requests[0].json_schema["properties"]["events"]["items"]["properties"]["turns"]
+    assert schema["minItems"] == 1 and schema["items"]["enum"] == [t.id for t in TURNS]
+    prompt = stage.lm.requests[0].messages[0]["content"]
+    # the published 6-10 per session, as a rate for a 5-turn window: 2 to 2 (half its turns)
+    assert "Extract 2-2 comprehensive events" in prompt and "6-10" not in prompt
+
+
+def test_an_event_citing_no_valid_turn_is_retried_then_guessed_and_counted():
+    uncited = events(([], "Bob is going to Lisbon next week.", ["Bob"]),
+                     (["D1:9"], "Ann adopted a puppy named Rex.", ["Ann"]))
+    stage, out = segment(uncited, uncited)
+    assert len(stage.lm.requests) == 2 and "cite none of the dialog's utterance ids" in out.error
+    assert len(stage.failures) == 1
     guessed = {u.text: u for u in out.units if u.attributes["provenance"] == "guessed"}
     assert set(guessed) == {"Bob is going to Lisbon next week.", "Ann adopted a puppy named Rex."}
     assert all(0 < len(u.source_ids) <= 2 for u in guessed.values())  # at most two turns, sharing words
     assert {u.attributes["provenance"] for u in out.units} <= {"guessed", "filled"}
+
+
+def test_a_retry_that_cites_its_turns_is_kept_as_stated():
+    stage, out = segment(events(([], "Bob is going to Lisbon next week.", ["Bob"])),
+                         events((["D1:4"], "Bob is going to Lisbon next week.", ["Bob"])))
+    assert out.error is None and not stage.failures
+    assert [(u.source_ids, u.attributes["provenance"]) for u in out.units if not u.attributes["extractive"]] == [
+        (("D1:4",), "stated")]
+
+
+def test_the_issue_23_schema_lets_an_event_cite_nothing_and_guesses_without_a_retry():
+    stage, out = segment(events(([], "Bob is going to Lisbon next week.", ["Bob"])), cite_turns=False,
+                         prompt="compassmem/event_extract_published")
+    assert len(stage.lm.requests) == 1 and out.error is None
+    assert "minItems" not in stage.lm.requests[0].json_schema["properties"]["events"]["items"]["properties"]["turns"]
+    assert "Extract 6-10 comprehensive events" in stage.lm.requests[0].messages[0]["content"]
+    assert "guessed" in {u.attributes["provenance"] for u in out.units}
 
 
 def test_a_looping_reply_is_retried_and_its_distinct_events_salvaged():

@@ -5,12 +5,15 @@ Construction (section 4.2; ``build``): each session is one construction step (X_
 1. The ``segmenter`` cuts every session into events (Eq. 4) and the ``relation_extractor``
    links each session's events (Eq. 5). Both depend on the session alone, so all sessions go
    to each stage as one batch (concurrent requests on a served model).
-2. Session by session, in order: each new event is compared with its most similar event
-   already in memory (from earlier steps); above ``merge_threshold`` (B.2: 0.9) the ``fuser``
-   decides (one batch per step): same event -> merged into that node; overlap -> a new node
-   linked to it by the suggested relation; otherwise, and below the threshold, a new node.
-   The session's relations become edges (a merged event's relations attach to the node it
-   merged into). Then the topic layer takes the step (``compassmem_topics``).
+2. Session by session, in order: every new event is compared with its most similar event e*
+   already in memory (from earlier steps; with ``fusion_neighbours`` > 1 also its next most
+   similar ones) and the ``fuser`` decides each pair (one batch per step): same event -> merged
+   into e*; overlap -> a new node linked to the existing one by the suggested relation;
+   otherwise a new node. ``merge_threshold`` (B.2: 0.9) bounds the merge case only: a "same
+   event" below it, or with a neighbour other than e*, is an overlap (linked, ``related`` when
+   no relation is given). This is the only path across sessions (Eq. 5 relates a session's own
+   events). The session's relations become edges (a merged event's relations attach to the
+   node it merged into). Then the topic layer takes the step (``compassmem_topics``).
 
 Search (4.3; ``compassmem_search.explore``): planner, localisation, explorers on a shared
 priority queue, one refinement round; the ``answerer`` (F.2 "Response Generation") answers
@@ -35,7 +38,7 @@ from memlab.pipelines.compassmem.memory import EventMemory, event_view
 from memlab.pipelines.compassmem.search import Search, explore
 from memlab.pipelines.compassmem.topics import TopicLayer
 from memlab.stages.answer import Answerer, AnswerIn
-from memlab.stages.fuse import EventFuser, FuseIn
+from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
 from memlab.stages.navigate import Navigator
 from memlab.stages.refine import QueryRefiner
 from memlab.stages.relate import RelateIn, RelateOut, RelationExtractor
@@ -49,6 +52,17 @@ def relate_input(session: Session, units: list[MemoryUnit]) -> RelateIn:
     """What the relation extractor is asked of one session (Eq. 5): its events as ``N0``, ``N1``
     ... (``event_view``), its turns and its date."""
     return RelateIn(tuple(event_view(f"N{i}", u) for i, u in enumerate(units)), session.turns, session.timestamp)
+
+def fusion_outcome(out: FuseOut, may_merge: bool) -> str | None:
+    """What a fuser's reply does to a pair: ``"merge"`` (a same event where merging is allowed),
+    a relation label (an overlap, or a same event that may not merge: ``related`` when the
+    reply names no relation), or None (a node of its own)."""
+    if out.same_event and may_merge:
+        return "merge"
+    if out.same_event or out.decision == "link":
+        return out.relation or "related"
+    return None
+
 
 class CompassMem(Pipeline):
     """The CompassMem pipeline (module docstring); every stage is a swappable slot."""
@@ -72,6 +86,7 @@ class CompassMem(Pipeline):
         edges: bool = True,
         use_topics: bool = True,
         merge_threshold: UnitFloat = 0.9,
+        fusion_neighbours: PositiveInt = 1,
         topic_threshold: UnitFloat = 0.9,
         recluster_every: PositiveInt = 4,
         top_k: PositiveInt = 5,
@@ -104,6 +119,7 @@ class CompassMem(Pipeline):
         self.edges = edges
         self.use_topics = use_topics
         self.merge_threshold = merge_threshold
+        self.fusion_neighbours = fusion_neighbours
         self.topic_threshold = topic_threshold
         self.recluster_every = recluster_every
         self.top_k = top_k
@@ -143,34 +159,38 @@ class CompassMem(Pipeline):
         fused = self.fusion_decisions(memory, units)
         node_of: list[str] = []
         new_ids: list[str] = []
-        for unit, (existing, decision) in zip(units, fused):
-            if decision is not None and decision.decision == "merge":
-                memory.merge(existing, unit)
-                node_of.append(existing)
+        for unit, decisions in zip(units, fused):
+            merged_into = next((existing for existing, decision in decisions if decision == "merge"), None)
+            if merged_into is not None:
+                memory.merge(merged_into, unit)
+                node_of.append(merged_into)
                 continue
             node_of.append(memory.add_event(unit))
             new_ids.append(unit.id)
-            if decision is not None and decision.decision == "link" and self.edges:
-                memory.link(existing, unit.id, decision.relation)
+            for existing, decision in decisions if self.edges else ():
+                if decision is not None:
+                    memory.link(existing, unit.id, decision)
         for relation in related.relations if self.edges else ():
             memory.link(node_of[relation.source], node_of[relation.target], relation.label, relation.cited_turns)
         memory.update_topics(new_ids)
 
-    def fusion_decisions(self, memory: EventMemory, units: list[MemoryUnit]) -> list[tuple[str | None, object]]:
-        """(most similar existing event, fuser's decision or None) per new event; the fuser is
-        asked (one batch) only above ``merge_threshold``."""
+    def fusion_decisions(self, memory: EventMemory, units: list[MemoryUnit]) -> list[list[tuple[str, str | None]]]:
+        """Per new event, ``(existing event, decision)`` for e* and its next ``fusion_neighbours - 1``
+        most similar earlier events, all asked in one fuser batch. A decision is ``"merge"`` (e*
+        only, at or above ``merge_threshold``), a relation label (an edge existing -> new) or
+        None (no link)."""
         if not units or not len(memory.index) or self.fuser is None:
-            return [(None, None)] * len(units)
+            return [[] for _ in units]
         vectors = self.embedder.encode([u.text for u in units])
-        asked: list[tuple[int, str, FuseIn]] = []
+        asked: list[tuple[int, str, bool, FuseIn]] = []
         for i, (unit, vector) in enumerate(zip(units, vectors)):
-            best = memory.index.search_dense(vector, k=1)
-            if best and best[0].score > self.merge_threshold:
-                existing = best[0].unit.id
-                asked.append((i, existing, FuseIn(event_view("NEW", unit), memory.view(existing), best[0].score)))
-        decisions: list[tuple[str | None, object]] = [(None, None)] * len(units)
-        for (i, existing, _), out in zip(asked, self.fuser([item for _, _, item in asked]) if asked else []):
-            decisions[i] = (existing, out)
+            for rank, hit in enumerate(memory.index.search_dense(vector, k=self.fusion_neighbours)):
+                may_merge = rank == 0 and hit.score >= self.merge_threshold
+                asked.append((i, hit.unit.id, may_merge, FuseIn(event_view("NEW", unit), memory.view(hit.unit.id),
+                                                                 hit.score)))
+        decisions: list[list[tuple[str, str | None]]] = [[] for _ in units]
+        for (i, existing, may_merge, _), out in zip(asked, self.fuser([item for *_, item in asked]) if asked else []):
+            decisions[i].append((existing, fusion_outcome(out, may_merge)))
         return decisions
 
     # -- search --------------------------------------------------------------------------

@@ -6,7 +6,7 @@ what construction already has, so a build with trained stages needs no LLM call.
 
 * ``same_event`` when the pair's cosine similarity (``FuseIn.similarity``, the pipeline's
   embedding of the two events) is at least ``same_event_similarity``, default 0.95, above the
-  pipeline's ``merge_threshold`` (0.9, above which the fuser is asked at all). In a small check
+  pipeline's ``merge_threshold`` (0.9, below which no pair merges). In a small check
   with the packaged MiniLM, paraphrases of one event scored 0.92-0.96 and different events of
   one person on one topic ("researching adoption agencies" / "applied to an adoption agency")
   up to 0.87: 0.95 merges only close restatements and errs towards keeping events apart, which

@@ -10,11 +10,19 @@ characters. Adaptations for small local models, none of which changes what an ev
   and at most half the window's turns per call (no room to pad the list with repeats).
 * Relative dates are resolved in code (``normalizer``) and written into the turns before the
   call.
-* Every event's turns are checked against the window (``cited_sources``); an event citing
-  none gets the turns sharing most words with it (``guessed_sources``, ``attributes["provenance"]``
-  ``guessed``); an event sharing no word with the window is dropped; a decoding loop (the same summary repeated) is
-  a ``ParseError``, retried, and then the distinct events of the looping reply are kept
-  (counted failure).
+* With ``cite_turns`` (the default) the schema makes every event cite at least one of the
+  window's turn ids (an enum of them); a reply with an event citing none (a backend that does
+  not enforce the schema) is a ``ParseError``, retried once, and then kept as salvage: the
+  event gets the turns sharing most words with it (``guessed_sources``, ``attributes["provenance"]``
+  ``guessed``; counted failure). ``cite_turns: false`` is issue 23's schema (``"turns": []``
+  allowed, guessed without a retry), which the teacher's cached replies were made with.
+* The published prompt's "Extract 6-10 comprehensive events" is per session (LoCoMo's average
+  about 22 turns: 2-4 turns an event); the template's ``{event_count}`` is that rate for the
+  window, ``ceil(turns / 4)`` to ``turns // 2`` (3-5 for 10 turns), which is also the schema's
+  maximum, so instruction and schema agree.
+* An event sharing no word with the window is dropped; a decoding loop (the same summary
+  repeated) is a ``ParseError``, retried, and then the distinct events of the looping reply
+  are kept (counted failure).
 * Runs of turns no event claims (a window whose call failed for good: all of them) become
   extractive events of at most ``uncovered_span`` turns (``attributes["extractive"]``), so
   no turn is lost from memory.
@@ -28,6 +36,7 @@ else the speakers of the event's turns).
 
 from __future__ import annotations
 
+import math
 import re
 
 from memlab.bounds import NonNegativeFloat, PositiveInt
@@ -53,9 +62,13 @@ from memlab.stages.temporal import TemporalNormalizer
 from memlab.types import MemoryUnit, Turn
 
 
-def event_schema(max_events: int, max_people: int) -> dict:
+def event_schema(max_events: int, max_people: int, turn_ids: tuple[str, ...] | None = None) -> dict:
+    """The reply's schema; with ``turn_ids`` every event cites at least one of them."""
+    turns: dict = {"type": "array", "items": {"type": "string"}, "maxItems": 40}
+    if turn_ids is not None:
+        turns = {"type": "array", "items": {"enum": list(turn_ids)}, "minItems": 1, "maxItems": len(turn_ids)}
     item = object_schema({
-        "turns": {"type": "array", "items": {"type": "string"}, "maxItems": 40},
+        "turns": turns,
         "summary": {"type": "string", "minLength": 1},
         "people": {"type": "array", "items": {"type": "string"}, "maxItems": max_people},
     })
@@ -124,6 +137,7 @@ class PromptedEventSegmenter(PromptedStage, Segmenter):
         max_tokens: PositiveInt = 1024,
         loop_repeats: PositiveInt = 3,
         uncovered_span: PositiveInt = 3,
+        cite_turns: bool = True,
         temperature: NonNegativeFloat = 0.0,
         normalizer: TemporalNormalizer | None = None,
     ) -> None:
@@ -136,6 +150,7 @@ class PromptedEventSegmenter(PromptedStage, Segmenter):
         self.max_chars_per_call = max_chars_per_call
         self.loop_repeats = loop_repeats
         self.uncovered_span = uncovered_span
+        self.cite_turns = cite_turns
         self.normalizer = normalizer
         self.schema = event_schema(max_events, max_people)
 
@@ -158,9 +173,17 @@ class PromptedEventSegmenter(PromptedStage, Segmenter):
         to pad the list with repeats."""
         return max(1, min(self.max_events, len(window.turns) // 2))
 
+    def event_count(self, window: TurnWindow) -> str:
+        """The template's "Extract {event_count} comprehensive events": the paper's 6-10 per
+        session as a rate for the window (module docstring)."""
+        most = self.events_per_call(window)
+        return f"{min(most, max(1, math.ceil(len(window.turns) / 4)))}-{most}"
+
     def render(self, item: TurnWindow) -> ChatRequest:  # type: ignore[override]
-        text = self.prompt.render(date=format_date(item.session), turns="\n".join(item.lines))
-        return self.request(text, json_schema=event_schema(self.events_per_call(item), self.max_people))
+        text = self.prompt.render(date=format_date(item.session), turns="\n".join(item.lines),
+                                  event_count=self.event_count(item))
+        ids = tuple(turn.id for turn in item.turns) if self.cite_turns else None
+        return self.request(text, json_schema=event_schema(self.events_per_call(item), self.max_people, ids))
 
     def parse(self, text: str, item: TurnWindow) -> tuple[list[MemoryUnit], str | None]:  # type: ignore[override]
         rows = parse_json(text, event_schema(10_000, 10_000))["events"]
@@ -173,6 +196,11 @@ class PromptedEventSegmenter(PromptedStage, Segmenter):
             raise ParseError(error, salvage=(units, error) if units else None)
         if not units:
             raise ParseError("no extracted event is grounded in the dialog's utterances")
+        guessed = [n for n, u in enumerate(units, start=1) if u.attributes["provenance"] == GUESSED]
+        if self.cite_turns and guessed:
+            error = (f"event(s) {guessed} cite none of the dialog's utterance ids; "
+                     "give every event the ids of its utterances")
+            raise ParseError(error, salvage=(units, error))
         return units, None
 
     def grounded_events(self, rows: list[dict], item: TurnWindow) -> list[MemoryUnit]:

@@ -1,0 +1,118 @@
+"""Score a CompassMem fuser against another on the pairs a build asks: agreement with a teacher.
+
+    python eval/compare_fusers.py TEACHER_CONFIG CANDIDATE_CONFIG --data PATH --conversations ID[,ID...]
+                                  [--sessions N] [--allow-training-overlap]
+
+Builds each conversation with TEACHER_CONFIG (its fuser is typically the prompted F.1 coreference
+call replayed from the response cache: ``compassmem_teacher.yaml``), records every (new event,
+existing event) pair its fusion step asks and the teacher's outcome (``fusion_outcome``: merge, a
+relation edge, or no link), then asks CANDIDATE_CONFIG's fuser (e.g. the ``ClassifierFuser`` of
+``compassmem_trained_construction.yaml``) the same pairs. Prints one JSON object: the pairs, the
+teacher's and the candidate's outcome counts (merge / link / none), accuracy and macro-F1 of the
+candidate over the three outcomes, the same for the majority-outcome baseline, and the link
+agreement (link or not) with its F1. The candidate sees the teacher's events, so the score is the
+fusion decision alone, not the segmentation before it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+
+from memlab.config import build_pipeline
+from memlab.data import DataError
+from memlab.data.select import load_conversations
+from memlab.pipelines.compassmem.pipeline import fusion_outcome
+from memlab.stage import trained_conversations
+from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
+
+OUTCOMES = ("merge", "link", "none")
+
+
+class RecordingFuser(EventFuser):
+    """The teacher's fuser, unchanged, keeping every pair it is asked and its reply."""
+
+    def __init__(self, fuser: EventFuser) -> None:
+        super().__init__()
+        self.fuser = fuser
+        self.asked: list[tuple[FuseIn, FuseOut]] = []
+
+    def forward(self, batch: list[FuseIn]) -> list[FuseOut]:
+        out = self.fuser(batch)
+        self.asked.extend(zip(batch, out))
+        return out
+
+
+def outcome(out: FuseOut, item: FuseIn, merge_threshold: float) -> str:
+    """merge / link / none, as the pipeline reads the reply (e* only: a pair may merge above the threshold)."""
+    decided = fusion_outcome(out, item.similarity >= merge_threshold)
+    return "none" if decided is None else "merge" if decided == "merge" else "link"
+
+
+def macro_f1(gold: list[str], predicted: list[str], labels=OUTCOMES) -> float:
+    scores = []
+    for label in labels:
+        tp = sum(g == p == label for g, p in zip(gold, predicted))
+        fp = sum(p == label != g for g, p in zip(gold, predicted))
+        fn = sum(g == label != p for g, p in zip(gold, predicted))
+        if tp + fp + fn:
+            scores.append(2 * tp / (2 * tp + fp + fn))
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+def scores(gold: list[str], predicted: list[str]) -> dict[str, float]:
+    linked = [g != "none" for g in gold], [p != "none" for p in predicted]
+    tp = sum(g and p for g, p in zip(*linked))
+    return {"accuracy": sum(g == p for g, p in zip(gold, predicted)) / len(gold),
+            "macro_f1": macro_f1(gold, predicted),
+            "link_agreement": sum(g == p for g, p in zip(*linked)) / len(gold),
+            "link_f1": 2 * tp / (sum(linked[0]) + sum(linked[1])) if sum(linked[0]) + sum(linked[1]) else 0.0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("teacher")
+    parser.add_argument("candidate")
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--conversations", required=True, help="comma-separated conversation ids")
+    parser.add_argument("--sessions", type=int, help="only the first N sessions of each conversation")
+    parser.add_argument("--allow-training-overlap", action="store_true",
+                        help="score on conversations the candidate's trained stages learnt from (refused otherwise)")
+    args = parser.parse_args(argv)
+    teacher, _, _ = build_pipeline(args.teacher)
+    candidate, _, _ = build_pipeline(args.candidate)
+    ids = args.conversations.split(",")
+    overlap = sorted({i for learnt in trained_conversations(candidate.fuser).values() for i in learnt} & set(ids))
+    if overlap and not args.allow_training_overlap:
+        print(f"error: the candidate fuser learnt from {overlap}; pass --allow-training-overlap", file=sys.stderr)
+        return 2
+    try:
+        conversations = load_conversations(args.data, ids, sessions=args.sessions)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    teacher.eval()
+    candidate.eval()
+    recorder = RecordingFuser(teacher.fuser)
+    teacher.fuser = recorder
+    for conversation in conversations:
+        teacher.build(conversation.history())
+    if not recorder.asked:
+        print("error: the teacher's builds asked no fusion pair (one session each?)", file=sys.stderr)
+        return 1
+    pairs = [item for item, _ in recorder.asked]
+    gold = [outcome(out, item, teacher.merge_threshold) for item, out in recorder.asked]
+    predicted = [outcome(out, item, teacher.merge_threshold) for item, out in zip(pairs, candidate.fuser(pairs))]
+    majority = [Counter(gold).most_common(1)[0][0]] * len(gold)
+    print(json.dumps({"conversations": ids, "sessions": args.sessions, "pairs": len(pairs),
+                      "teacher": dict(Counter(gold)), "candidate": dict(Counter(predicted)),
+                      "candidate_scores": scores(gold, predicted), "majority": majority[0],
+                      "majority_scores": scores(gold, majority),
+                      "teacher_failed": sum(out.error is not None for _, out in recorder.asked)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
