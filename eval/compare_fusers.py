@@ -1,7 +1,7 @@
 """Score a CompassMem fuser against another on the pairs a build asks: agreement with a teacher.
 
     python eval/compare_fusers.py TEACHER_CONFIG CANDIDATE_CONFIG --data PATH --conversations ID[,ID...]
-                                  [--sessions N] [--allow-training-overlap]
+                                  [--sessions N] [--allow-training-overlap] [--pairs-out FILE]
 
 Builds each conversation with TEACHER_CONFIG (its fuser is typically the prompted F.1 coreference
 call replayed from the response cache: ``compassmem_teacher.yaml``), records every (new event,
@@ -11,7 +11,8 @@ relation edge, or no link), then asks CANDIDATE_CONFIG's fuser (e.g. the ``Class
 teacher's and the candidate's outcome counts (merge / link / none), accuracy and macro-F1 of the
 candidate over the three outcomes, the same for the majority-outcome baseline, and the link
 agreement (link or not) with its F1. The candidate sees the teacher's events, so the score is the
-fusion decision alone, not the segmentation before it.
+fusion decision alone, not the segmentation before it. ``--pairs-out`` writes each pair (the two
+event lines, their cosine, both outcomes and relations) as JSON lines, for checking by hand.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True)
     parser.add_argument("--conversations", required=True, help="comma-separated conversation ids")
     parser.add_argument("--sessions", type=int, help="only the first N sessions of each conversation")
+    parser.add_argument("--pairs-out", help="write every pair and both outcomes to this JSONL file")
     parser.add_argument("--allow-training-overlap", action="store_true",
                         help="score on conversations the candidate's trained stages learnt from (refused otherwise)")
     args = parser.parse_args(argv)
@@ -104,7 +106,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     pairs = [item for item, _ in recorder.asked]
     gold = [outcome(out, item, teacher.merge_threshold) for item, out in recorder.asked]
-    predicted = [outcome(out, item, teacher.merge_threshold) for item, out in zip(pairs, candidate.fuser(pairs))]
+    replies = candidate.fuser(pairs)
+    predicted = [outcome(out, item, teacher.merge_threshold) for item, out in zip(pairs, replies)]
+    if args.pairs_out:
+        with open(args.pairs_out, "w", encoding="utf-8") as f:
+            for (item, first), second, g, p in zip(recorder.asked, replies, gold, predicted):
+                f.write(json.dumps({"existing": item.existing.describe(), "new": item.new.describe(),
+                                    "similarity": round(item.similarity, 3), "teacher": g, "teacher_relation":
+                                    first.relation, "candidate": p, "candidate_relation": second.relation}) + "\n")
     majority = [Counter(gold).most_common(1)[0][0]] * len(gold)
     print(json.dumps({"conversations": ids, "sessions": args.sessions, "pairs": len(pairs),
                       "teacher": dict(Counter(gold)), "candidate": dict(Counter(predicted)),

@@ -1,0 +1,54 @@
+"""eval/compare_fusers.py: how a fuser's reply is read, and the scores against a teacher."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from memlab.stages.event_view import EventView
+from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def script():
+    spec = importlib.util.spec_from_file_location("compare_fusers", REPO / "eval" / "compare_fusers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def pair(similarity: float) -> FuseIn:
+    return FuseIn(EventView("NEW", "Ann adopted Rex."), EventView("N0", "Ann visited a shelter."), similarity)
+
+
+def test_a_reply_is_read_as_the_pipeline_reads_it():
+    outcome = script().outcome
+    assert outcome(FuseOut(same_event=True), pair(0.95), 0.9) == "merge"
+    assert outcome(FuseOut(same_event=True), pair(0.6), 0.9) == "link"  # may not merge below the threshold
+    assert outcome(FuseOut(has_overlap=True, relation="follow_up"), pair(0.6), 0.9) == "link"
+    assert outcome(FuseOut(has_overlap=True), pair(0.6), 0.9) == "none"  # an overlap with no relation: no edge
+    assert outcome(FuseOut(), pair(0.99), 0.9) == "none"
+
+
+def test_scores_against_the_teacher_and_the_majority():
+    module = script()
+    gold = ["link", "link", "link", "none"]
+    result = module.scores(gold, ["link", "none", "link", "none"])
+    assert result["accuracy"] == 0.75 and result["link_agreement"] == 0.75
+    assert result["link_f1"] == pytest.approx(2 * 2 / (3 + 2))
+    # macro over the outcomes present: link F1 0.8, none F1 2/3
+    assert result["macro_f1"] == pytest.approx((0.8 + 2 / 3) / 2)
+    assert module.scores(gold, ["link"] * 4)["accuracy"] == 0.75
+
+
+def test_the_recorder_keeps_every_pair_and_reply():
+    class Overlapping(EventFuser):
+        def forward(self, batch):
+            return [FuseOut(has_overlap=True, relation="related") for _ in batch]
+
+    recorder = script().RecordingFuser(Overlapping())
+    out = recorder([pair(0.5), pair(0.7)])
+    assert [item.similarity for item, _ in recorder.asked] == [0.5, 0.7] and [o for _, o in recorder.asked] == out
