@@ -53,6 +53,7 @@ def relate_input(session: Session, units: list[MemoryUnit]) -> RelateIn:
     ... (``event_view``), its turns and its date."""
     return RelateIn(tuple(event_view(f"N{i}", u) for i, u in enumerate(units)), session.turns, session.timestamp)
 
+
 def fusion_outcome(out: FuseOut, may_merge: bool) -> str | None:
     """What a fuser's reply does to a pair: ``"merge"`` (a same event where merging is allowed),
     a relation label (an overlap, or a same event that may not merge: ``related`` when the
