@@ -25,8 +25,8 @@ from collections import Counter
 from memlab.config import build_pipeline
 from memlab.data import DataError
 from memlab.data.select import load_conversations
+from memlab.eval.runner import refuse_training_overlap
 from memlab.pipelines.compassmem.pipeline import fusion_outcome
-from memlab.stage import trained_conversations
 from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
 
 OUTCOMES = ("merge", "link", "none")
@@ -86,13 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     teacher, _, _ = build_pipeline(args.teacher)
     candidate, _, _ = build_pipeline(args.candidate)
     ids = args.conversations.split(",")
-    overlap = sorted({i for learnt in trained_conversations(candidate.fuser).values() for i in learnt} & set(ids))
-    if overlap and not args.allow_training_overlap:
-        print(f"error: the candidate fuser learnt from {overlap}; pass --allow-training-overlap", file=sys.stderr)
-        return 2
     try:
         conversations = load_conversations(args.data, ids, sessions=args.sessions)
-    except DataError as e:
+        refuse_training_overlap(candidate.fuser, conversations, args.allow_training_overlap)
+    except (DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     teacher.eval()

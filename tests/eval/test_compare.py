@@ -1,22 +1,15 @@
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from tests.eval_scripts import eval_script
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _compare_module():
-    spec = importlib.util.spec_from_file_location("compare", REPO / "eval" / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 
 @pytest.mark.slow
 def test_compare_runs_each_config_once_and_writes_a_table(tmp_path, capsys):
-    compare = _compare_module()
+    compare = eval_script("compare")
     config = str(REPO / "configs/pipelines/rag_turns.yaml")
     args = [config, "--out", str(tmp_path), "--retrieval-only", "--max-questions", "3", "--set", "top_k=3"]
     assert compare.main(args) == 0
@@ -28,7 +21,7 @@ def test_compare_runs_each_config_once_and_writes_a_table(tmp_path, capsys):
 
 
 def test_category_table_lists_locomo_categories_in_order():
-    compare = _compare_module()
+    compare = eval_script("compare")
     results = {"a": {"by_category": {"single-hop": {"f1_amem": 0.5}, "temporal": {"f1_amem": 0.25},
                                      "adversarial": {"f1_amem": None}}}}
     lines = compare.category_table(results).splitlines()

@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from memlab.stages.event_view import EventView
 from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def script():
-    spec = importlib.util.spec_from_file_location("compare_fusers", REPO / "eval" / "compare_fusers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.eval_scripts import eval_script
 
 
 def pair(similarity: float) -> FuseIn:
@@ -25,7 +14,7 @@ def pair(similarity: float) -> FuseIn:
 
 
 def test_a_reply_is_read_as_the_pipeline_reads_it():
-    outcome = script().outcome
+    outcome = eval_script("compare_fusers").outcome
     assert outcome(FuseOut(same_event=True), pair(0.95), 0.9) == "merge"
     assert outcome(FuseOut(same_event=True), pair(0.6), 0.9) == "link"  # may not merge below the threshold
     assert outcome(FuseOut(has_overlap=True, relation="follow_up"), pair(0.6), 0.9) == "link"
@@ -34,7 +23,7 @@ def test_a_reply_is_read_as_the_pipeline_reads_it():
 
 
 def test_scores_against_the_teacher_and_the_majority():
-    module = script()
+    module = eval_script("compare_fusers")
     gold = ["link", "link", "link", "none"]
     result = module.scores(gold, ["link", "none", "link", "none"])
     assert result["accuracy"] == 0.75 and result["link_agreement"] == 0.75
@@ -49,6 +38,6 @@ def test_the_recorder_keeps_every_pair_and_reply():
         def forward(self, batch):
             return [FuseOut(has_overlap=True, relation="related") for _ in batch]
 
-    recorder = script().RecordingFuser(Overlapping())
+    recorder = eval_script("compare_fusers").RecordingFuser(Overlapping())
     out = recorder([pair(0.5), pair(0.7)])
     assert [item.similarity for item, _ in recorder.asked] == [0.5, 0.7] and [o for _, o in recorder.asked] == out

@@ -3,21 +3,14 @@ training overlap refused; and the eval/ scripts' own: time_build.py times a buil
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 from memlab.cli import main
 from memlab.data import SAMPLE_PATH
+from tests.eval_scripts import eval_script
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "eval" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_an_unknown_conversation_id_exits_before_any_model_loads(caplog):
@@ -27,13 +20,13 @@ def test_an_unknown_conversation_id_exits_before_any_model_loads(caplog):
 
 
 def test_the_teacher_cache_script_refuses_an_unknown_conversation_before_any_model_loads(capsys):
-    assert _script("compassmem_teacher_cache").main(["--data", str(SAMPLE_PATH), "sample-1", "conv-x"]) == 2
+    assert eval_script("compassmem_teacher_cache").main(["--data", str(SAMPLE_PATH), "sample-1", "conv-x"]) == 2
     assert "conv-x" in capsys.readouterr().err
 
 
 def test_time_build_reports_a_builds_seconds_and_llm_calls(capsys):
     # rag_turns builds with the embedder alone: no LLM call, one line for the one conversation
-    assert _script("time_build").main([str(REPO / "configs/pipelines/rag_turns.yaml"), "--data", str(SAMPLE_PATH),
+    assert eval_script("time_build").main([str(REPO / "configs/pipelines/rag_turns.yaml"), "--data", str(SAMPLE_PATH),
                                        "--conversations", "sample-1"]) == 0
     line = json.loads(capsys.readouterr().out)
     assert line["conversation"] == "sample-1" and line["llm_calls"] == 0 and line["build_seconds"] >= 0
@@ -42,9 +35,9 @@ def test_time_build_reports_a_builds_seconds_and_llm_calls(capsys):
 
 def test_time_build_refuses_training_conversations_and_unknown_ids(capsys):
     trained = str(REPO / "configs/pipelines/compassmem_trained_construction.yaml")
-    assert _script("time_build").main([trained, "--data", str(SAMPLE_PATH), "--conversations", "conv-41"]) == 2
+    assert eval_script("time_build").main([trained, "--data", str(SAMPLE_PATH), "--conversations", "conv-41"]) == 2
     assert "learnt from ['conv-41']" in capsys.readouterr().err
-    assert _script("time_build").main([trained, "--data", str(SAMPLE_PATH), "--conversations", "conv-x"]) == 2
+    assert eval_script("time_build").main([trained, "--data", str(SAMPLE_PATH), "--conversations", "conv-x"]) == 2
     assert "['conv-x'] are not in it" in capsys.readouterr().err
 
 

@@ -1,20 +1,8 @@
-import importlib.util
-import sys
-from pathlib import Path
 
 from memlab.lm.cache import ResponseCache
 from memlab.lm.types import ChatRequest, Completion
+from tests.eval_scripts import eval_script
 from tests.fakes import ReplayLM
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _retime_module():
-    spec = importlib.util.spec_from_file_location("retime_cache", REPO / "eval" / "retime_cache.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def _fill(cache: ResponseCache) -> dict[str, ChatRequest]:
@@ -40,7 +28,7 @@ def _rerun(request: ChatRequest) -> str:
 
 
 def test_retime_re_runs_only_the_suspect_entries_and_keeps_their_replies(tmp_path):
-    retime = _retime_module()
+    retime = eval_script("retime_cache")
     cache = ResponseCache(tmp_path / "cache.sqlite")
     requests = _fill(cache)
     lm = ReplayLM(_rerun)
@@ -60,7 +48,7 @@ def test_retime_re_runs_only_the_suspect_entries_and_keeps_their_replies(tmp_pat
 
 
 def test_retime_can_be_limited_to_requests_containing_a_text(tmp_path):
-    retime = _retime_module()
+    retime = eval_script("retime_cache")
     cache = ResponseCache(tmp_path / "cache.sqlite")
     _fill(cache)
     report = retime.retime(cache, ReplayLM([]), contains="paused-shorter", dry_run=True)

@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _scale():
-    spec = importlib.util.spec_from_file_location("scale_memory", REPO / "eval" / "scale_memory.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.eval_scripts import eval_script
 
 
 def _corpus(dim: int = 16):
@@ -27,7 +17,7 @@ def _corpus(dim: int = 16):
 
 
 def test_varied_units_are_distinct_and_their_vectors_normalised():
-    scale = _scale()
+    scale = eval_script("scale_memory")
     turns, vectors, _, _ = _corpus()
     units, unit_vectors = scale.varied_units(130, turns, vectors)
     assert len({u.text for u in units}) == 130 and len({u.id for u in units}) == 130
@@ -36,7 +26,7 @@ def test_varied_units_are_distinct_and_their_vectors_normalised():
 
 
 def test_a_memory_run_reports_every_column_and_the_recall_of_the_approximate_index(tmp_path, monkeypatch):
-    scale = _scale()
+    scale = eval_script("scale_memory")
     monkeypatch.chdir(tmp_path)
     corpus = _corpus()
     exact = scale.run_memory(300, "exact", corpus, queries=3)

@@ -23,6 +23,7 @@ from memlab.stages.segment import PromptedEventSegmenter
 from memlab.stages.select import PromptedNodeSelector
 from memlab.stages.subgoal import PromptedSubgoalPlanner
 from memlab.types import History, Query, Session, Turn
+from tests.eval_scripts import eval_script
 from tests.fakes import ReplayLM
 
 TOPICS = [
@@ -321,11 +322,7 @@ def test_compassmem_with_a_real_small_model(tmp_path):
 
 
 def test_search_statistics_aggregate_like_table_4(minilm, tmp_path, capsys):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("stats", REPO.parent / "eval" / "compassmem_search_stats.py")
-    stats_script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(stats_script)
+    stats_script = eval_script("compassmem_search_stats")
     cm = pipeline(Script(action="EXPAND", satisfy="[1]"), minilm)
     memory = cm.build(history())
     answers = cm.answer_many(memory, [Query("q1", "What is the dog called?"), Query("q2", "Where is the trip?")])
