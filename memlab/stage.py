@@ -176,6 +176,14 @@ class Stage(nn.Module, Generic[In, Out]):
         """The constructor arguments that are stages themselves: ``save`` writes each to a sub-folder."""
         return {k: v for k, v in getattr(self, "_init_kwargs", {}).items() if isinstance(v, Stage)}
 
+    def set_setting(self, name: str, value: Any) -> None:
+        """Change the constructor setting ``name`` after construction (a decision threshold
+        calibrated after training): the attribute of that name and what ``save`` records."""
+        if name not in getattr(self, "_init_kwargs", {}) or not hasattr(self, name):
+            raise StageError(f"{type(self).__name__}: {name!r} is no constructor setting kept as an attribute")
+        setattr(self, name, value)
+        self._init_kwargs[name] = value
+
     def save(self, directory: str | os.PathLike) -> Path:
         """Write the stage to ``directory`` (replacing a stage saved there before, never any
         other folder): built beside it and swapped in, so a crash leaves the old one or the

@@ -19,16 +19,24 @@ the labelled positions only (the model still reads the whole session).
 The same rule reads the boundaries of any segmenter's units, so ``evaluate_segmenter`` scores
 any ``Segmenter`` (trained, fixed-span, prompted) the same way: ``boundary_f1`` over the
 labelled positions, micro-averaged over sessions. The LoCoMo annotations (observations, session
-summaries) are NOT used here: labels and scores are against the teacher only.
+summaries) are NOT used by the teacher's labels; ``memlab.training.observation_boundaries``
+derives labels from them.
+
+Both kinds of labels meet in ``BoundaryLabels``: positions known to hold no boundary, and gaps
+(runs of positions) known to hold exactly one, whose place the labels do not fix. A teacher's
+labels are gaps of one position. ``boundary_label_loss`` trains on them and ``label_f1`` scores
+against them; on gaps of one position the two are the masked cross-entropy and ``boundary_f1``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import datasets
 import torch
+import torch.nn.functional as F
 
 from memlab.clock import active_seconds
 from memlab.stages.segment import FixedSpanSegmenter, SegmentIn
@@ -152,6 +160,95 @@ Skipped as not cached (the prompted build had not reached them): {not_cached}. S
         return datasets.Dataset.from_dict({name: [] for name in SEGMENTATION_FEATURES},
                                           features=SEGMENTATION_FEATURES, info=info)
     return datasets.Dataset.from_list(rows, features=SEGMENTATION_FEATURES, info=info)
+
+
+@dataclass(frozen=True)
+class BoundaryLabels:
+    """What the labels know about one session's boundaries (positions t >= 1, a boundary before
+    turn t): ``zeros``, positions holding no boundary; ``gaps``, inclusive position ranges
+    ``(first, last)`` each holding exactly one boundary somewhere. Other positions are unknown."""
+
+    zeros: tuple[int, ...] = ()
+    gaps: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def exact(cls, boundaries: Sequence[int], positions: Sequence[int]) -> "BoundaryLabels":
+        """Labels known position by position (a teacher's): at each of ``positions``, a boundary
+        iff it is in ``boundaries``."""
+        cut = set(boundaries)
+        return cls(tuple(t for t in positions if t not in cut), tuple((t, t) for t in positions if t in cut))
+
+    @property
+    def known(self) -> int:
+        """The number of decisions: no-boundary positions plus gaps."""
+        return len(self.zeros) + len(self.gaps)
+
+    def check(self, n_turns: int) -> None:
+        """Every position in 1 .. n_turns - 1, gaps not overlapping each other or the zeros."""
+        seen: set[int] = set()
+        for first, last in [(t, t) for t in self.zeros] + list(self.gaps):
+            span = set(range(first, last + 1))
+            if not span or not 0 < first <= last < n_turns or span & seen:
+                raise ValueError(f"BoundaryLabels: position range ({first}, {last}) is empty, outside 1 .. "
+                                 f"{n_turns - 1} or overlaps another")
+            seen |= span
+
+
+def boundary_label_loss(logits: Sequence[torch.Tensor], labels: Sequence[BoundaryLabels],
+                        pos_weight: float | None = None) -> torch.Tensor:
+    """Mean negative log-likelihood of ``labels`` under independent p(boundary) = sigmoid(logit)
+    (logits[i][t - 1] for position t), over every decision: -log(1 - p) at a zero, and at a gap
+    -log P(exactly one boundary in it) = -sum log(1 - p_s) - logsumexp(logit_s) over its
+    positions; ``pos_weight`` weighs the gaps (more recall). A gap of one position is the
+    binary cross-entropy of a boundary, so exact labels give the masked cross-entropy."""
+    if len(logits) != len(labels):
+        raise ValueError(f"boundary_label_loss: {len(logits)} sessions of logits but {len(labels)} of labels")
+    weight = 1.0 if pos_weight is None else float(pos_weight)
+    terms, count = [], 0
+    for session_logits, session_labels in zip(logits, labels):
+        session_labels.check(len(session_logits) + 1)
+        if session_labels.zeros:
+            zeros = session_logits[[t - 1 for t in session_labels.zeros]]
+            terms.append(-F.logsigmoid(-zeros).sum())
+        for first, last in session_labels.gaps:
+            gap = session_logits[first - 1:last]
+            terms.append(weight * (-F.logsigmoid(-gap).sum() - torch.logsumexp(gap, dim=0)))
+        count += session_labels.known
+    if not terms:  # nothing to decide: a zero that still backpropagates
+        return sum((lg.sum() * 0.0 for lg in logits), torch.zeros(()))
+    return torch.stack(terms).sum() / count
+
+
+def label_f1(predicted: Sequence[Sequence[int]], labels: Sequence[BoundaryLabels]) -> dict[str, float]:
+    """Boundary precision / recall / F1 against ``labels``, micro over sessions: a gap is found
+    when a predicted boundary lies in it (one counts as correct, any other there as wrong); a
+    predicted boundary at a zero is wrong; predictions at unknown positions are not scored. On
+    exact labels this is ``boundary_f1`` over the labelled positions."""
+    if len(predicted) != len(labels):
+        raise ValueError(f"label_f1: {len(predicted)} predicted sessions but {len(labels)} labelled ones")
+    n_predicted = correct = n_gold = 0
+    for cuts, session_labels in zip(predicted, labels):
+        cuts = set(cuts)
+        n_predicted += len(cuts & set(session_labels.zeros))
+        for first, last in session_labels.gaps:
+            inside = len(cuts & set(range(first, last + 1)))
+            n_predicted += inside
+            correct += inside > 0
+        n_gold += len(session_labels.gaps)
+    precision = correct / n_predicted if n_predicted else float(n_gold == 0)
+    recall = correct / n_gold if n_gold else float(n_predicted == 0)
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "predicted": n_predicted, "gold": n_gold,
+            "correct": correct}
+
+
+def span_shape(boundaries: Sequence[Sequence[int]], n_turns: Sequence[int]) -> dict[str, float]:
+    """The events a segmentation makes: their number, mean turns per event and the share of
+    single-turn events (sessions of ``n_turns`` turns cut at ``boundaries``)."""
+    lengths = [b - a for cuts, n in zip(boundaries, n_turns) if n
+               for a, b in zip([0, *cuts], [*cuts, n])]
+    return {"events": len(lengths), "mean_turns_per_event": round(sum(lengths) / max(len(lengths), 1), 3),
+            "single_turn_event_share": round(sum(n == 1 for n in lengths) / max(len(lengths), 1), 3)}
 
 
 # -- scores -------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from memlab.stage import Stage
 from memlab.stages.encoder import TextEncoder
 from memlab.stages.segment import BoundarySegmenter, FixedSpanSegmenter, PromptedEventSegmenter, SegmentIn
 from memlab.stages.segment.neural import decode_boundaries
+from memlab.training.segmentation import BoundaryLabels, boundary_label_loss
 from memlab.types import Session, Turn
 from tests.fakes import ReplayLM
 from tests.pipelines.test_compassmem import Script, _with_lm, minilm  # noqa: F401  (minilm: a fixture)
@@ -107,21 +108,19 @@ def test_logits_shapes_loss_checks_and_bad_settings():
     logits = segmenter.boundary_logits([session(7), session(1), session(3)])
     assert [tuple(l.shape) for l in logits] == [(6,), (0,), (2,)]
     assert logits[0].requires_grad
-    targets = [torch.tensor([0, 1, 0, 0, 1, 0.]), torch.zeros(0), torch.tensor([1, 0.])]
-    plain, weighted = segmenter.loss(logits, targets), segmenter.loss(logits, targets, pos_weight=3.0)
+    every = [BoundaryLabels.exact([2, 5], range(1, 7)), BoundaryLabels(), BoundaryLabels.exact([1], [1, 2])]
+    plain, weighted = boundary_label_loss(logits, every), boundary_label_loss(logits, every, pos_weight=3.0)
     assert plain.item() > 0 and weighted.item() > plain.item()
-    with pytest.raises(ValueError, match="differ in shape"):
-        segmenter.loss(logits, [torch.zeros(5), torch.zeros(0), torch.zeros(2)])
-    assert segmenter.loss([logits[1]], [torch.zeros(0)]).item() == 0.0
-    # a mask keeps only its positions: flipping a masked-out target changes nothing
-    masks = [torch.tensor([1, 1, 0, 0, 1, 1.]), torch.zeros(0), torch.tensor([0, 1.])]
-    flipped = [targets[0].clone(), targets[1], torch.tensor([0, 0.])]
-    flipped[0][2] = 1.0
-    masked = segmenter.loss(logits, targets, masks=masks)
-    assert masked.item() == pytest.approx(segmenter.loss(logits, flipped, masks=masks).item())
-    assert masked.item() != pytest.approx(plain.item())
-    with pytest.raises(ValueError, match="of masks"):
-        segmenter.loss(logits, targets, masks=masks[:2])
+    # exact labels are the binary cross-entropy over their positions
+    flat = torch.cat([logits[0], logits[2]])
+    gold = torch.tensor([0, 1, 0, 0, 1, 0, 1, 0.])
+    assert plain.item() == pytest.approx(torch.nn.functional.binary_cross_entropy_with_logits(flat, gold).item())
+    with pytest.raises(ValueError, match="outside 1 .. 2"):
+        boundary_label_loss(logits, [every[0], every[1], BoundaryLabels.exact([3], [3])])
+    assert boundary_label_loss([logits[1]], [BoundaryLabels()]).item() == 0.0
+    # unknown positions do not count: a label only at positions 1, 2 and 5 ignores the rest
+    partial = [BoundaryLabels.exact([2, 5], [1, 2, 5]), BoundaryLabels(), BoundaryLabels()]
+    assert boundary_label_loss(logits, partial).item() != pytest.approx(plain.item())
     with pytest.raises(TypeError, match="list of sessions"):
         segmenter.boundary_logits(session())
     with pytest.raises(ValueError, match="frozen"):
@@ -135,14 +134,14 @@ def test_logits_shapes_loss_checks_and_bad_settings():
 def test_a_few_gradient_steps_lower_the_loss_on_a_synthetic_session():
     segmenter = small_segmenter(dropout=0.0)
     sessions = [session(7), session(5, "session_2")]
-    targets = [torch.tensor([0, 0, 1, 0, 1, 0.]), torch.tensor([0, 1, 0, 0.])]
+    targets = [BoundaryLabels.exact([3, 5], range(1, 7)), BoundaryLabels.exact([2], range(1, 5))]
     optimiser = torch.optim.AdamW([p for p in segmenter.parameters() if p.requires_grad], lr=1e-2)
     assert not any(p.requires_grad for p in segmenter.encoder.parameters())  # frozen by default
     with torch.no_grad():
         vectors = segmenter.encode_sessions(sessions)  # a frozen encoder's vectors serve every step
     losses = []
     for _ in range(8):
-        loss = segmenter.loss(segmenter.logits_from_vectors(vectors), targets)
+        loss = boundary_label_loss(segmenter.logits_from_vectors(vectors), targets)
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()

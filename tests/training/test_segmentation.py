@@ -17,6 +17,7 @@ from memlab.stages.segment import BoundarySegmenter, FixedSpanSegmenter
 from memlab.training import load_recipe, load_recipe_config
 from memlab.training.segmentation import (
     boundary_f1,
+    boundary_label_loss,
     boundary_targets,
     evaluate_segmenter,
     labelled_positions,
@@ -197,7 +198,7 @@ def test_the_recipe_trains_saves_and_scores_against_the_baseline(three_conversat
     def loss() -> float:
         run.stage.eval()  # no dropout
         with torch.no_grad():
-            return run.stage.loss(run.stage.logits_from_vectors(run.vectors), run.targets).item()
+            return boundary_label_loss(run.stage.logits_from_vectors(run.vectors), run.labels).item()
 
     before = loss()
     recipe.train(run)

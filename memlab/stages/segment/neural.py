@@ -16,9 +16,16 @@ The whole session is one window (index 0), so unit ids are ``<conversation>/<ses
   one-layer bidirectional GRU reads a session's turn vectors in order; for every t >= 1 a small
   MLP over (context of turn t-1, context of turn t, cosine of the two turns' encoder vectors)
   gives the logit of p(boundary before turn t). Decoding (``decode_boundaries``): a boundary
-  wherever p > ``threshold``, and one forced where an event would otherwise grow past
+  wherever p > ``threshold`` (with ``peaks_only``, only where p is also a local maximum: labels
+  that place one boundary somewhere in a gap spread p over the gap's positions, and the likeliest
+  position stands for the gap), and one forced where an event would otherwise grow past
   ``max_span`` turns (default 10: the prompted segmenter's window, which no teacher event
   exceeds). No LM is involved: segmentation costs one encoder pass over the session's turns.
+* ``WindowBoundarySegmenter``: the same tagger with no recurrence: p(boundary before turn t)
+  reads only the turns around t (``window`` turns either side: their vectors, means and
+  cosines), so it cannot learn *where* in a session a boundary usually falls, only what the
+  text on both sides says. Trained on boundaries derived from LoCoMo's observation annotations
+  (``memlab.training.observation_boundaries``), or on the teacher's, by the same recipe.
 """
 
 from __future__ import annotations
@@ -58,14 +65,19 @@ def span_events(item: SegmentIn, boundaries: Sequence[int], max_people: int) -> 
     return tuple(units)
 
 
-def decode_boundaries(probabilities: Sequence[float], threshold: float, max_span: int | None) -> list[int]:
+def decode_boundaries(probabilities: Sequence[float], threshold: float, max_span: int | None,
+                      peaks_only: bool = False) -> list[int]:
     """Turn indices t >= 1 starting an event: ``probabilities[t - 1]`` (p(boundary before turn
-    t)) above ``threshold``, or the event begun at the last boundary already ``max_span`` turns
-    long (None: no limit). Left to right, so every event has at most ``max_span`` turns."""
+    t)) above ``threshold`` (and, with ``peaks_only``, at least its neighbours' p), or the event
+    begun at the last boundary already ``max_span`` turns long (None: no limit). Left to right,
+    so every event has at most ``max_span`` turns."""
     cuts: list[int] = []
     start = 0
+    last = len(probabilities)
     for t, p in enumerate(probabilities, start=1):
-        if p > threshold or (max_span is not None and t - start >= max_span):
+        peak = not peaks_only or (p >= (probabilities[t - 2] if t > 1 else 0.0)
+                                  and p >= (probabilities[t] if t < last else 0.0))
+        if (p > threshold and peak) or (max_span is not None and t - start >= max_span):
             cuts.append(t)
             start = t
     return cuts
@@ -109,9 +121,8 @@ class BoundarySegmenter(EncoderStage, SpanSegmenter):
 
     Training API: ``boundary_logits(sessions)`` (differentiable; per session a ``[n_turns - 1]``
     tensor, entry t-1 the logit of a boundary before turn t), the same from precomputed turn
-    vectors (``encode_sessions`` + ``logits_from_vectors``), ``loss(logits, targets, pos_weight,
-    masks)`` (binary cross-entropy over the masked-in positions of every session) and
-    ``predict_boundaries``.
+    vectors (``encode_sessions`` + ``logits_from_vectors``) and ``predict_boundaries``; the loss
+    over labels is ``memlab.training.segmentation.boundary_label_loss``.
     """
 
     def __init__(
@@ -124,11 +135,13 @@ class BoundarySegmenter(EncoderStage, SpanSegmenter):
         max_people: PositiveInt = 3,
         batch_size: PositiveInt = 64,
         device: str = "cpu",
+        peaks_only: bool = False,
     ) -> None:
         super().__init__()
         self.encoder = encoder
         self.context_size = context_size
         self.threshold = threshold
+        self.peaks_only = peaks_only
         self.max_span = max_span
         self.max_people = max_people
         self.batch_size = batch_size
@@ -179,29 +192,6 @@ class BoundarySegmenter(EncoderStage, SpanSegmenter):
             raise TypeError("BoundarySegmenter.boundary_logits takes a list of sessions, got one Session")
         return self.logits_from_vectors(self.encode_sessions(list(sessions)))
 
-    def loss(self, logits: list[torch.Tensor], targets: list[torch.Tensor],
-             pos_weight: float | None = None, masks: list[torch.Tensor] | None = None) -> torch.Tensor:
-        """Mean binary cross-entropy over the positions of every session; ``targets`` 0/1 per
-        position, shaped as ``logits``; ``pos_weight`` weighs the boundary positions (more
-        recall), as ``BCEWithLogitsLoss``'s; ``masks`` (0/1, shaped as ``targets``) keeps only
-        the positions the labels decide (None: all)."""
-        if len(logits) != len(targets) or (masks is not None and len(masks) != len(targets)):
-            raise ValueError(f"BoundarySegmenter.loss: {len(logits)} sessions of logits but {len(targets)} of targets"
-                             + ("" if masks is None else f" and {len(masks)} of masks"))
-        shapes = [(i, tuple(lg.shape), tuple(t.shape)) for i, (lg, t) in enumerate(zip(logits, targets))
-                  if lg.shape != t.shape or (masks is not None and masks[i].shape != t.shape)]
-        if shapes:
-            raise ValueError(f"BoundarySegmenter.loss: logits, targets and masks differ in shape (session, logits, "
-                             f"targets): {shapes[:3]}")
-        flat = torch.cat([lg.reshape(-1) for lg in logits]) if logits else torch.zeros(0, device=self.device)
-        if not flat.numel():  # nothing to decide (one-turn sessions): a zero that still backpropagates
-            return flat.sum()
-        gold = torch.cat([t.reshape(-1) for t in targets]).to(flat.device, flat.dtype)
-        weight = None if pos_weight is None else torch.tensor(float(pos_weight), device=flat.device, dtype=flat.dtype)
-        keep = torch.ones_like(flat) if masks is None else torch.cat([m.reshape(-1) for m in masks]).to(flat)
-        each = F.binary_cross_entropy_with_logits(flat, gold, pos_weight=weight, reduction="none")
-        return (each * keep).sum() / keep.sum().clamp(min=1.0)
-
     def boundary_probabilities(self, sessions: list[Session],
                                vectors: list[torch.Tensor] | None = None) -> list[list[float]]:
         """Per session, p(boundary before turn t) for t = 1 .. n-1 (eval mode, no gradient);
@@ -215,5 +205,61 @@ class BoundarySegmenter(EncoderStage, SpanSegmenter):
 
     def predict_boundaries(self, sessions: list[Session],
                            vectors: list[torch.Tensor] | None = None) -> list[list[int]]:
-        return [decode_boundaries(p, self.threshold, self.max_span)
+        return [decode_boundaries(p, self.threshold, self.max_span, self.peaks_only)
                 for p in self.boundary_probabilities(sessions, vectors)]
+
+
+class WindowBoundarySegmenter(BoundarySegmenter):
+    """Boundaries from the turns around each position only (module docstring): no recurrence
+    over the session, so the score of a position does not depend on how far into the session
+    it lies (the BiGRU tagger learnt exactly that from the 10-turn-window teacher).
+
+    For position t (a boundary before turn t), with the turn vectors v projected to
+    ``context_size`` (u = W v): u[t-1], u[t], the projected means of the ``window`` turns before
+    and from t (clipped at the session's edges), their elementwise products, and the cosines
+    of v[t-1], v[t] and of the two windows' mean vectors; a small MLP gives the logit.
+    Everything else (training API, decoding, saving) is ``BoundarySegmenter``'s; ``peaks_only``
+    defaults to True, the decoding for gap labels.
+    """
+
+    def __init__(self, encoder: TextEncoder, window: PositiveInt = 3, context_size: PositiveInt = 128,
+                 dropout: Annotated[float, Range(0, 1, open_max=True)] = 0.1, threshold: UnitFloat = 0.5,
+                 max_span: PositiveInt | None = 10, max_people: PositiveInt = 3, batch_size: PositiveInt = 64,
+                 device: str = "cpu", peaks_only: bool = True) -> None:
+        super().__init__(encoder, context_size, dropout, threshold, max_span, max_people, batch_size, device,
+                         peaks_only)
+        self.window = window
+        self.project: nn.Linear | None = None
+
+    def _build_heads(self, hidden_size: int) -> None:
+        self.project = nn.Linear(hidden_size, self.context_size)
+        self.head = nn.Sequential(nn.Linear(6 * self.context_size + 2, self.context_size), nn.GELU(),
+                                  nn.Dropout(self.dropout), nn.Linear(self.context_size, 1))
+
+    def window_means(self, vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per position t = 1 .. n-1, the mean vector of turns [t - window, t) and of [t, t + window)."""
+        n = len(vectors)
+        sums = torch.cat([torch.zeros_like(vectors[:1]), vectors.cumsum(0)])  # sums[i] = sum of vectors[:i]
+        t = torch.arange(1, n, device=vectors.device)
+        left_start = (t - self.window).clamp(min=0)
+        right_end = (t + self.window).clamp(max=n)
+        left = (sums[t] - sums[left_start]) / (t - left_start).unsqueeze(-1)
+        right = (sums[right_end] - sums[t]) / (right_end - t).unsqueeze(-1)
+        return left, right
+
+    def logits_from_vectors(self, vectors: list[torch.Tensor]) -> list[torch.Tensor]:
+        self.warm_up()
+        out: list[torch.Tensor] = []
+        for v in vectors:
+            v = v.to(self.device)
+            if len(v) < 2:  # one turn: no position to decide
+                out.append(torch.zeros(0, device=self.device))
+                continue
+            left, right = self.window_means(v)
+            u = self.project(self.input_dropout(v))
+            left_u, right_u = self.project(self.input_dropout(left)), self.project(self.input_dropout(right))
+            features = torch.cat([u[:-1], u[1:], u[:-1] * u[1:], left_u, right_u, left_u * right_u,
+                                  F.cosine_similarity(v[:-1], v[1:], dim=-1).unsqueeze(-1),
+                                  F.cosine_similarity(left, right, dim=-1).unsqueeze(-1)], dim=-1)
+            out.append(self.head(features).squeeze(-1))
+        return out
