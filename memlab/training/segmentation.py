@@ -82,16 +82,6 @@ def session_boundaries(session: Session, units: Sequence[MemoryUnit]) -> list[in
     return [t for t in range(1, len(events)) if events[t] != events[t - 1]]
 
 
-def boundary_targets(boundaries: Sequence[int], n_turns: int) -> torch.Tensor:
-    """0/1 per position t = 1 .. n_turns-1 (``BoundarySegmenter``'s logits' shape)."""
-    targets = torch.zeros(max(n_turns - 1, 0))
-    for t in boundaries:
-        if not 0 < t < n_turns:
-            raise ValueError(f"boundary {t} is outside the turns 1 .. {n_turns - 1}")
-        targets[t - 1] = 1.0
-    return targets
-
-
 def labelled_positions(teacher: "TeacherSession") -> list[int]:
     """The positions t >= 1 the teacher decided (module docstring): turns t-1 and t in one call's
     window, that call gave a grounded (not extractive) event, and one of the turns is in one."""

@@ -16,9 +16,9 @@ from memlab.stage import Stage
 from memlab.stages.segment import BoundarySegmenter, FixedSpanSegmenter
 from memlab.training import load_recipe, load_recipe_config
 from memlab.training.segmentation import (
+    BoundaryLabels,
     boundary_f1,
     boundary_label_loss,
-    boundary_targets,
     evaluate_segmenter,
     labelled_positions,
     mean_event_length,
@@ -64,9 +64,7 @@ def test_a_turns_event_is_the_first_claiming_it_and_boundaries_follow_changes():
     t = teacher([event(0, 1, 2, 5, 6), event(1, 3, 4)], n=6)
     assert session_boundaries(t.session, t.events) == [2, 4]
     assert session_boundaries(session(1), [event(0, 1)]) == [] and session_boundaries(session(3), []) == []
-    assert boundary_targets([2, 4], 6).tolist() == [0, 1, 0, 1, 0]
-    with pytest.raises(ValueError, match="outside"):
-        boundary_targets([6], 6)
+    assert BoundaryLabels.exact([2, 4], range(1, 6)) == BoundaryLabels(zeros=(1, 3, 5), gaps=((2, 2), (4, 4)))
 
 
 def test_boundary_f1_is_micro_over_sessions():
