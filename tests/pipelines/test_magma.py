@@ -318,3 +318,30 @@ def test_the_runner_releases_the_memory_and_records_how_it_changed(tmp_path):
     stats = metrics["memory"]["c1"]
     assert stats["before_answering"]["backlog"] == 12 and stats["backlog"] == 0
     assert stats["causal_edges"] == 2 and stats["before_answering"]["causal_edges"] == 0
+
+
+def test_a_multi_turn_event_carries_its_participants_as_speaker():
+    from memlab.pipelines.magma.memory import event_speaker
+    from memlab.types import MemoryUnit
+
+    turn = MemoryUnit(id="t", text="Ann: hi", source_ids=("D1:1",), speaker="Ann")
+    span = MemoryUnit(id="e", text="Ann: hi Bob: hello", source_ids=("D1:1", "D1:2"),
+                      attributes={"participants": ["Ann", "Bob"]})
+    assert event_speaker(turn) == "Ann" and event_speaker(span) == "Ann, Bob"
+    assert event_speaker(MemoryUnit(id="x", text="...", source_ids=())) is None
+
+
+def test_the_trained_causal_config_forms_causal_edges_with_no_llm_call(tmp_path):
+    from memlab.stages.consolidate import ClassifierCausalConsolidator
+    from tests.eval_scripts import eval_script
+
+    config = REPO / "configs/ablations/magma_trained_causal.yaml"
+    pipeline, _, _ = build_pipeline(config, [])
+    assert isinstance(pipeline.consolidator, ClassifierCausalConsolidator)
+    out = tmp_path / "links.jsonl"
+    code = eval_script("causal_links").main([str(config), "event_extractor=null", "edge_types=[temporal,causal,semantic]",
+                                             "--data", str(REPO / "memlab/data/samples/sample_locomo.json"),
+                                             "--conversations", "sample-1", "--out", str(out)])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert code == 0 and rows and all(row["hand_checked_causal"] is None for row in rows)
+    assert all(row["cause"] != row["effect"] and row["score"] > 0.5 for row in rows)

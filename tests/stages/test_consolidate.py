@@ -84,3 +84,44 @@ def test_hops_order_keeps_the_given_neighbour_order():
     assert "[1] (1 April 2023) Tomas: I signed up" in content and "[2] (2 May 2023)" in content
     with pytest.raises(ValueError, match="order"):
         PromptedCausalConsolidator(ReplayLM([]), order="random")
+
+
+# -- the trained stand-in: ClassifierCausalConsolidator ----------------------------------------
+def causal_classifier(causal_bias: float) -> "PairRelationClassifier":
+    """A relation classifier whose head ignores the text: every pair is ``causal`` with the
+    probability the bias gives (against ``none`` at 0), every other label far less likely."""
+    import torch
+
+    from memlab.stages.encoder import TextEncoder
+    from memlab.stages.relate.neural import PairRelationClassifier
+
+    classifier = PairRelationClassifier(TextEncoder(max_length=16, frozen=True), batch_size=8)
+    classifier.warm_up()
+    with torch.no_grad():
+        classifier.head.weight.zero_()
+        classifier.head.bias.fill_(-20.0)
+        classifier.head.bias[classifier.labels.index("causal")] = causal_bias
+        classifier.head.bias[classifier.labels.index("none")] = 0.0
+    return classifier
+
+
+def test_the_classifier_consolidator_links_earlier_neighbours_as_causes_above_its_threshold():
+    from memlab.stages.consolidate import ClassifierCausalConsolidator
+
+    day = lambda d: datetime(2023, 5, d)  # noqa: E731
+    new = EventRef("e9", "Ann missed her interview.", day(9))
+    neighbours = tuple(EventRef(f"e{i}", f"Ann's car broke down ({i}).", day(i)) for i in range(1, 6))
+    later = EventRef("e10", "A later event.", day(10))  # not before the new event: never its cause
+    likely = ClassifierCausalConsolidator(causal_classifier(2.0), max_links=2)  # p(causal) ~ 0.88
+    out = likely.run_one(ConsolidateIn(new, (later, *neighbours)))
+    assert [(link.cause, link.effect) for link in out.links] == [("e1", "e9"), ("e2", "e9")]
+    assert all(link.score == pytest.approx(0.8808, abs=1e-3) for link in out.links) and out.error is None
+    unlikely = ClassifierCausalConsolidator(causal_classifier(-2.0))  # p(causal) ~ 0.12
+    assert unlikely.run_one(ConsolidateIn(new, neighbours)).links == ()
+    narrow = ClassifierCausalConsolidator(causal_classifier(2.0), causal_labels=["motivation"])
+    assert narrow.run_one(ConsolidateIn(new, neighbours)).links == ()  # only causal is likely
+    assert ClassifierCausalConsolidator(causal_classifier(2.0)).run_one(ConsolidateIn(new, ())).links == ()
+    with pytest.raises(ValueError, match="causal_labels"):
+        ClassifierCausalConsolidator(causal_classifier(0.0), causal_labels=["because"])
+    with pytest.raises(TypeError, match="PairRelationClassifier"):
+        ClassifierCausalConsolidator(object())

@@ -3,7 +3,8 @@ evolution (MAGMA 3.2 and 3.4).
 
 * **Event nodes** ``<content, timestamp, embedding, attributes>`` (Eq. 3): one per segment
   (a turn by default); the content is the segment's text with its relative dates resolved in
-  code; the provenance is the segment's turn ids; the attributes are filled by the slow path
+  code; the provenance is the segment's turn ids; the speaker is the turn's, or a multi-turn
+  event's participants (``event_speaker``); the attributes are filled by the slow path
   (appendix C.1's extraction).
 * **Edge spaces** on one ``MemoryGraph``: ``temporal`` (the immutable chain n_{t-1} -> n_t, in
   ingestion order, which is time order for a conversation), ``semantic`` (undirected, cosine
@@ -59,6 +60,13 @@ FORMAT_VERSION = 1
 _STOP = object()
 
 
+def event_speaker(segment: MemoryUnit) -> str | None:
+    """Who speaks in ``segment``: its speaker (a turn), else its participants joined (a
+    multi-turn event from an event segmenter: C.1's prompt names a speaker, never a blank)."""
+    participants = segment.attributes.get("participants") or ()
+    return segment.speaker or (", ".join(participants) if participants else None)
+
+
 class MagmaMemory:
     """The multigraph, the event index and the consolidation worker of one conversation."""
 
@@ -107,7 +115,7 @@ class MagmaMemory:
             content = annotate(content, mentions)
         unit = MemoryUnit(
             id=segment.id, text=content, source_ids=segment.source_ids, timestamp=segment.timestamp,
-            kind="event", speaker=segment.speaker, attributes=dict(segment.attributes),
+            kind="event", speaker=event_speaker(segment), attributes=dict(segment.attributes),
         )
         self.index.add([unit])
         self._sequence[unit.id] = len(self._sequence)  # before the node exists in the graph

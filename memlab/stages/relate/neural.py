@@ -169,6 +169,14 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
             class_weights = class_weights.to(logits.device, logits.dtype)
         return F.cross_entropy(logits, targets.to(logits.device, torch.long), weight=class_weights)
 
+    def label_probabilities(self, pairs: Sequence[tuple[str, str]], distances: Sequence[int]) -> torch.Tensor:
+        """Probabilities ``[len(pairs), len(labels)]`` of each label (``labels`` order) per pair
+        (``distances`` as ``pair_logits``'), in eval mode, no gradient."""
+        if not pairs:
+            return torch.zeros(0, len(self.labels))
+        with self.inference():
+            return self.pair_logits(pairs, distances).float().softmax(-1)
+
     def predict(self, pairs: Sequence[tuple[str, str]], distances: Sequence[int]) -> list[tuple[str, float]]:
         """(label, probability of being related) per pair (``distances`` as ``pair_logits``'):
         the most probable relation label when that probability exceeds ``relation_threshold``,
@@ -176,8 +184,8 @@ class PairRelationClassifier(EncoderStage, RelationExtractor):
         if not pairs:  # nothing to classify: no reason to load the encoder
             return []
         none = self.labels.index(NO_RELATION)
-        with self.inference():
-            probabilities = self.pair_logits(pairs, distances).float().softmax(-1)
+        probabilities = self.label_probabilities(pairs, distances)
+        with torch.inference_mode():
             related = 1.0 - probabilities[:, none]
             index = probabilities.masked_fill(torch.arange(len(self.labels), device=probabilities.device) == none, -1.0).argmax(-1)
         return [(self.labels[i] if p > self.relation_threshold else NO_RELATION, p)
