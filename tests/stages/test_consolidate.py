@@ -4,8 +4,11 @@ import json
 from datetime import datetime
 
 import pytest
+import torch
 
 from memlab.stages.consolidate import ConsolidateIn, EventRef, PromptedCausalConsolidator, PromptedCausalVerdicts
+from memlab.stages.encoder import TextEncoder
+from memlab.stages.relate.neural import PairRelationClassifier
 from tests.fakes import ReplayLM
 
 NEW = EventRef("e3", "Tomas: I sprained my ankle, so I skipped the race.", datetime(2023, 5, 3))
@@ -87,14 +90,9 @@ def test_hops_order_keeps_the_given_neighbour_order():
 
 
 # -- the trained stand-in: ClassifierCausalConsolidator ----------------------------------------
-def causal_classifier(causal_bias: float) -> "PairRelationClassifier":
+def causal_classifier(causal_bias: float) -> PairRelationClassifier:
     """A relation classifier whose head ignores the text: every pair is ``causal`` with the
     probability the bias gives (against ``none`` at 0), every other label far less likely."""
-    import torch
-
-    from memlab.stages.encoder import TextEncoder
-    from memlab.stages.relate.neural import PairRelationClassifier
-
     classifier = PairRelationClassifier(TextEncoder(max_length=16, frozen=True), batch_size=8)
     classifier.warm_up()
     with torch.no_grad():
