@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import datasets
 import numpy as np
 
+from memlab.embed.similarity import cross_group_percentile, unit_rows
 from memlab.training.segmentation import BoundaryLabels
 
 if TYPE_CHECKING:
@@ -62,19 +63,6 @@ def without_names(text: str, names: Sequence[str]) -> str:
     for name in names:
         text = re.sub(rf"\b{re.escape(name)}(?:'s)?\b", " ", text)
     return " ".join(text.split())
-
-
-def conversation_threshold(vectors: np.ndarray, sessions: Sequence[str], percentile: float) -> float:
-    """The ``percentile`` of the cosines between observations of different sessions (unit
-    ``vectors``, ``sessions`` naming each one's session); a conversation of one session has no
-    such pair and is an error."""
-    similarity = vectors @ vectors.T
-    labels = np.asarray(sessions)
-    upper = np.triu(np.ones(len(labels), dtype=bool), k=1)
-    cross = similarity[upper & (labels[:, None] != labels[None, :])]
-    if not cross.size:
-        raise ValueError("observation labels: the conversation needs observations in two sessions to calibrate")
-    return float(np.percentile(cross, percentile))
 
 
 def session_labels(session: "Session", anchors: Sequence[tuple[int, int]], similarity: np.ndarray,
@@ -129,9 +117,8 @@ def observation_labels(conversation: "Conversation", embedder: "Embedder",
                              without_names(observation.text, conversation.speakers)))
     if len({row[0] for row in rows}) < 2:
         return {}
-    vectors = np.asarray(embedder.encode([row[2] for row in rows]), dtype=np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
-    threshold = conversation_threshold(vectors, [row[0] for row in rows], percentile)
+    vectors = unit_rows(embedder.encode([row[2] for row in rows]))
+    threshold = cross_group_percentile(vectors, [row[0] for row in rows], percentile)
     labels = {}
     for session_id in dict.fromkeys(row[0] for row in rows):
         members = [i for i, row in enumerate(rows) if row[0] == session_id]

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from memlab.embed.base import Embedder
+from memlab.embed.similarity import cross_group_percentile
 from memlab.stage import Stage
 from memlab.stages.encoder import TextEncoder
 from memlab.stages.segment import WindowBoundarySegmenter
 from memlab.stages.segment.neural import decode_boundaries
 from memlab.training import load_recipe
 from memlab.training.observation_boundaries import (
-    conversation_threshold,
     observation_labels,
     session_labels,
     without_names,
@@ -89,8 +89,8 @@ def test_observation_labels_calibrate_on_cross_session_pairs_and_drop_names():
     assert labels["session_2"] == BoundaryLabels(zeros=(1, 2, 5), gaps=((3, 4),))
     assert observation_labels(Conversation("c", ("Ann",), sessions[:1], annotations=annotations[:1]),
                               TopicEmbedder()) == {}  # one session: nothing to calibrate on
-    with pytest.raises(ValueError, match="two sessions"):
-        conversation_threshold(np.eye(2), ["s1", "s1"], 90)
+    with pytest.raises(ValueError, match="two groups"):
+        cross_group_percentile(np.eye(2), ["s1", "s1"], 90)
 
 
 def test_the_gap_loss_is_the_probability_of_exactly_one_boundary():
