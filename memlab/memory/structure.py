@@ -43,8 +43,10 @@ def provenance_of(unit: MemoryUnit) -> str:
 def span_structure(units: Sequence[MemoryUnit], noun: str) -> dict[str, Any]:
     """Units as spans of turns: how many, their mean turns, the share of single turns, and
     how their turns were found (``cited_provenance_share``: stated by the stage that made them;
-    ``guessed_provenance_share``, ``filled_provenance_share``)."""
+    ``guessed_provenance_share``, ``filled_provenance_share``; ``attached_turn_share``: of all
+    their turns, those joined to a stated unit without being cited, ``attributes["attached_turns"]``)."""
     provenance = [provenance_of(u) for u in units]
+    turns = sum(len(u.source_ids) for u in units)
     return {
         f"{noun}s": len(units),
         f"mean_turns_per_{noun}": mean(len(u.source_ids) for u in units),
@@ -52,6 +54,7 @@ def span_structure(units: Sequence[MemoryUnit], noun: str) -> dict[str, Any]:
         "cited_provenance_share": share(provenance.count(STATED), len(units)),
         "guessed_provenance_share": share(provenance.count(GUESSED), len(units)),
         "filled_provenance_share": share(provenance.count(FILLED), len(units)),
+        "attached_turn_share": share(sum(len(u.attributes.get("attached_turns", ())) for u in units), turns),
         "sessions": len({session_of(u) for u in units} - {None}),
     }
 

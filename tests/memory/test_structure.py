@@ -44,6 +44,7 @@ def test_compassmem_structure_counts_edges_across_sessions_turns_and_provenance(
     assert structure["mean_turns_per_event"] == 2.0 and structure["single_turn_event_share"] == 0.25
     assert structure["cited_provenance_share"] == 0.5  # "stated" and no attribute: a turn span
     assert structure["guessed_provenance_share"] == 0.25 and structure["filled_provenance_share"] == 0.25
+    assert structure["attached_turn_share"] == 0.0
     assert structure["relation_edges"] == 2 and structure["relation_edges_per_event"] == 0.5
     assert structure["cross_session_edges"] == 1 and structure["cross_session_edge_share"] == 0.5
     assert structure["largest_component_share"] == 0.75  # a-b-c joined, d alone

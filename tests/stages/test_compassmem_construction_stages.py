@@ -50,6 +50,20 @@ def test_turns_no_event_claims_become_extractive_events():
     assert [u.attributes["provenance"] for u in out.units] == ["stated", "filled"]
 
 
+def test_with_attach_unclaimed_turns_join_the_event_before_them_or_else_after():
+    # D1:1 (before the first event) joins it; D1:4-5 (after the second) join the second
+    _, out = segment(events((["D1:2"], "Bob asked what breed Rex is.", ["Bob"]),
+                            (["D1:3"], "Rex is a beagle who chews shoes.", ["Ann"])), uncovered="attach")
+    assert [u.source_ids for u in out.units] == [("D1:1", "D1:2"), ("D1:3", "D1:4", "D1:5")]
+    assert [u.attributes.get("attached_turns") for u in out.units] == [["D1:1"], ["D1:4", "D1:5"]]
+    assert [u.attributes["provenance"] for u in out.units] == ["stated", "stated"]
+    assert not any(u.attributes["extractive"] for u in out.units)
+    # a window with no event (a failed call) still becomes extractive spans: nothing to attach to
+    _, failed = segment("not json", "still not json", uncovered="attach")
+    assert all(u.attributes["provenance"] == "filled" for u in failed.units)
+    assert [t for u in failed.units for t in u.source_ids] == [t.id for t in TURNS]
+
+
 def test_the_schema_requires_every_event_to_cite_a_turn_of_the_window():
     stage, _ = segment(events((["D1:1"], "Ann adopted a puppy named Rex.", ["Ann"])))
     schema = stage.lm.requests[0].json_schema["properties"]["events"]["items"]["properties"]["turns"]

@@ -24,8 +24,13 @@ characters. Adaptations for small local models, none of which changes what an ev
   repeated) is a ``ParseError``, retried, and then the distinct events of the looping reply
   are kept (counted failure).
 * Runs of turns no event claims (a window whose call failed for good: all of them) become
-  extractive events of at most ``uncovered_span`` turns (``attributes["extractive"]``), so
-  no turn is lost from memory.
+  extractive events of at most ``uncovered_span`` turns (``attributes["extractive"]``,
+  provenance ``filled``), so no turn is lost from memory. With ``uncovered: attach``, a run in a
+  window that has events joins the event claiming the turn before it (else after it) instead:
+  the model's events keep their cited turns, and the joined ones are listed in
+  ``attributes["attached_turns"]`` (the 1.5B model cites about two turns an event and leaves
+  the rest, so "events" made 58% of conv-26's first events filled-in spans; BENCHMARKS.md,
+  "Issue 40").
 
 Each event becomes a ``MemoryUnit`` of kind ``event``: ``text`` is the summary (what is
 embedded and shown), ``source_ids`` the event's turns (its span o), ``timestamp`` the session
@@ -38,6 +43,8 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
+from typing import Literal
 
 from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
@@ -98,24 +105,51 @@ def extractive_summary(turns: tuple[Turn, ...]) -> str:
     return " ".join(turn.render() for turn in turns)
 
 
-def with_uncovered_turns(window: TurnWindow, events: list[MemoryUnit], span: int, max_people: int) -> list[MemoryUnit]:
-    """``events`` plus extractive events (at most ``span`` turns each) for the runs of the
-    window's turns no event claims, in turn order: no turn is lost from memory."""
+def with_uncovered_turns(window: TurnWindow, events: list[MemoryUnit], span: int, max_people: int,
+                         attach: bool = False) -> list[MemoryUnit]:
+    """``events`` plus the runs of the window's turns no event claims, in turn order: no turn is
+    lost from memory. Each run becomes extractive events of at most ``span`` turns, or, with
+    ``attach`` and some event in the window, joins the event that claims the turn before it (else
+    the one after it), listed in that event's ``attributes["attached_turns"]``."""
     claimed = {turn_id for unit in events for turn_id in unit.source_ids}
     runs: list[list[Turn]] = []
     for i, turn in enumerate(window.turns):
         if turn.id in claimed:
             continue
-        if runs and runs[-1][-1] is window.turns[i - 1] and len(runs[-1]) < span:
+        if runs and runs[-1][-1] is window.turns[i - 1] and (attach or len(runs[-1]) < span):
             runs[-1].append(turn)
         else:
             runs.append([turn])
+    order = {turn.id: i for i, turn in enumerate(window.turns)}
+    if attach and events:
+        return attached(window, events, runs, order)
     extra = [event_unit(window, len(events) + n, extractive_summary(tuple(run)), tuple(t.id for t in run),
                         speakers_of(tuple(run), tuple(t.id for t in run), max_people), extractive=True,
                         provenance=FILLED)
              for n, run in enumerate(runs)]
-    order = {turn.id: i for i, turn in enumerate(window.turns)}
     return sorted(events + extra, key=lambda u: min(order[t] for t in u.source_ids))
+
+
+def attached(window: TurnWindow, events: list[MemoryUnit], runs: list[list[Turn]], order: dict[str, int]
+             ) -> list[MemoryUnit]:
+    """``events`` with each unclaimed run joined to the event owning the turn before it (the
+    first event claiming it), or, for a run opening the window, the turn after it."""
+    owner = {}
+    for n, unit in enumerate(events):
+        for turn_id in unit.source_ids:
+            owner.setdefault(turn_id, n)
+    extra: dict[int, list[str]] = {}
+    for run in runs:
+        first, last = order[run[0].id], order[run[-1].id]
+        neighbour = window.turns[first - 1].id if first > 0 else window.turns[last + 1].id
+        extra.setdefault(owner[neighbour], []).extend(turn.id for turn in run)
+    joined = []
+    for n, unit in enumerate(events):
+        if n in extra:
+            turns = tuple(sorted((*unit.source_ids, *extra[n]), key=order.get))
+            unit = replace(unit, source_ids=turns, attributes={**unit.attributes, "attached_turns": extra[n]})
+        joined.append(unit)
+    return sorted(joined, key=lambda u: min(order[t] for t in u.source_ids))
 
 
 def speakers_of(turns: tuple[Turn, ...], sources: tuple[str, ...], limit: int) -> tuple[str, ...]:
@@ -137,6 +171,7 @@ class PromptedEventSegmenter(PromptedStage, Segmenter):
         max_tokens: PositiveInt = 1024,
         loop_repeats: PositiveInt = 3,
         uncovered_span: PositiveInt = 3,
+        uncovered: Literal["events", "attach"] = "events",
         cite_turns: bool = True,
         temperature: NonNegativeFloat = 0.0,
         normalizer: TemporalNormalizer | None = None,
@@ -150,6 +185,7 @@ class PromptedEventSegmenter(PromptedStage, Segmenter):
         self.max_chars_per_call = max_chars_per_call
         self.loop_repeats = loop_repeats
         self.uncovered_span = uncovered_span
+        self.uncovered = uncovered
         self.cite_turns = cite_turns
         self.normalizer = normalizer
         self.schema = event_schema(max_events, max_people)
@@ -164,7 +200,8 @@ class PromptedEventSegmenter(PromptedStage, Segmenter):
         units: list[list[MemoryUnit]] = [[] for _ in batch]
         errors: list[str | None] = [None] * len(batch)
         for (i, window), (found, error) in zip(windows, results):
-            units[i].extend(with_uncovered_turns(window, found, self.uncovered_span, self.max_people))
+            units[i].extend(with_uncovered_turns(window, found, self.uncovered_span, self.max_people,
+                                                 attach=self.uncovered == "attach"))
             errors[i] = error or errors[i]
         return [SegmentOut(tuple(u), e) for u, e in zip(units, errors)]
 
