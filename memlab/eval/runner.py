@@ -322,6 +322,7 @@ def run_benchmark(
             "build_errors": build_errors,
             "memory_save_errors": save_errors,
             "memory": memory_stats,
+            "search": pipeline.search_statistics([row["trace"] for row in rows if row.get("trace")]),
             "stopped": stopped,
             "training_overlap": training_overlap(pipeline, conversations),
         },

@@ -28,6 +28,9 @@ Contract
   ``structure`` block included: ``memory_structure(memory)``, the shape of what formed, from the
   memory alone with no model call (``memlab.memory.structure``; ``degenerate`` lists what did
   not form). Memories with a ``structure()`` give theirs; a pipeline adds what only it knows.
+* ``search_statistics(traces)`` summarises how the search went over a run's answered questions
+  (each one's ``Answer.trace.steps``) for ``metrics.json["search"]``; {} where a pipeline has
+  nothing to report (CompassMem gives its appendix Table 4 statistics).
 * ``release(memory)`` is called once the memory's questions are answered; a memory that still
   works in the background (MAGMA's consolidation worker) finishes and stops there.
 * ``save_memory(memory, folder)`` / ``load_memory(folder)`` write a built memory through the
@@ -112,6 +115,10 @@ class Pipeline(CheckedArguments, nn.Module):
         """The shape of what formed in ``memory`` (contract above); {} for a memory that has none."""
         structure = getattr(memory, "structure", None)
         return dict(structure()) if callable(structure) else {}
+
+    def search_statistics(self, traces: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        """How the search went over the answered questions' ``traces`` (contract above); {} by default."""
+        return {}
 
     def release(self, memory: Any) -> None:
         """Done with ``memory`` (contract above); nothing to do for memories without background work."""

@@ -267,7 +267,7 @@ def test_config_and_each_ablation_run_on_the_sample(config, minilm, monkeypatch)
     from memlab.config import build_pipeline
     from memlab.data import load_sample
 
-    assert len(ABLATIONS) == 5
+    assert len(ABLATIONS) == 6  # the five of Figure 4 and the EmbeddingGemma swap
     script = Script(action="EXPAND", satisfy="[1]")
     cm = _with_lm(build_pipeline(config)[0], ReplayLM(script))
     cm.embedder = minilm
@@ -277,6 +277,9 @@ def test_config_and_each_ablation_run_on_the_sample(config, minilm, monkeypatch)
     assert memory.events() and all(set(memory.unit(e).source_ids) <= turn_ids for e in memory.events())
     answers = cm.answer_many(memory, [q.as_query() for q in sample.questions[:2]])
     assert all(a.retrieved and isinstance(a.text, str) for a in answers)
+    table4 = cm.search_statistics([a.trace.steps for a in answers])  # appendix Table 4, for metrics.json
+    assert table4["questions"] == 2 and table4["mean_steps"] >= 0 and 0 <= table4["refined_share"] <= 1
+    assert set(table4) >= {"mean_kept", "mean_initial_nodes", "fully_satisfied_share", "actions"}
     name = config.stem
     assert ("plan" in script.kinds) == (name != "compassmem_no_subgoals")
     assert ("relate" in script.kinds) == (name not in ("compassmem_no_relations",))
@@ -336,3 +339,16 @@ def test_search_statistics_aggregate_like_table_4(minilm, tmp_path, capsys):
                                               (next(x for x in a.trace.steps if x["step"] == "search") for a in answers))
     (tmp_path / "predictions.jsonl").write_text(json.dumps({"trace": []}))
     assert stats_script.main([str(tmp_path)]) == 2
+
+
+def test_table4_statistics_average_the_per_question_search():
+    from memlab.pipelines.compassmem.search import table4_statistics
+
+    stats = [{"steps": 6, "refinements": 1, "kept": 3, "initial_nodes": 5, "satisfaction": 1.0, "fully_satisfied": True,
+              "actions": {"EXPAND": 2, "SKIP": 4}},
+             {"steps": 9, "refinements": 0, "kept": 2, "initial_nodes": 4, "satisfaction": 0.5, "fully_satisfied": False,
+              "actions": {"SKIP": 9}}]
+    assert table4_statistics(stats) == {
+        "questions": 2, "mean_steps": 7.5, "refined_share": 0.5, "mean_kept": 2.5, "mean_initial_nodes": 4.5,
+        "mean_satisfaction": 0.75, "fully_satisfied_share": 0.5, "actions": {"EXPAND": 2, "SKIP": 13}}
+    assert table4_statistics([]) == {}

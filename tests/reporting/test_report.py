@@ -153,3 +153,8 @@ def test_the_report_shows_each_memorys_structure_and_flags_a_degenerate_one(tmp_
     (run / "metrics.json").write_text(json.dumps(metrics))
     markdown = (write_report([run], tmp_path / "report").parent / "report.md").read_text()
     assert "| DEGENERATE: no relation edge crosses sessions |" in markdown
+    assert metrics["search"] == {} and "Search statistics" not in markdown  # rag_turns has no search to report
+    metrics["search"] = {"questions": 2, "mean_steps": 7.5, "refined_share": 0.5, "actions": {"SKIP": 3}}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    markdown = (write_report([run], tmp_path / "report").parent / "report.md").read_text()
+    assert "| rag | questions=2; mean_steps=7.500; refined_share=0.500; actions={'SKIP': 3} |" in markdown

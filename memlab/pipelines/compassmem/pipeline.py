@@ -35,7 +35,7 @@ from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
 from memlab.embed.base import Embedder
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline, dated_text
 from memlab.pipelines.compassmem.memory import EventMemory, event_view
-from memlab.pipelines.compassmem.search import Search, explore
+from memlab.pipelines.compassmem.search import Search, explore, table4_statistics
 from memlab.pipelines.compassmem.topics import TopicLayer
 from memlab.stages.answer import Answerer, AnswerIn
 from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
@@ -195,6 +195,12 @@ class CompassMem(Pipeline):
         return decisions
 
     # -- search --------------------------------------------------------------------------
+    def search_statistics(self, traces: list[list[dict]]) -> dict:
+        """Appendix Table 4 over the answered questions (``table4_statistics``), from each
+        trace's ``search`` step."""
+        return table4_statistics([{k: v for k, v in step.items() if k != "step"}
+                                  for steps in traces for step in steps if step.get("step") == "search"])
+
     def search(self, memory: EventMemory, query: Query) -> tuple[Search, list[Retrieved]]:
         search = explore(self, memory, query)
         order = list(search.kept) + [i for i in search.initial if i not in search.kept]
