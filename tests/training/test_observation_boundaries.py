@@ -177,3 +177,18 @@ def test_the_recipe_trains_on_observations_and_scores_against_both(annotated_con
     assert isinstance(loaded, WindowBoundarySegmenter) and loaded.peaks_only
     assert loaded.threshold == summary["threshold"]["threshold"]
     assert all(a <= b for a, b in itertools.pairwise([0.05, loaded.threshold, 0.9]))
+
+
+def test_fusion_links_are_scored_against_the_observations(annotated_conversations, capsys):
+    from tests.eval_scripts import eval_script
+
+    script = eval_script("fusion_vs_observations")
+    config = str(Path(__file__).resolve().parents[2] / "configs/pipelines/compassmem_trained_construction.yaml")
+    assert script.main([config, "--data", str(annotated_conversations), "--conversations", "tiny-c"]) == 0
+    pooled = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert pooled["conversation"] == "pooled" and pooled["pairs"] > 0
+    assert 0 <= pooled["related"] <= pooled["pairs"] and pooled["linked_related"] <= pooled["linked"]
+    assert script.summary({"pairs": 4, "related": 2, "linked": 3, "linked_related": 1}) == {
+        "pairs": 4, "related": 2, "linked": 3, "linked_related": 1, "base_rate": 0.5, "precision": 0.333, "recall": 0.5}
+    sample = str(Path(__file__).resolve().parents[2] / "memlab/data/samples/sample_locomo.json")
+    assert script.main([config, "--data", sample, "--conversations", "sample-1"]) == 2  # no observations
