@@ -25,7 +25,8 @@ head trains.
 
 A part (train, validation, evaluation) with no cached teacher session is refused: the
 prompted CompassMem build must have run on those conversations first (its calls are in the
-response cache). Sessions with no labelled position (every call failed) are left out.
+response cache). With ``labels: observations`` only the evaluation part needs the teacher, and a
+part whose conversations carry no observation is refused. Sessions with no labelled position (every call failed) are left out.
 
 Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision``, ``progress`` (a progress bar), ``data {path, eval_ids, validation_ids,
