@@ -24,40 +24,24 @@ import sys
 import numpy as np
 
 from memlab.config import build_pipeline
-from memlab.data import DataError
-from memlab.data.select import load_conversations
 from memlab.embed.similarity import nearest_earlier_similarities, percentile_of, value_at
-from memlab.stage import trained_conversations
+from memlab.eval.scripting import ScriptError, add_build_arguments, pipeline_and_conversations
 from memlab.stages.segment import SegmentIn
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("config")
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--conversations", required=True, help="comma-separated conversation ids")
-    parser.add_argument("--sessions", type=int, help="only the first N sessions of each conversation")
+    add_build_arguments(parser)
     parser.add_argument("--events-from", help="the config whose segmenter makes the events (default: CONFIG)")
     parser.add_argument("--percentile", type=float, help="also print the cosine at this percentile (0-100)")
-    parser.add_argument("--allow-training-overlap", action="store_true",
-                        help="calibrate on conversations a trained stage of the config learnt from")
-    parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
-    pipeline, _, _ = build_pipeline(args.config, args.overrides)
-    segmenter = build_pipeline(args.events_from, [])[0].segmenter if args.events_from else pipeline.segmenter
-    ids = args.conversations.split(",")
-    learnt = {i for stage in (pipeline, segmenter) for found in trained_conversations(stage).values() for i in found}
-    overlap = sorted(learnt & set(ids))
-    if overlap and not args.allow_training_overlap:
-        print(f"error: a trained stage of {args.config} learnt from {overlap}; pass --allow-training-overlap "
-              "(thresholds are calibrated on dev conversations, not on the held-out ones)", file=sys.stderr)
-        return 2
+    segmenter = build_pipeline(args.events_from, [])[0].segmenter if args.events_from else None
     try:
-        conversations = load_conversations(args.data, ids, sessions=args.sessions)
-    except DataError as e:
+        pipeline, conversations = pipeline_and_conversations(args, *([segmenter] if segmenter else []))
+    except ScriptError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    pipeline.eval()
+    segmenter = segmenter or pipeline.segmenter
     samples = []
     for conversation in conversations:
         history = conversation.history()
@@ -71,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: no event after a conversation's first session to measure", file=sys.stderr)
         return 2
     result = {
-        "embedder": pipeline.embedder.identity, "conversations": ids, "events": int(len(sample)),
+        "embedder": pipeline.embedder.identity, "conversations": [c.id for c in conversations], "events": int(len(sample)),
         "quartiles": [round(value_at(p, sample), 4) for p in (25, 50, 75)],
         "merge_threshold": {"value": pipeline.merge_threshold,
                             "percentile": round(percentile_of(pipeline.merge_threshold, sample), 2)},

@@ -1,10 +1,10 @@
 """Write the causal links a MAGMA build forms, one JSON line each, for reading and checking by hand.
 
     python eval/causal_links.py CONFIG [key=value ...] --data PATH --conversations ID[,ID...]
-                                [--sessions N] [--sample K] [--seed S] --out FILE
+                                [--sessions N] [--sample K] [--seed S] [--allow-training-overlap] --out FILE
 
 Builds each conversation's memory with CONFIG (a MAGMA config; its trained stages' training
-conversations are refused), then writes every causal edge (or, with ``--sample K``, K of them
+conversations are refused unless ``--allow-training-overlap``), then writes every causal edge (or, with ``--sample K``, K of them
 drawn at random with ``--seed``) as ``{conversation, cause, effect, score, cause_text,
 effect_text, hand_checked_causal: null}``: a person sets ``hand_checked_causal`` to true or
 false after reading the two events, and the file is the precision's evidence
@@ -19,36 +19,22 @@ import random
 import sys
 from pathlib import Path
 
-from memlab.config import build_pipeline
-from memlab.data import DataError
-from memlab.data.select import load_conversations
+from memlab.eval.scripting import ScriptError, add_build_arguments, pipeline_and_conversations
 from memlab.fileio import atomic_file
-from memlab.stage import trained_conversations
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("config")
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--conversations", required=True, help="comma-separated conversation ids")
-    parser.add_argument("--sessions", type=int, help="only the first N sessions of each conversation")
+    add_build_arguments(parser)
     parser.add_argument("--sample", type=int, help="write K links drawn at random (default: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
-    parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
-    pipeline, _, _ = build_pipeline(args.config, args.overrides)
-    ids = args.conversations.split(",")
-    overlap = sorted({i for learnt in trained_conversations(pipeline).values() for i in learnt} & set(ids))
-    if overlap:
-        print(f"error: a trained stage of {args.config} learnt from {overlap}", file=sys.stderr)
-        return 2
     try:
-        conversations = load_conversations(args.data, ids, sessions=args.sessions)
-    except DataError as e:
+        pipeline, conversations = pipeline_and_conversations(args)
+    except ScriptError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    pipeline.eval()
     rows = []
     for conversation in conversations:
         memory = pipeline.build(conversation.history())

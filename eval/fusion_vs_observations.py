@@ -25,13 +25,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from memlab.config import build_pipeline
-from memlab.data import DataError
-from memlab.data.select import load_conversations
 from memlab.embed import SentenceTransformerEmbedder
 from memlab.embed.similarity import cross_group_percentile, unit_rows
+from memlab.eval.scripting import ScriptError, add_build_arguments, pipeline_and_conversations
 from memlab.memory.structure import session_of
-from memlab.stage import trained_conversations
 from memlab.training.observation_boundaries import without_names
 
 
@@ -51,28 +48,17 @@ def observation_vectors(conversation, embedder) -> tuple[dict[str, list[int]], n
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("config")
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--conversations", required=True, help="comma-separated conversation ids")
+    add_build_arguments(parser, sessions=False)
     parser.add_argument("--percentile", type=float, default=90.0)
-    parser.add_argument("--allow-training-overlap", action="store_true")
-    parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
-    pipeline, _, _ = build_pipeline(args.config, args.overrides)
-    ids = args.conversations.split(",")
-    overlap = sorted({i for learnt in trained_conversations(pipeline).values() for i in learnt} & set(ids))
-    if overlap and not args.allow_training_overlap:
-        print(f"error: a trained stage of {args.config} learnt from {overlap}", file=sys.stderr)
-        return 2
     try:
-        conversations = load_conversations(args.data, ids)
-    except DataError as e:
+        pipeline, conversations = pipeline_and_conversations(args)
+    except ScriptError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if any(not c.annotations for c in conversations):
         print("error: every conversation needs LoCoMo's observation annotations", file=sys.stderr)
         return 2
-    pipeline.eval()
     embedder = SentenceTransformerEmbedder()
     pooled = defaultdict(int)
     for conversation in conversations:

@@ -18,35 +18,18 @@ import json
 import sys
 
 from memlab.clock import active_seconds
-from memlab.config import build_pipeline
-from memlab.data import DataError
-from memlab.data.select import load_conversations
-from memlab.stage import trained_conversations
+from memlab.eval.scripting import ScriptError, add_build_arguments, pipeline_and_conversations
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("config")
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--conversations", required=True, help="comma-separated conversation ids")
-    parser.add_argument("--sessions", type=int, help="only the first N sessions of each conversation")
-    parser.add_argument("--allow-training-overlap", action="store_true",
-                        help="time a build on conversations a trained stage learnt from (refused otherwise)")
-    parser.add_argument("overrides", nargs="*")
+    add_build_arguments(parser)
     args = parser.parse_args(argv)
-    pipeline, _, _ = build_pipeline(args.config, args.overrides)
-    ids = args.conversations.split(",")
-    overlap = sorted({i for learnt in trained_conversations(pipeline).values() for i in learnt} & set(ids))
-    if overlap and not args.allow_training_overlap:
-        print(f"error: a trained stage of {args.config} learnt from {overlap}; "
-              "pass --allow-training-overlap to time it anyway", file=sys.stderr)
-        return 2
     try:
-        conversations = load_conversations(args.data, ids, sessions=args.sessions)
-    except DataError as e:
+        pipeline, conversations = pipeline_and_conversations(args)
+    except ScriptError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    pipeline.eval()
     lms = pipeline.lms()
     for conversation in conversations:
         before = [lm.usage.snapshot() for lm in lms]

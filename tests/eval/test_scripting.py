@@ -1,0 +1,41 @@
+"""The checks every build-and-measure script of ``eval/`` makes before building (``memlab.eval.scripting``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from memlab.eval.scripting import ScriptError, add_build_arguments, pipeline_and_conversations
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = str(REPO / "configs/pipelines/compassmem_trained_construction.yaml")
+SAMPLE = str(REPO / "memlab/data/samples/sample_locomo.json")
+DEV = REPO.parent / "shared/data/locomo/locomo10_dev.json"
+
+
+def parse(*argv: str, sessions: bool = True) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_build_arguments(parser, sessions=sessions)
+    return parser.parse_args(list(argv))
+
+
+def test_the_pipeline_and_conversations_come_back_in_eval_mode():
+    pipeline, conversations = pipeline_and_conversations(parse(CONFIG, "top_k=3", "--data", SAMPLE, "--conversations",
+                                                               "sample-1", "--sessions", "2"))
+    assert not pipeline.training and pipeline.top_k == 3
+    assert [c.id for c in conversations] == ["sample-1"] and len(conversations[0].sessions) == 2
+    assert not hasattr(parse(CONFIG, "--data", SAMPLE, "--conversations", "x", sessions=False), "sessions")
+
+
+def test_unknown_conversations_and_training_overlap_are_refused():
+    with pytest.raises(ScriptError, match="nope"):
+        pipeline_and_conversations(parse(CONFIG, "--data", SAMPLE, "--conversations", "nope"))
+    if not DEV.exists():
+        pytest.skip("the dev conversations (../shared) are not beside the checkout")
+    with pytest.raises(ScriptError, match=r"learnt from \['conv-41'\]; pass --allow-training-overlap"):
+        pipeline_and_conversations(parse(CONFIG, "--data", str(DEV), "--conversations", "conv-41"))
+    _, found = pipeline_and_conversations(parse(CONFIG, "--data", str(DEV), "--conversations", "conv-41",
+                                                "--allow-training-overlap", "--sessions", "1"))
+    assert [c.id for c in found] == ["conv-41"]
