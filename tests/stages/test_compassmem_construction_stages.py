@@ -64,6 +64,21 @@ def test_with_attach_unclaimed_turns_join_the_event_before_them_or_else_after():
     assert [t for u in failed.units for t in u.source_ids] == [t.id for t in TURNS]
 
 
+def test_a_failed_window_is_split_in_two_and_asked_again():
+    # the window fails twice (call and retry); its halves (D1:1-2, D1:3-5) are asked once more
+    stage, out = segment("not json", "still not json",
+                         events((["D1:1"], "Ann adopted a puppy named Rex.", ["Ann"])),
+                         events((["D1:4"], "Bob is going to Lisbon next week.", ["Bob"])),
+                         split_failed=True, uncovered="attach")
+    assert [u.source_ids for u in out.units] == [("D1:1", "D1:2"), ("D1:3", "D1:4", "D1:5")]
+    assert [u.id.split("/")[2] for u in out.units] == ["w0a", "w0b"]
+    assert all(u.attributes["provenance"] == "stated" for u in out.units) and out.error is not None
+    assert [len(r.messages[0]["content"].split("[D1:")) - 1 for r in stage.lm.requests[2:]] == [2, 3]
+    # without split_failed the same failure leaves filled spans
+    _, plain = segment("not json", "still not json", uncovered="attach")
+    assert all(u.attributes["provenance"] == "filled" for u in plain.units)
+
+
 def test_the_schema_requires_every_event_to_cite_a_turn_of_the_window():
     stage, _ = segment(events((["D1:1"], "Ann adopted a puppy named Rex.", ["Ann"])))
     schema = stage.lm.requests[0].json_schema["properties"]["events"]["items"]["properties"]["turns"]

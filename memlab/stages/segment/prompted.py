@@ -30,7 +30,9 @@ characters. Adaptations for small local models, none of which changes what an ev
   the model's events keep their cited turns, and the joined ones are listed in
   ``attributes["attached_turns"]`` (the 1.5B model cites about two turns an event and leaves
   the rest, so "events" made 58% of conv-26's first events filled-in spans; BENCHMARKS.md,
-  "Issue 40").
+  "Issue 40"). With ``split_failed``, a window that gave no event even after the retry (at
+  least 4 turns) is cut in two and each half asked once more (windows ``<n>a``, ``<n>b``); a
+  half that fails too becomes filled spans.
 
 Each event becomes a ``MemoryUnit`` of kind ``event``: ``text`` is the summary (what is
 embedded and shown), ``source_ids`` the event's turns (its span o), ``timestamp`` the session
@@ -172,6 +174,7 @@ class PromptedEventSegmenter(PromptedStage, Segmenter):
         loop_repeats: PositiveInt = 3,
         uncovered_span: PositiveInt = 3,
         uncovered: Literal["events", "attach"] = "events",
+        split_failed: bool = False,
         cite_turns: bool = True,
         temperature: NonNegativeFloat = 0.0,
         normalizer: TemporalNormalizer | None = None,
@@ -186,6 +189,7 @@ class PromptedEventSegmenter(PromptedStage, Segmenter):
         self.loop_repeats = loop_repeats
         self.uncovered_span = uncovered_span
         self.uncovered = uncovered
+        self.split_failed = split_failed
         self.cite_turns = cite_turns
         self.normalizer = normalizer
         self.schema = event_schema(max_events, max_people)
@@ -197,6 +201,8 @@ class PromptedEventSegmenter(PromptedStage, Segmenter):
     def forward(self, batch: list[SegmentIn]) -> list[SegmentOut]:  # type: ignore[override]
         windows = [(i, w) for i, item in enumerate(batch) for w in self.windows(item)]
         results = PromptedStage.forward(self, [w for _, w in windows]) if windows else []
+        if self.split_failed:
+            windows, results = self.with_failed_windows_split(windows, results)
         units: list[list[MemoryUnit]] = [[] for _ in batch]
         errors: list[str | None] = [None] * len(batch)
         for (i, window), (found, error) in zip(windows, results):
@@ -204,6 +210,26 @@ class PromptedEventSegmenter(PromptedStage, Segmenter):
                                                  attach=self.uncovered == "attach"))
             errors[i] = error or errors[i]
         return [SegmentOut(tuple(u), e) for u, e in zip(units, errors)]
+
+    def with_failed_windows_split(self, windows: list, results: list) -> tuple[list, list]:
+        """Each window that gave no event (failed for good) and has at least 4 turns, replaced by
+        its two halves, asked once more in one batch; the failed window's error is kept."""
+        failed = [k for k, (window, (found, _)) in enumerate(zip((w for _, w in windows), results))
+                  if not found and len(window.turns) >= 4]
+        if not failed:
+            return windows, results
+        halves = [(k, half) for k in failed for half in windows[k][1].halves()]
+        answers = iter(PromptedStage.forward(self, [half for _, half in halves]))
+        again = {k: [] for k in failed}
+        for k, half in halves:
+            found, error = next(answers)
+            again[k].append(((windows[k][0], half), (found, error or results[k][1])))
+        out_windows, out_results = [], []
+        for k, (item, result) in enumerate(zip(windows, results)):
+            for window, answer in again.get(k, [(item, result)]):
+                out_windows.append(window)
+                out_results.append(answer)
+        return out_windows, out_results
 
     def events_per_call(self, window: TurnWindow) -> int:
         """At most ``max_events``, and at most half the window's turns (at least one): no room

@@ -21,13 +21,20 @@ from memlab.types import Session, Turn
 
 @dataclass(frozen=True)
 class TurnWindow:
-    """One LLM call's input: a slice of a session's turns (already date-annotated)."""
+    """One LLM call's input: a slice of a session's turns (already date-annotated). ``index`` names
+    it within the session (its position; ``3a`` / ``3b`` for the halves of window 3)."""
 
     conversation_id: str
     session: Session
     turns: tuple[Turn, ...]
     lines: tuple[str, ...]
-    index: int
+    index: int | str
+
+    def halves(self) -> tuple["TurnWindow", "TurnWindow"]:
+        """The window cut in two at its middle turn (``<index>a``, ``<index>b``)."""
+        middle = len(self.turns) // 2
+        return (TurnWindow(self.conversation_id, self.session, self.turns[:middle], self.lines[:middle], f"{self.index}a"),
+                TurnWindow(self.conversation_id, self.session, self.turns[middle:], self.lines[middle:], f"{self.index}b"))
 
 
 def annotated_lines(
