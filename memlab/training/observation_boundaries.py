@@ -88,10 +88,9 @@ def session_labels(session: "Session", anchors: Sequence[tuple[int, int]], simil
             zeros.update(between)
         else:
             gap = [t for t in between if t not in together]
+            # a gap that an observation's cited turns split in two is left unknown
             if gap and gap == list(range(gap[0], gap[-1] + 1)):
                 gaps.append((gap[0], gap[-1]))
-            elif gap:  # an observation's cited turns split the gap: its place is not known, leave it out
-                continue
     zeros |= together
     gap_positions = {t for first, last in gaps for t in range(first, last + 1)}
     labels = BoundaryLabels(tuple(sorted(zeros - gap_positions)), tuple(gaps))

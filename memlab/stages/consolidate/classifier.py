@@ -26,7 +26,7 @@ from memlab.stages.consolidate.base import CausalLink, ConsolidateIn, Consolidat
 from memlab.stages.relate.base import RELATION_LABELS
 from memlab.stages.relate.neural import PairRelationClassifier
 
-#: Relation labels that make a causal edge (MAGMA 3.2: "logical entailment", why-questions).
+#: Relation labels that make a causal edge (MAGMA 3.2's causal graph: one event brings about another).
 CAUSAL_LABELS: tuple[str, ...] = ("causal", "motivation", "enablement")
 
 
