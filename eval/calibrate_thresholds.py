@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import numpy as np
 
 from memlab.config import build_pipeline
 from memlab.embed.similarity import nearest_earlier_similarities, percentile_of, value_at
-from memlab.eval.scripting import ScriptError, add_build_arguments, pipeline_and_conversations
+from memlab.eval.scripting import ScriptError, add_build_arguments, pipeline_and_conversations, reports_script_errors
 from memlab.stages.segment import SegmentIn
 
 
+@reports_script_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_build_arguments(parser)
@@ -36,11 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--percentile", type=float, help="also print the cosine at this percentile (0-100)")
     args = parser.parse_args(argv)
     segmenter = build_pipeline(args.events_from, [])[0].segmenter if args.events_from else None
-    try:
-        pipeline, conversations = pipeline_and_conversations(args, *([segmenter] if segmenter else []))
-    except ScriptError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    pipeline, conversations = pipeline_and_conversations(args, *([segmenter] if segmenter else []))
     segmenter = segmenter or pipeline.segmenter
     samples = []
     for conversation in conversations:
@@ -52,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         samples.append(nearest_earlier_similarities(vectors, [step for step, _ in units]))
     sample = np.concatenate(samples) if samples else np.zeros(0)
     if not len(sample):
-        print("error: no event after a conversation's first session to measure", file=sys.stderr)
-        return 2
+        raise ScriptError("no event after a conversation's first session to measure")
     result = {
         "embedder": pipeline.embedder.identity, "conversations": [c.id for c in conversations], "events": int(len(sample)),
         "quartiles": [round(value_at(p, sample), 4) for p in (25, 50, 75)],

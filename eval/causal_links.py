@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
-from memlab.eval.scripting import ScriptError, add_build_arguments, pipeline_and_conversations
+from memlab.eval.scripting import add_build_arguments, pipeline_and_conversations, reports_script_errors
 from memlab.fileio import atomic_file
 
 
+@reports_script_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_build_arguments(parser)
@@ -30,11 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    try:
-        pipeline, conversations = pipeline_and_conversations(args)
-    except ScriptError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    pipeline, conversations = pipeline_and_conversations(args)
     rows = []
     for conversation in conversations:
         memory = pipeline.build(conversation.history())

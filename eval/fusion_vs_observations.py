@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import defaultdict
 
 import numpy as np
 
 from memlab.embed import SentenceTransformerEmbedder
 from memlab.embed.similarity import cross_group_percentile, unit_rows
-from memlab.eval.scripting import ScriptError, add_build_arguments, pipeline_and_conversations
+from memlab.eval.scripting import ScriptError, add_build_arguments, pipeline_and_conversations, reports_script_errors
 from memlab.memory.structure import session_of
 from memlab.training.observation_boundaries import without_names
 
@@ -46,19 +45,15 @@ def observation_vectors(conversation, embedder) -> tuple[dict[str, list[int]], n
     return by_turn, unit_rows(embedder.encode(texts)), sessions
 
 
+@reports_script_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_build_arguments(parser, sessions=False)
     parser.add_argument("--percentile", type=float, default=90.0)
     args = parser.parse_args(argv)
-    try:
-        pipeline, conversations = pipeline_and_conversations(args)
-    except ScriptError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    pipeline, conversations = pipeline_and_conversations(args)
     if any(not c.annotations for c in conversations):
-        print("error: every conversation needs LoCoMo's observation annotations", file=sys.stderr)
-        return 2
+        raise ScriptError("every conversation needs LoCoMo's observation annotations")
     embedder = SentenceTransformerEmbedder()
     pooled = defaultdict(int)
     for conversation in conversations:

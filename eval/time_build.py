@@ -15,21 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from memlab.clock import active_seconds
-from memlab.eval.scripting import ScriptError, add_build_arguments, pipeline_and_conversations
+from memlab.eval.scripting import add_build_arguments, pipeline_and_conversations, reports_script_errors
 
 
+@reports_script_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_build_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        pipeline, conversations = pipeline_and_conversations(args)
-    except ScriptError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    pipeline, conversations = pipeline_and_conversations(args)
     lms = pipeline.lms()
     for conversation in conversations:
         before = [lm.usage.snapshot() for lm in lms]

@@ -1,10 +1,14 @@
 """What the build-and-measure scripts of ``eval/`` share: the arguments naming a pipeline and the
-conversations to build it on, and the checks before anything is built (a trained stage is not
-measured on a conversation it learnt from unless asked; bad data is one error line)."""
+conversations to build it on, the checks before anything is built (a trained stage is not
+measured on a conversation it learnt from unless asked; bad data is one error line), and
+``reports_script_errors``, which turns a ``ScriptError`` into that line and exit status 2."""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
@@ -17,6 +21,20 @@ from memlab.stage import trained_conversations
 
 class ScriptError(Exception):
     """A problem a script reports as one ``error:`` line and exit status 2."""
+
+
+def reports_script_errors(main: Callable[..., int]) -> Callable[..., int]:
+    """``main`` with a ``ScriptError`` printed as ``error: ...`` on stderr and returned as status 2."""
+
+    @functools.wraps(main)
+    def wrapped(*args: Any, **kwargs: Any) -> int:
+        try:
+            return main(*args, **kwargs)
+        except ScriptError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+
+    return wrapped
 
 
 def add_build_arguments(parser: argparse.ArgumentParser, sessions: bool = True) -> None:
@@ -40,7 +58,7 @@ def pipeline_and_conversations(args: argparse.Namespace, *also: nn.Module) -> tu
     ids = args.conversations.split(",")
     learnt = {i for module in (pipeline, *also) for found in trained_conversations(module).values() for i in found}
     overlap = sorted(learnt & set(ids))
-    if overlap and not args.allow_training_overlap:
+    if overlap and not args.allow_training_overlap:  # checked before the data is read, from the ids alone
         raise ScriptError(f"a trained stage of {args.config} learnt from {overlap}; "
                           "pass --allow-training-overlap to use them anyway")
     try:

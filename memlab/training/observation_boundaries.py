@@ -34,7 +34,8 @@ import datasets
 import numpy as np
 
 from memlab.embed.similarity import cross_group_percentile, unit_rows
-from memlab.training.segmentation import BoundaryLabels
+from memlab.stages.segment import FixedSpanSegmenter, SegmentIn
+from memlab.training.segmentation import BoundaryLabels, label_f1, session_boundaries, span_shape
 
 if TYPE_CHECKING:
     from memlab.embed import Embedder
@@ -163,9 +164,6 @@ def evaluate_on_observations(segmenter, conversations: Sequence["Conversation"],
     """``segmenter``'s ``label_f1`` against the observation ``labels`` of ``conversations``'
     labelled sessions and the shape of its events on them, beside ``FixedSpanSegmenter(span=
     baseline_span)`` and the labels' own shape."""
-    from memlab.stages.segment import FixedSpanSegmenter, SegmentIn
-    from memlab.training.segmentation import label_f1, session_boundaries, span_shape
-
     items = [(c.id, s) for c in conversations for s in c.sessions if (c.id, s.id) in labels]
     if not items:
         raise ValueError(f"no session of {[c.id for c in conversations]} has observation labels")
