@@ -205,7 +205,7 @@ neighbours: {neighbours}, of which positive next nodes: {positives}."""
 def evaluate_explorer_policy(policy: Navigator, examples, batch_size: int = 64, majority: str | None = None
                              ) -> dict[str, Any]:
     """Action accuracy, per-action recall (and their mean over the actions present,
-    ``balanced_accuracy``) and next-node precision / recall of ``policy`` on the rows of
+    ``balanced_accuracy``) and next-node precision / recall / F1 of ``policy`` on the rows of
     ``examples`` (``navigation_examples``), with baselines: always EXPAND, the majority
     action (``majority``: the training data's; default the examples' own, an upper bound) and,
     for next nodes, the first ``max_next`` neighbours. A ratio with nothing to count is None."""
@@ -223,8 +223,9 @@ def evaluate_explorer_policy(policy: Navigator, examples, batch_size: int = 64, 
 
     def next_scores(chosen: list[tuple[str, ...]]) -> dict[str, float | None]:
         hits = sum(len(set(c) & set(t.next_nodes)) for c, t in zip(chosen, targets))
-        return {"next_precision": ratio(hits, sum(len(c) for c in chosen)),
-                "next_recall": ratio(hits, sum(len(t.next_nodes) for t in targets))}
+        named, wanted = sum(len(c) for c in chosen), sum(len(t.next_nodes) for t in targets)
+        return {"next_precision": ratio(hits, named), "next_recall": ratio(hits, wanted),
+                "next_f1": ratio(2 * hits, named + wanted)}
 
     recall = {a: ratio(sum(o.action == a == t.action for o, t in zip(outputs, targets)), truth[a]) for a in ACTIONS}
     present = [r for r in recall.values() if r is not None]

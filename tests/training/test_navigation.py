@@ -139,11 +139,13 @@ def test_evaluation_scores_actions_and_next_nodes_against_baselines():
     assert scores["balanced_accuracy"] == pytest.approx(1 / 3)
     # the first neighbour of e0 is e1 (right), of e1 is e3 (its out-edge first: right), of e3 is e1 (wrong)
     assert scores["next_precision"] == pytest.approx(2 / 3) and scores["next_recall"] == 1.0
+    assert scores["next_f1"] == pytest.approx(0.8)  # 2 hits of 3 named and 2 wanted
     assert scores["baselines"]["always_expand"]["action_accuracy"] == pytest.approx(1 / 3)
     assert scores["baselines"]["majority"] == {"action": "SKIP", "action_accuracy": pytest.approx(1 / 3),
                                                "balanced_accuracy": pytest.approx(1 / 3)}
     nothing = evaluate_explorer_policy(Constant("EXPAND"), data)
     assert nothing["next_precision"] is None and nothing["next_recall"] == 0.0  # no node named: no precision
+    assert nothing["next_f1"] == 0.0
     with pytest.raises(ValueError, match="no examples"):
         evaluate_explorer_policy(Constant("SKIP"), [])
 
@@ -173,6 +175,7 @@ def test_the_recipe_trains_saves_and_evaluates_on_held_out_conversations(three_c
         "supervision": {"max_states": 4},
         "optim": {"epochs": 1, "batch_size": 8, "max_steps": 2},
         "eval_every": 1,
+        "calibrate_next_threshold": True,
     })
     assert summary["split"] == {"train": ["tiny-a"], "validation": ["tiny-b"], "evaluation": ["tiny-c"]}
     assert summary["steps"] == 2 and set(summary["action_weights"]) == {"SKIP", "EXPAND", "ANSWER"}
@@ -184,6 +187,7 @@ def test_the_recipe_trains_saves_and_evaluates_on_held_out_conversations(three_c
         "configs/pipelines/compassmem_trained_construction.yaml"
     loaded = Stage.load(out)
     assert loaded.trained_on == {"tiny-a", "tiny-b"}
+    assert loaded.next_threshold == summary["calibration"]["next_threshold"] in recipe.NEXT_THRESHOLDS
     assert len((tmp_path / "explorer.metrics.jsonl").read_text().splitlines()) == 3  # step 0, 1, 2
 
 
@@ -203,3 +207,39 @@ def test_evaluate_stage_scores_an_explorer_policy_on_built_memories(tmp_path, ca
     assert main(["evaluate-stage", str(tmp_path / "policy"), f"pipeline={config}"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["stage"] == "ExplorerPolicy" and 0.0 <= result["action_accuracy"] <= 1.0
+
+
+def test_calibration_saves_the_next_threshold_with_the_best_validation_f1(tmp_path):
+    from memlab.stages.navigate import ExplorerPolicy
+
+    recipe = load_recipe("train_explorer_policy")
+
+    class PeaksAtFifteen:  # a stand-in evaluator whose next-node F1 is best at threshold 0.15
+        def score(self, stage, examples):
+            return {"next_precision": 0.1, "next_recall": 0.2, "next_f1": 1 - abs(stage.next_threshold - 0.15)}
+
+    policy = ExplorerPolicy(TextEncoder(frozen=True))
+    run = recipe.Run(config={}, out=tmp_path, evaluator=PeaksAtFifteen(), datasets={"validation": []})
+    assert recipe.calibrate_next_threshold(run, policy)["next_threshold"] == 0.15
+    policy.save(tmp_path / "policy")
+    assert Stage.load(tmp_path / "policy").next_threshold == 0.15
+
+
+def test_edge_reach_compares_one_hop_with_as_many_more_dense_hits(capsys):
+    from tests.eval_scripts import eval_script
+
+    script = eval_script("edge_reach")
+    events = memory()
+    # e1 is the start; its edges reach e0 and e3 (the evidence); the next two dense hits do not
+    shoes = question("Which shoe does Rex chew in the house?", ("D2:3",))
+    assert script.reach(events, shoes, top_k=1) == {"top": False, "edges": True, "dense": False, "added": 2}
+    assert script.reach(events, question("Kayak?", ("D9:9",)), top_k=1) is None  # no event holds the evidence
+    assert script.summary([{"top": False, "edges": True, "dense": False, "added": 2},
+                           {"top": True, "edges": True, "dense": True, "added": 4}]) == {
+        "questions": 2, "top_k_holds": 1, "with_edges_holds": 2, "with_dense_holds": 1, "only_edges": 1,
+        "only_dense": 0, "mean_added": 3.0}
+    config = str(REPO / "configs/pipelines/compassmem_trained_construction.yaml")
+    assert script.main([config, "--data", str(SAMPLE), "--conversations", "sample-1"]) == 0
+    pooled = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert pooled["conversation"] == "pooled" and pooled["questions"] > 0
+    assert pooled["top_k_holds"] <= min(pooled["with_edges_holds"], pooled["with_dense_holds"])
