@@ -2,7 +2,8 @@
 
   memlab run CONFIG [--data PATH] [--conversations ID,...] [--sessions N] [--max-questions N]
                     [--categories NAMES] [--retrieval-only] [--batch-size N] [--out DIR]
-                    [--allow-training-overlap] [--save-memory DIR | --memory DIR] [key=value ...]
+                    [--allow-training-overlap] [--save-memory DIR | --memory DIR] [--errata PATH]
+                    [key=value ...]
   memlab train RECIPE --config PATH [key=value ...]
   memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...] [--sessions N]
                         [--allow-training-overlap] [key=value ...]
@@ -61,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
                      "(answer from it later with --memory DIR)")
     run.add_argument("--memory", metavar="DIR", help="answer from the memories saved in DIR instead of building "
                      "(refused if they were built by another pipeline, build configuration or sessions)")
+    run.add_argument("--errata", metavar="PATH", help="an errata file (the LoCoMo audit's format): score the "
+                     "audited gold beside the original (default: the config's eval.errata)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     train = commands.add_parser("train", help="run a training recipe (memlab/recipes/<RECIPE>.py) with its config")
@@ -165,7 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:  # ConfigError and DataError are ValueErrors, as is a bad ``sessions``: bad input, reported
         out, metrics = run_config(args.config, args.overrides, data=args.data, conversations=args.conversations,
                                   sessions=args.sessions, options=options, out=args.out,
-                                  save_memory=args.save_memory, memory=args.memory)
+                                  save_memory=args.save_memory, memory=args.memory, errata=args.errata)
     except ValueError as e:
         log.error("%s", e)
         return 2

@@ -45,7 +45,7 @@ from memlab.stage import StageError
 
 BASE = "_base_"
 RUNNER_KEYS = ("eval",)
-EVAL_KEYS = ("judge",)  # what the runner reads under ``eval``
+EVAL_KEYS = ("judge", "errata")  # what the runner reads under ``eval``
 
 
 class ConfigError(ValueError):
@@ -305,7 +305,8 @@ def build_pipeline(path: str | os.PathLike, overrides: list[str] | tuple[str, ..
 
 def validate_runner_keys(runner: dict[str, Any]) -> None:
     """The ``eval`` node: null or a mapping of ``EVAL_KEYS``; ``judge`` null or a component node
-    (checked like the pipeline's), so a typo there fails now, not when the judge is first used."""
+    (checked like the pipeline's), so a typo there fails now, not when the judge is first used;
+    ``errata`` null or a path (``memlab.data.errata``)."""
     settings = runner.get("eval")
     if settings is None:
         return
@@ -318,6 +319,9 @@ def validate_runner_keys(runner: dict[str, Any]) -> None:
     if judge is not None and not (isinstance(judge, dict) and COMPONENT in judge):
         raise ConfigError(f"invalid config: eval.judge={_show(judge)} must be null or a judge component")
     validate(judge, "eval.judge")
+    errata = settings.get("errata")
+    if errata is not None and not (isinstance(errata, str) and errata.strip()):
+        raise ConfigError(f"invalid config: eval.errata={_show(errata)} must be null or the path of an errata file")
 
 
 def dump_config(tree: dict[str, Any]) -> str:

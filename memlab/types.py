@@ -60,6 +60,17 @@ class Session:
 
 
 @dataclass(frozen=True)
+class AuditedGold:
+    """An audit's correction of one question's gold (``memlab.data.errata``): the answer and
+    evidence the audit holds right, and the kind of error it found (``WRONG_CITATION`` keeps
+    the answer and changes only the evidence)."""
+
+    answer: str
+    evidence: tuple[str, ...]
+    error_type: str
+
+
+@dataclass(frozen=True)
 class Question:
     """A benchmark question with its gold data. Never handed to a pipeline (see ``Query``)."""
 
@@ -71,6 +82,9 @@ class Question:
     evidence: tuple[str, ...] = ()
     #: When the question is asked (LongMemEval's question_date); None for LoCoMo.
     timestamp: datetime | None = None
+    #: The audited gold where an errata file corrects this question (None: the gold stands);
+    #: ``answer`` and ``evidence`` stay the original, comparable with the papers.
+    audited: AuditedGold | None = None
 
     def as_query(self) -> "Query":
         """What a pipeline is asked: the text and date under an opaque id."""

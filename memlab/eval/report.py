@@ -29,7 +29,9 @@ def summarise(
     stage_usage: dict[str, dict[str, float]] | None = None,
 ) -> dict[str, Any]:
     """The metrics.json payload. ``overall`` averages over categories 1-4 (the papers' convention:
-    adversarial questions are reported in ``by_category`` only).
+    adversarial questions are reported in ``by_category`` only). With an errata file
+    (``extra["errata"]``), ``audited`` holds the same blocks scored against the audited gold
+    (each corrected row's ``audited`` scores in place of its own) and ``questions_corrected``.
 
     Timing is what the method costs from a cold response cache, so that a run resumed
     through the cache reports the same figures: ``build_seconds`` and the query percentiles
@@ -71,8 +73,16 @@ def summarise(
         # Questions whose answering (or judging) raised: each row says why; the CLI exits non-zero.
         "failed_questions": sum(1 for row in rows if row.get("error")),
     }
+    if (extra or {}).get("errata") is not None:
+        # The same predictions scored against the audited gold (a corrected row's own scores).
+        audited = [{**row, **row["audited"]} if row.get("audited") else row for row in rows]
+        metrics["audited"] = {"questions_corrected": sum(1 for row in rows if row.get("audited")),
+                              **M.aggregate(audited, METRICS, ANSWERABLE_CATEGORIES if locomo else None)}
     if retrieval_only:
-        for block in [metrics["overall"], *metrics["by_category"].values()]:
+        blocks = [metrics["overall"], *metrics["by_category"].values()]
+        if "audited" in metrics:
+            blocks += [metrics["audited"]["overall"], *metrics["audited"]["by_category"].values()]
+        for block in blocks:
             for key in ANSWER_METRICS + ("context_tokens",):
                 block[key] = None
     return metrics

@@ -34,6 +34,7 @@ checkpoint learnt from the conversations to be run (unless
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -47,6 +48,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from memlab.clock import active_seconds
+from memlab.data.errata import apply_errata, load_errata
 from memlab.eval import metrics as M
 from memlab.eval.saved_memories import SavedMemories
 from memlab.fileio import atomic_folder, replaceable_folder_problem, write_json_atomic
@@ -93,12 +95,14 @@ def run_config(
     out: str | os.PathLike | None = None,
     save_memory: str | os.PathLike | None = None,
     memory: str | os.PathLike | None = None,
+    errata: str | os.PathLike | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run the pipeline config ``config`` (with dotted ``overrides``) on ``data`` (None: the
     embedded sample; ``conversations``, ``sessions`` as in ``memlab.data.load_conversations``)
     into ``out`` (default ``runs/<config>-<time>``, with the resolved ``config.yaml``); returns
     the folder and the metrics. ``save_memory`` / ``memory``: a folder to save the built memories
-    into / to answer from (module docstring). Bad input (config, data, categories, ``out``, a trained stage
+    into / to answer from (module docstring). ``errata``: an errata file whose audited gold is
+    scored beside the original (``memlab.data.errata``; default: the config's ``eval.errata``). Bad input (config, data, categories, ``out``, a trained stage
     scored on its own training conversations) raises a ``ValueError`` (``ConfigError``,
     ``DataError`` ...) before anything runs."""
     from memlab.config import build_pipeline, dump_config, instantiate, split_runner_keys
@@ -110,6 +114,10 @@ def run_config(
     check_run_folder(folder)
     pipeline, runner_settings, tree = build_pipeline(config, overrides)
     selected = load_conversations(data, conversations, sessions)
+    errata = errata if errata is not None else (runner_settings.get("eval") or {}).get("errata")
+    applied = None
+    if errata is not None:
+        selected, applied = apply_errata(selected, load_errata(errata), errata)
     check_categories(selected, options.categories, data or "the embedded sample")
     refuse_training_overlap(pipeline, selected, options.allow_training_overlap)
     if save_memory is not None and memory is not None:
@@ -133,6 +141,7 @@ def run_config(
                 "conversations": [c.id for c in selected],
                 "sessions": sessions,
                 "memory_from": str(memory) if memory is not None else None,
+                "errata": applied,
             })
     finally:
         for lm in pipeline.lms() + ([judge.lm] if judge is not None and hasattr(judge, "lm") else []):
@@ -382,17 +391,32 @@ def _row(question, ranking, answer, error, latency, usage_diff, count_tokens, ju
     row.update(score_retrieval(ranking, question.evidence, count_tokens))
     if answer is not None:
         row.update(score_answer(answer.text, question))
-        row["judge"] = None
-        # An adversarial question's gold is the planted wrong answer: judging against it is meaningless.
-        if judge is not None and question.category != "adversarial":
-            try:
-                row["judge"] = judge.metric(judge.run_one(judge.In(question.text, question.answer, answer.text)))
-            except LMUnavailableError:
-                raise
-            except Exception as e:  # a judge that breaks costs this question's verdict, not the run
-                log.exception("judging %s failed", question.id)
-                row["error"] = row["error"] or f"judge: {type(e).__name__}: {e}"
+        row["judge"] = _judged(judge, question, question.answer, answer.text, row)
+    if question.audited is not None:  # the audit's gold, scored the same way (metrics.json "audited")
+        gold = question.audited
+        row["audited"] = {"error_type": gold.error_type, "gold": gold.answer, "evidence": list(gold.evidence),
+                          **score_retrieval(ranking, gold.evidence, count_tokens)}
+        if answer is not None:
+            row["audited"].update(score_answer(answer.text, dataclasses.replace(question, answer=gold.answer)))
+            same = gold.answer == question.answer
+            row["audited"]["judge"] = row["judge"] if same else _judged(judge, question, gold.answer, answer.text, row)
     return row
+
+
+def _judged(judge, question: Question, gold: str, prediction: str, row: dict[str, Any]) -> float | None:
+    """The judge's verdict on ``prediction`` against ``gold`` (None without a judge, for an
+    adversarial question, or when judging raised: then the row's error says why)."""
+    # An adversarial question's gold is the planted wrong answer: judging against it is meaningless.
+    if judge is None or question.category == "adversarial":
+        return None
+    try:
+        return judge.metric(judge.run_one(judge.In(question.text, gold, prediction)))
+    except LMUnavailableError:
+        raise
+    except Exception as e:  # a judge that breaks costs this question's verdict, not the run
+        log.exception("judging %s failed", question.id)
+        row["error"] = row["error"] or f"judge: {type(e).__name__}: {e}"
+        return None
 
 
 def _accumulate(total: dict[str, float], delta: dict[str, float]) -> None:

@@ -38,9 +38,9 @@ def write_report(run_folders: Sequence[str | os.PathLike], out: str | os.PathLik
     _check_out(out)
     with atomic_folder(out) as staging:
         drawn = _draw(runs, staging)
-        structure, search = _structure_table(runs), _search_table(runs)
-        tables = [_metrics_table(runs), _category_table(runs), _stage_table(runs),
-                  *(table for table in (structure, search) if table.rows)]
+        structure, search, audited = _structure_table(runs), _search_table(runs), _audited_table(runs)
+        tables = [_metrics_table(runs), *(table for table in (audited,) if table.rows), _category_table(runs),
+                  _stage_table(runs), *(table for table in (structure, search) if table.rows)]
         for other in runs[1:]:
             tables.extend(_paired_tables(runs[0], other))
         title = f"memlab report: {', '.join(run.name for run in runs)}"
@@ -83,6 +83,23 @@ def _metrics_table(runs: list[RunResult]) -> Table:
                            _count(usage["build"].get("prompt_tokens")), usage.get("llm_calls_per_query"),
                            _count(usage["query"].get("prompt_tokens")), _seconds(timing.get("build_seconds")),
                            _seconds(timing.get("query_seconds_p50"))])
+    return table
+
+
+def _audited_table(runs: list[RunResult]) -> Table:
+    """Original and audited gold side by side, for the runs scored with an errata file."""
+    table = Table("Original and audited gold (errata)", ["run", "errata", "questions corrected", "F1 (LoCoMo)",
+                                                          "F1 (A-Mem)", "judge", "R@10"],
+                  note="Each cell: against the original gold -> against the audited gold (memlab run --errata; "
+                       "overall over the same questions).")
+    for run in runs:
+        audited = run.metrics.get("audited")
+        if not audited:
+            continue
+        original = run.metrics["overall"]
+        cells = [f"{_fmt(original.get(m))} -> {_fmt(audited['overall'].get(m))}"
+                 for m in ("f1_locomo", "f1_amem", "judge", "recall@10")]
+        table.rows.append([run.name, Path(run.metrics["errata"]["file"]).name, audited["questions_corrected"], *cells])
     return table
 
 
