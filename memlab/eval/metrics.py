@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from nltk.stem import PorterStemmer
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
+from memlab.eval.intervals import mean_interval
 from memlab.types import ANSWERABLE_CATEGORIES, LOCOMO_CATEGORIES
 
 # -- LoCoMo F1 -------------------------------------------------------------------------
@@ -215,12 +216,19 @@ def mean_or_none(values: Iterable[float | bool | None]) -> float | None:
 
 
 def _means(rows: list[Mapping[str, Any]], keys: Sequence[str]) -> dict[str, Any]:
+    """``n``, each key's mean and, under ``ci``, each mean's 95% interval with the number of
+    questions it averages (``memlab.eval.intervals.mean_interval``)."""
     summary: dict[str, Any] = {"n": len(rows)}
+    intervals: dict[str, Any] = {}
     for key in keys:
         try:
-            summary[key] = mean_or_none(row.get(key) for row in rows)
+            values = [float(row[key]) for row in rows if row.get(key) is not None]
         except (TypeError, ValueError) as e:
             raise ValueError(f"metric {key!r} has a value that is not a number: {e}") from None
+        summary[key] = sum(values) / len(values) if values else None
+        interval = mean_interval(values)
+        intervals[key] = None if interval is None else {"low": interval[0], "high": interval[1], "n": len(values)}
+    summary["ci"] = intervals
     return summary
 
 
@@ -240,7 +248,10 @@ def aggregate(
 
     ``rows`` are dicts with a ``"category"`` and metric values under ``keys``; a value that
     is None (or a key that is absent) means "not measured" and is left out of that mean.
-    Returns ``{"overall": {"n": ..., key: mean, ...}, "by_category": {category: {...}}}``.
+    Returns ``{"overall": {"n": ..., key: mean, ..., "ci": {key: {"low", "high", "n"}}},
+    "by_category": {category: {...}}}``: each mean with its 95% interval (Wilson for 0/1 values
+    such as a CORRECT / WRONG judge, else a percentile bootstrap over questions, 2,000
+    resamples, seed 0) and the questions it averages.
 
     ``overall`` is the question-weighted mean over the questions whose category is in
     ``overall_categories`` — by default LoCoMo's four answerable categories, the papers'

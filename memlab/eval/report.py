@@ -85,6 +85,7 @@ def summarise(
         for block in blocks:
             for key in ANSWER_METRICS + ("context_tokens",):
                 block[key] = None
+                block["ci"][key] = None
     return metrics
 
 

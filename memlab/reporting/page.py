@@ -12,7 +12,7 @@ from typing import Any
 
 from memlab.fileio import atomic_folder, replaceable_folder_problem
 from memlab.reporting import figures
-from memlab.reporting.paired import changed_questions, paired_difference
+from memlab.reporting.paired import changed_questions, detectable_by_category, paired_difference
 from memlab.reporting.runs import ReportError, RunResult, load_runs
 
 REPORT_FILES = ("report.html", "report.md", "category_f1.png", "category_judge.png", "category_recall.png",
@@ -72,12 +72,14 @@ def _metrics_table(runs: list[RunResult]) -> Table:
                               "R@20", "R@tok1000", "context tokens", "tokens / query", "build LLM calls",
                               "build prompt tokens", "query LLM calls / q", "query prompt tokens", "build s",
                               "query s p50"],
-                  note="Overall over LoCoMo categories 1-4 (all questions on other data). Seconds are model "
+                  note="Overall over LoCoMo categories 1-4 (all questions on other data), with 95% intervals "
+                       "(metrics.json ci: bootstrap over questions; Wilson for a 0/1 judge). Seconds are model "
                        "time from a cold response cache.")
     for run in runs:
         o, usage, timing = run.metrics["overall"], run.metrics["usage"], run.metrics["timing"]
-        table.rows.append([run.name, o.get("n"), o.get("f1_locomo"), o.get("f1_amem"), o.get("bleu1"),
-                           o.get("judge"), o.get("recall@1"), o.get("recall@5"), o.get("recall@10"),
+        table.rows.append([run.name, o.get("n"), _with_interval(o, "f1_locomo"), _with_interval(o, "f1_amem"),
+                           o.get("bleu1"), _with_interval(o, "judge"), o.get("recall@1"), o.get("recall@5"),
+                           _with_interval(o, "recall@10"),
                            o.get("recall@20"), o.get("recall@tok1000"), _count(o.get("context_tokens")),
                            _count(usage.get("tokens_per_query")), _count(usage["build"].get("llm_calls")),
                            _count(usage["build"].get("prompt_tokens")), usage.get("llm_calls_per_query"),
@@ -111,7 +113,7 @@ def _category_table(runs: list[RunResult]) -> Table:
         cells = []
         for c in categories:
             block = run.metrics["by_category"].get(c, {})
-            cells.append(" / ".join(_fmt(block.get(m)) for m in ("f1_locomo", "judge", "recall@10")))
+            cells.append(" / ".join(_with_interval(block, m) for m in ("f1_locomo", "judge", "recall@10")))
         table.rows.append([run.name, *cells])
     return table
 
@@ -169,16 +171,29 @@ def _shape_value(value: Any) -> str | None:
 
 def _paired_tables(a: RunResult, b: RunResult) -> list[Table]:
     paired = Table(f"{b.name} against {a.name}, question by question",
-                   ["metric", "n", a.name, b.name, "difference", "95% CI (bootstrap)", "better / worse / same",
-                    "sign test p"],
-                   note="Percentile bootstrap over questions (10,000 resamples, seed 0); two-sided sign test "
-                        "over the questions whose score differs.")
+                   ["metric", "n", a.name, b.name, "difference", "95% CI (bootstrap)", "distinguishable from 0",
+                    "better / worse / same", "sign test p"],
+                   note="Percentile bootstrap over questions (10,000 resamples, seed 0): a difference is "
+                        "distinguishable from 0 when its interval leaves 0 out; two-sided sign test over the "
+                        "questions whose score differs.")
     for metric in PAIRED_METRICS:
         d = paired_difference(a, b, metric)
         if d is not None:
             paired.rows.append([metric, d.n, d.mean_a, d.mean_b, f"{d.difference:+.3f}",
-                                f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]", f"{d.wins} / {d.losses} / {d.ties}",
-                                d.sign_test_p])
+                                f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]",
+                                "yes" if d.ci_low > 0 or d.ci_high < 0 else "no",
+                                f"{d.wins} / {d.losses} / {d.ties}", d.sign_test_p])
+    detectable = Table(f"{b.name} against {a.name}: the smallest difference each category could detect",
+                       ["metric", *(f"{c}" for c in dict.fromkeys(row["category"] for row in a.rows))],
+                       note="n, then the smallest mean paired difference those questions would detect with 80% "
+                            "power in a two-sided 5% test, from the spread of the observed per-question "
+                            "differences ('-': no question changed, nothing to go by).")
+    for metric in PAIRED_METRICS:
+        found = detectable_by_category(a, b, metric)
+        if found:
+            detectable.rows.append([metric, *(f"n={n}: {_fmt(mde)}" if (n, mde) != (None, None) else "-"
+                                              for n, mde in (found.get(c, (None, None))
+                                                             for c in detectable.headers[1:]))])
     metric = "f1_locomo" if a.overall("f1_locomo") is not None and b.overall("f1_locomo") is not None else "recall@10"
     changed = changed_questions(a, b, metric)
     questions = Table(f"Questions whose {metric} changed: {a.name} -> {b.name} ({len(changed)})",
@@ -187,7 +202,14 @@ def _paired_tables(a: RunResult, b: RunResult) -> list[Table]:
     for c in changed:
         questions.rows.append([c["question_id"], c["category"], c["question"], c["gold"], c["answer_a"],
                                c["answer_b"], f"{_fmt(c['score_a'])} -> {_fmt(c['score_b'])}"])
-    return [paired, questions]
+    return [paired, *(table for table in (detectable,) if table.rows), questions]
+
+
+def _with_interval(block: dict[str, Any], metric: str) -> str:
+    """``0.335 [0.29, 0.38]``: the mean with its 95% interval where metrics.json has one."""
+    interval = (block.get("ci") or {}).get(metric)
+    shown = _fmt(block.get(metric))
+    return f"{shown} [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else shown
 
 
 def _count(value):

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import binomtest
 
+from memlab.eval.intervals import bootstrap_interval, detectable_difference
 from memlab.reporting.runs import RunResult
 from memlab.types import ANSWERABLE_CATEGORIES
 
@@ -37,28 +38,14 @@ def scored_questions(run: RunResult) -> list[str]:
     return [row["question_id"] for row in run.rows if not locomo or row["category"] in ANSWERABLE_CATEGORIES]
 
 
-def bootstrap_interval(values: np.ndarray, resamples: int = 10_000, confidence: float = 0.95,
-                       seed: int = 0) -> tuple[float, float]:
-    """The percentile-bootstrap interval of the mean of ``values`` (one per question), seeded so
-    that a figure is reproducible."""
-    values = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
-    tail = (1 - confidence) / 2
-    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
-
-
 def paired_difference(a: RunResult, b: RunResult, metric: str, resamples: int = 10_000,
-                      confidence: float = 0.95, seed: int = 0) -> PairedDifference | None:
-    """``metric`` of ``b`` minus ``a`` over the questions both scored (None when there are none,
-    e.g. a retrieval-only run has no F1). The bootstrap resamples questions (seeded, so a report
-    is reproducible)."""
-    rows_a, rows_b = a.by_question(), b.by_question()
-    pairs = [(rows_a[q].get(metric), rows_b[q].get(metric)) for q in scored_questions(a) if q in rows_b]
-    pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
-    if not pairs:
+                      confidence: float = 0.95, seed: int = 0, category: str | None = None) -> PairedDifference | None:
+    """``metric`` of ``b`` minus ``a`` over the questions both scored (only ``category``'s when
+    given; None when there are none, e.g. a retrieval-only run has no F1). The bootstrap
+    resamples questions (seeded, so a report is reproducible)."""
+    values = _pairs(a, b, metric, category)
+    if values is None:
         return None
-    values = np.array(pairs, dtype=float)
     differences = values[:, 1] - values[:, 0]
     ci_low, ci_high = bootstrap_interval(differences, resamples, confidence, seed)
     wins, losses = int((differences > 0).sum()), int((differences < 0).sum())
@@ -69,6 +56,28 @@ def paired_difference(a: RunResult, b: RunResult, metric: str, resamples: int = 
         wins=wins, losses=losses, ties=len(differences) - wins - losses,
         sign_test_p=float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0,
     )
+
+
+def _pairs(a: RunResult, b: RunResult, metric: str, category: str | None) -> np.ndarray | None:
+    """``(a's, b's)`` value of ``metric`` per question both scored (None when there is none)."""
+    rows_a, rows_b = a.by_question(), b.by_question()
+    questions = scored_questions(a) if category is None else \
+        [row["question_id"] for row in a.rows if row["category"] == category]
+    pairs = [(rows_a[q].get(metric), rows_b[q].get(metric)) for q in questions if q in rows_b]
+    pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
+    return np.array(pairs, dtype=float) if pairs else None
+
+
+def detectable_by_category(a: RunResult, b: RunResult, metric: str) -> dict[str, tuple[int, float | None]]:
+    """Per category of ``a``: the questions both runs scored on ``metric`` and the smallest mean
+    difference that many could detect (``memlab.eval.intervals.detectable_difference``, from the
+    spread of the observed paired differences)."""
+    found = {}
+    for category in dict.fromkeys(row["category"] for row in a.rows):
+        values = _pairs(a, b, metric, category)
+        if values is not None:
+            found[category] = (len(values), detectable_difference(values[:, 1] - values[:, 0]))
+    return found
 
 
 def changed_questions(a: RunResult, b: RunResult, metric: str) -> list[dict[str, Any]]:

@@ -92,7 +92,7 @@ def _paired_gain(first: Sequence[Sequence[MemoryUnit]], reranked: Sequence[Seque
                  items: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str, dict[str, Any]]:
     """Per k, the reranked minus the first-stage recall@k over the questions: mean, its 95%
     percentile-bootstrap interval (10,000 resamples of questions, seed 0) and n."""
-    from memlab.reporting.paired import bootstrap_interval
+    from memlab.eval.intervals import bootstrap_interval
 
     evidence = [item["evidence"] for item in items]
     out = {}

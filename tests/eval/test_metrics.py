@@ -253,13 +253,38 @@ def test_aggregate_overall_is_question_weighted_over_answerable_categories():
     # overall over the 3 answerable questions: f1 (0.5 + 1.0 + 0.0) / 3 = 0.5
     # (the mean of category means would be (1.0 + 0.25) / 2 = 0.625); adversarial excluded.
     # recall: None left out -> (1.0 + 0.5) / 2 = 0.75 ; correct: (1 + 0) / 2 = 0.5
-    assert result["overall"] == {"n": 3, "f1": 0.5, "recall": 0.75, "correct": 0.5}
+    assert means(result["overall"]) == {"n": 3, "f1": 0.5, "recall": 0.75, "correct": 0.5}
     by_category = result["by_category"]
     # LoCoMo code order (1 multi-hop ... 5 adversarial), whatever the row order
     assert list(by_category) == ["multi-hop", "single-hop", "adversarial"]
-    assert by_category["single-hop"] == {"n": 2, "f1": 0.25, "recall": 0.75, "correct": 0.5}
-    assert by_category["multi-hop"] == {"n": 1, "f1": 1.0, "recall": None, "correct": None}
-    assert by_category["adversarial"] == {"n": 1, "f1": 1.0, "recall": None, "correct": 1.0}
+    assert means(by_category["single-hop"]) == {"n": 2, "f1": 0.25, "recall": 0.75, "correct": 0.5}
+    assert means(by_category["multi-hop"]) == {"n": 1, "f1": 1.0, "recall": None, "correct": None}
+    assert means(by_category["adversarial"]) == {"n": 1, "f1": 1.0, "recall": None, "correct": 1.0}
+    # every mean carries its interval and the questions it averages: Wilson for 0/1 verdicts
+    ci = result["overall"]["ci"]
+    assert ci["correct"] == {"low": pytest.approx(0.0945, abs=1e-4), "high": pytest.approx(0.9055, abs=1e-4), "n": 2}
+    assert ci["f1"]["n"] == 3 and 0.0 <= ci["f1"]["low"] < 0.5 < ci["f1"]["high"] <= 1.0  # bootstrap
+    assert by_category["multi-hop"]["ci"]["recall"] is None and by_category["multi-hop"]["ci"]["correct"] is None
+
+
+def means(block: dict) -> dict:
+    return {key: value for key, value in block.items() if key != "ci"}
+
+
+def test_intervals_wilson_bootstrap_and_the_detectable_difference():
+    from memlab.eval.intervals import bootstrap_interval, detectable_difference, mean_interval, wilson_interval
+
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert wilson_interval(13, 13) == pytest.approx((0.7719, 1.0), abs=1e-4)  # 13 of 13 cited events
+    low, high = bootstrap_interval([0.0, 1.0] * 50 + [0.5] * 100)
+    assert low < 0.5 < high and high - low < 0.15
+    assert bootstrap_interval([0.2, 0.9, 0.4]) == bootstrap_interval([0.2, 0.9, 0.4])  # seeded
+    assert mean_interval([]) is None and mean_interval([1.0, 0.0, 1.0]) == wilson_interval(2, 3)
+    with pytest.raises(ValueError, match="successes"):
+        wilson_interval(3, 2)
+    # 2.80 standard errors: a spread of 0.5 over 100 questions detects 0.14
+    assert detectable_difference([0.5, -0.5] * 50) == pytest.approx(2.8016 * 0.5025 / 10, abs=1e-3)
+    assert detectable_difference([0.0] * 20) is None and detectable_difference([1.0]) is None
 
 
 def test_aggregate_all_questions_for_other_benchmarks():
@@ -269,10 +294,10 @@ def test_aggregate_all_questions_for_other_benchmarks():
         {"category": "temporal-reasoning", "f1": 0.5},
     ]
     # default: no answerable LoCoMo category present -> empty overall
-    assert aggregate(rows, ["f1"])["overall"] == {"n": 0, "f1": None}
+    assert aggregate(rows, ["f1"])["overall"] == {"n": 0, "f1": None, "ci": {"f1": None}}
     result = aggregate(rows, ["f1"], overall_categories=None)
     # all three: (1.0 + 0.0 + 0.5) / 3 = 0.5 ; categories in first-seen order
-    assert result["overall"] == {"n": 3, "f1": 0.5}
+    assert means(result["overall"]) == {"n": 3, "f1": 0.5}
     assert list(result["by_category"]) == ["temporal-reasoning", "multi-session"]
     assert result["by_category"]["temporal-reasoning"]["f1"] == 0.75
 

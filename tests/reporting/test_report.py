@@ -44,9 +44,13 @@ def test_report_writes_the_page_its_markdown_and_figures_with_the_runs_numbers(t
         overall = metrics["overall"]
         row = next(line for line in markdown.splitlines() if line.startswith(f"| {run.name} | {overall['n']} |"))
         cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[2] == f"{overall['f1_locomo']:.3f}" and cells[3] == f"{overall['f1_amem']:.3f}"
-        assert cells[8] == f"{overall['recall@10']:.3f}"
-        assert f"<td>{overall['f1_locomo']:.3f}</td>" in html
+
+        def shown(metric: str) -> str:  # the mean and its 95% interval
+            ci = overall["ci"][metric]
+            return f"{overall[metric]:.3f} [{ci['low']:.2f}, {ci['high']:.2f}]"
+
+        assert cells[2] == shown("f1_locomo") and cells[3] == shown("f1_amem") and cells[8] == shown("recall@10")
+        assert f"<td>{shown('f1_locomo')}</td>" in html
 
 
 def test_paired_section_counts_the_changed_questions_with_both_answers(two_runs, tmp_path):
@@ -59,6 +63,10 @@ def test_paired_section_counts_the_changed_questions_with_both_answers(two_runs,
     assert all(c["answer_a"] == "an answer" and c["answer_b"] == "7 May 2023" for c in changed)
     markdown = (write_report(two_runs, tmp_path / "r").parent / "report.md").read_text()
     assert f"## Questions whose f1_locomo changed: plain -> dated ({len(changed)})" in markdown
+    difference = paired_difference(plain, dated, "f1_locomo")
+    distinguishable = "yes" if difference.ci_low > 0 or difference.ci_high < 0 else "no"
+    assert f"| [{difference.ci_low:+.3f}, {difference.ci_high:+.3f}] | {distinguishable} |" in markdown
+    assert "## dated against plain: the smallest difference each category could detect" in markdown
 
 
 def _result(name, scores):
@@ -158,3 +166,13 @@ def test_the_report_shows_each_memorys_structure_and_flags_a_degenerate_one(tmp_
     (run / "metrics.json").write_text(json.dumps(metrics))
     markdown = (write_report([run], tmp_path / "report").parent / "report.md").read_text()
     assert "| rag | questions=2; mean_steps=7.500; refined_share=0.500; actions={'SKIP': 3} |" in markdown
+
+
+def test_the_detectable_difference_per_category_comes_from_the_paired_spread():
+    from memlab.reporting.paired import detectable_by_category
+
+    a = _result("a", [0.0, 0.0, 1.0, 1.0])
+    b = _result("b", [1.0, 0.0, 1.0, 0.0])  # differences +1, 0, 0, -1
+    (n, mde), = detectable_by_category(a, b, "f1_locomo").values()
+    assert n == 4 and mde == pytest.approx(2.8016 * 0.8165 / 2, abs=1e-3)
+    assert detectable_by_category(a, a, "f1_locomo") == {"single-hop": (4, None)}  # nothing changed

@@ -1,0 +1,60 @@
+"""95% intervals for the figures memlab prints: a percentile bootstrap over questions for a mean
+of per-question scores (F1, BLEU, recall, a graded judge), Wilson's score interval for a share of
+0/1 verdicts (a CORRECT / WRONG judge), and the smallest paired difference a question count can
+detect. Everything is seeded, so a figure is reproducible."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+#: z for a two-sided 95% interval, and for 80% power.
+Z_95 = 1.959963984540054
+Z_POWER_80 = 0.8416212335729143
+
+
+def bootstrap_interval(values: Sequence[float] | np.ndarray, resamples: int = 10_000, confidence: float = 0.95,
+                       seed: int = 0) -> tuple[float, float]:
+    """The percentile-bootstrap interval of the mean of ``values`` (one per question)."""
+    values = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    chunk = max(1, 2_000_000 // max(len(values), 1))  # bounded memory for long runs
+    for start in range(0, resamples, chunk):
+        size = min(chunk, resamples - start)
+        means[start:start + size] = values[rng.integers(0, len(values), size=(size, len(values)))].mean(axis=1)
+    tail = (1 - confidence) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def wilson_interval(successes: int, n: int) -> tuple[float, float]:
+    """Wilson's 95% score interval of the share ``successes / n`` (``n`` >= 1)."""
+    if n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"wilson_interval: need 0 <= successes <= n and n >= 1, got {successes} of {n}")
+    p, z2 = successes / n, Z_95 ** 2
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z_95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mean_interval(values: Sequence[float], resamples: int = 2_000) -> tuple[float, float] | None:
+    """The 95% interval of the mean of ``values``: Wilson when every value is 0 or 1, else the
+    bootstrap; None for no value."""
+    if not values:
+        return None
+    if all(v in (0.0, 1.0) for v in values):
+        return wilson_interval(int(sum(values)), len(values))
+    return bootstrap_interval(values, resamples)
+
+
+def detectable_difference(differences: Sequence[float]) -> float | None:
+    """The smallest mean paired difference that ``len(differences)`` questions would detect with
+    80% power in a two-sided 5% test, given the spread of the observed per-question differences
+    (normal approximation); None with fewer than two questions or no spread to go by."""
+    n = len(differences)
+    if n < 2:
+        return None
+    spread = float(np.std(np.asarray(differences, dtype=float), ddof=1))
+    return (Z_95 + Z_POWER_80) * spread / math.sqrt(n) if spread > 0 else None
