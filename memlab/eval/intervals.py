@@ -1,6 +1,6 @@
 """95% intervals for the figures memlab prints: a percentile bootstrap over questions for a mean
 of per-question scores (F1, BLEU, recall, a graded judge), Wilson's score interval for a share of
-0/1 verdicts (a CORRECT / WRONG judge), and the smallest paired difference a question count can
+0/1 verdicts (a CORRECT / WRONG judge), and the smallest difference a question count can
 detect. Everything is seeded, so a figure is reproducible."""
 
 from __future__ import annotations
@@ -49,12 +49,16 @@ def mean_interval(values: Sequence[float], resamples: int = 2_000) -> tuple[floa
     return bootstrap_interval(values, resamples)
 
 
-def detectable_difference(differences: Sequence[float]) -> float | None:
-    """The smallest mean paired difference that ``len(differences)`` questions would detect with
-    80% power in a two-sided 5% test, given the spread of the observed per-question differences
-    (normal approximation); None with fewer than two questions or no spread to go by."""
-    n = len(differences)
+def detectable_difference(scores_a: Sequence[float], scores_b: Sequence[float]) -> float | None:
+    """The smallest difference of mean scores that two runs over the same ``n`` questions
+    would detect with 80% power in a two-sided 5% test, from the spread of their per-question
+    scores, treated as independent (normal approximation): pairing can only make the real
+    threshold smaller, so this is the conservative figure. None with fewer than two questions
+    or no spread at all."""
+    n = len(scores_a)
+    if n != len(scores_b):
+        raise ValueError(f"detectable_difference: {n} scores against {len(scores_b)}; give both runs' per question")
     if n < 2:
         return None
-    spread = float(np.std(np.asarray(differences, dtype=float), ddof=1))
-    return (Z_95 + Z_POWER_80) * spread / math.sqrt(n) if spread > 0 else None
+    variance = float(np.var(np.asarray(scores_a, dtype=float), ddof=1) + np.var(np.asarray(scores_b, dtype=float), ddof=1))
+    return (Z_95 + Z_POWER_80) * math.sqrt(variance / n) if variance > 0 else None

@@ -185,9 +185,9 @@ def _paired_tables(a: RunResult, b: RunResult) -> list[Table]:
                                 f"{d.wins} / {d.losses} / {d.ties}", d.sign_test_p])
     detectable = Table(f"{b.name} against {a.name}: the smallest difference each category could detect",
                        ["metric", *(f"{c}" for c in dict.fromkeys(row["category"] for row in a.rows))],
-                       note="n, then the smallest mean paired difference those questions would detect with 80% "
-                            "power in a two-sided 5% test, from the spread of the observed per-question "
-                            "differences ('-': no question changed, nothing to go by).")
+                       note="n, then the smallest difference of means those questions would detect with 80% "
+                            "power in a two-sided 5% test, from the spread of both runs' per-question scores "
+                            "taken as independent (conservative: pairing can only lower it; '-': no spread).")
     for metric in PAIRED_METRICS:
         found = detectable_by_category(a, b, metric)
         if found:

@@ -70,13 +70,12 @@ def _pairs(a: RunResult, b: RunResult, metric: str, category: str | None) -> np.
 
 def detectable_by_category(a: RunResult, b: RunResult, metric: str) -> dict[str, tuple[int, float | None]]:
     """Per category of ``a``: the questions both runs scored on ``metric`` and the smallest mean
-    difference that many could detect (``memlab.eval.intervals.detectable_difference``, from the
-    spread of the observed paired differences)."""
+    difference that many could detect (``memlab.eval.intervals.detectable_difference``)."""
     found = {}
     for category in dict.fromkeys(row["category"] for row in a.rows):
         values = _pairs(a, b, metric, category)
         if values is not None:
-            found[category] = (len(values), detectable_difference(values[:, 1] - values[:, 0]))
+            found[category] = (len(values), detectable_difference(values[:, 0], values[:, 1]))
     return found
 
 

@@ -282,9 +282,12 @@ def test_intervals_wilson_bootstrap_and_the_detectable_difference():
     assert mean_interval([]) is None and mean_interval([1.0, 0.0, 1.0]) == wilson_interval(2, 3)
     with pytest.raises(ValueError, match="successes"):
         wilson_interval(3, 2)
-    # 2.80 standard errors: a spread of 0.5 over 100 questions detects 0.14
-    assert detectable_difference([0.5, -0.5] * 50) == pytest.approx(2.8016 * 0.5025 / 10, abs=1e-3)
-    assert detectable_difference([0.0] * 20) is None and detectable_difference([1.0]) is None
+    # 2.80 standard errors of the difference: two runs of spread 0.5025 over 100 questions detect 0.199
+    spread = [0.0, 1.0] * 50
+    assert detectable_difference(spread, spread) == pytest.approx(2.8016 * (2 * 0.5025 ** 2 / 100) ** 0.5, abs=1e-3)
+    assert detectable_difference([0.0] * 20, [0.0] * 20) is None and detectable_difference([1.0], [0.0]) is None
+    with pytest.raises(ValueError, match="both runs"):
+        detectable_difference([1.0], [1.0, 0.0])
 
 
 def test_aggregate_all_questions_for_other_benchmarks():

@@ -168,11 +168,12 @@ def test_the_report_shows_each_memorys_structure_and_flags_a_degenerate_one(tmp_
     assert "| rag | questions=2; mean_steps=7.500; refined_share=0.500; actions={'SKIP': 3} |" in markdown
 
 
-def test_the_detectable_difference_per_category_comes_from_the_paired_spread():
+def test_the_detectable_difference_per_category_comes_from_the_scores_spread():
     from memlab.reporting.paired import detectable_by_category
 
     a = _result("a", [0.0, 0.0, 1.0, 1.0])
-    b = _result("b", [1.0, 0.0, 1.0, 0.0])  # differences +1, 0, 0, -1
+    b = _result("b", [1.0, 0.0, 1.0, 0.0])  # each run's variance 1/3
     (n, mde), = detectable_by_category(a, b, "f1_locomo").values()
-    assert n == 4 and mde == pytest.approx(2.8016 * 0.8165 / 2, abs=1e-3)
-    assert detectable_by_category(a, a, "f1_locomo") == {"single-hop": (4, None)}  # nothing changed
+    assert n == 4 and mde == pytest.approx(2.8016 * (2 / 3 / 4) ** 0.5, abs=1e-3)
+    flat = _result("flat", [0.5] * 4)
+    assert detectable_by_category(flat, flat, "f1_locomo") == {"single-hop": (4, None)}  # no spread
