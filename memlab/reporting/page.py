@@ -184,7 +184,7 @@ def _paired_tables(a: RunResult, b: RunResult) -> list[Table]:
                                 "yes" if d.ci_low > 0 or d.ci_high < 0 else "no",
                                 f"{d.wins} / {d.losses} / {d.ties}", d.sign_test_p])
     detectable = Table(f"{b.name} against {a.name}: the smallest difference each category could detect",
-                       ["metric", *(f"{c}" for c in dict.fromkeys(row["category"] for row in a.rows))],
+                       ["metric", *(a.metrics.get("by_category") or dict.fromkeys(row["category"] for row in a.rows))],
                        note="n, then the smallest difference of means those questions would detect with 80% "
                             "power in a two-sided 5% test, from the spread of both runs' per-question scores "
                             "taken as independent (conservative: pairing can only lower it; '-': no spread).")
