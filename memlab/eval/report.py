@@ -9,7 +9,9 @@ import numpy as np
 from memlab.eval import metrics as M
 from memlab.types import ANSWERABLE_CATEGORIES, LOCOMO_CATEGORIES
 
-ANSWER_METRICS = ("f1_locomo", "f1_amem", "bleu1", "judge")
+#: ``abstained``: the answer says the conversation does not hold it (``memlab.eval.abstention``):
+#: right on adversarial questions, a false abstention on the others.
+ANSWER_METRICS = ("f1_locomo", "f1_amem", "bleu1", "judge", "abstained")
 RETRIEVAL_METRICS = (
     "recall@1", "recall@5", "recall@10", "recall@20",
     "recall@tok500", "recall@tok1000", "recall@tok2000",
@@ -94,7 +96,7 @@ def format_table(metrics: dict[str, Any], columns: tuple[str, ...] | None = None
     if columns is None:
         columns = RETRIEVAL_METRICS[:4] + ("recall@tok1000",)
         if not metrics.get("retrieval_only"):
-            columns = ("f1_locomo", "f1_amem", "bleu1") + (("judge",) if metrics.get("judge_info") else ()) \
+            columns = ("f1_locomo", "f1_amem", "bleu1", "abstained") + (("judge",) if metrics.get("judge_info") else ()) \
                 + columns + ("context_tokens",)
     rows = [(name, block) for name, block in metrics["by_category"].items()]
     overall = "overall (1-4)" if metrics.get("overall_over") == "LoCoMo categories 1-4" else "overall"

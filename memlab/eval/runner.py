@@ -49,6 +49,7 @@ from tqdm.auto import tqdm
 
 from memlab.clock import active_seconds
 from memlab.data.errata import apply_errata, load_errata
+from memlab.eval.abstention import ABSTENTION_GOLD, abstains
 from memlab.eval import metrics as M
 from memlab.eval.saved_memories import SavedMemories
 from memlab.fileio import atomic_folder, replaceable_folder_problem, write_json_atomic
@@ -231,6 +232,7 @@ def score_answer(prediction: str, question: Question) -> dict[str, float]:
         "f1_locomo": M.locomo_f1(prediction, question.answer, question.category),
         "f1_amem": M.amem_f1(prediction, question.answer),
         "bleu1": M.bleu1(prediction, question.answer),
+        "abstained": float(abstains(prediction)),
     }
 
 
@@ -404,11 +406,13 @@ def _row(question, ranking, answer, error, latency, usage_diff, count_tokens, ju
 
 
 def _judged(judge, question: Question, gold: str, prediction: str, row: dict[str, Any]) -> float | None:
-    """The judge's verdict on ``prediction`` against ``gold`` (None without a judge, for an
-    adversarial question, or when judging raised: then the row's error says why)."""
-    # An adversarial question's gold is the planted wrong answer: judging against it is meaningless.
-    if judge is None or question.category == "adversarial":
+    """The judge's verdict on ``prediction`` against ``gold`` (None without a judge, or when
+    judging raised: then the row's error says why)."""
+    if judge is None:
         return None
+    # An adversarial question's gold is a planted wrong answer; what it tests is abstaining.
+    if question.category == "adversarial":
+        gold = ABSTENTION_GOLD
     try:
         return judge.metric(judge.run_one(judge.In(question.text, gold, prediction)))
     except LMUnavailableError:

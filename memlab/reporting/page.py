@@ -39,7 +39,8 @@ def write_report(run_folders: Sequence[str | os.PathLike], out: str | os.PathLik
     with atomic_folder(out) as staging:
         drawn = _draw(runs, staging)
         structure, search, audited = _structure_table(runs), _search_table(runs), _audited_table(runs)
-        tables = [_metrics_table(runs), *(table for table in (audited,) if table.rows), _category_table(runs),
+        adversarial = _adversarial_table(runs)
+        tables = [_metrics_table(runs), *(table for table in (audited, adversarial) if table.rows), _category_table(runs),
                   _stage_table(runs), *(table for table in (structure, search) if table.rows)]
         for other in runs[1:]:
             tables.extend(_paired_tables(runs[0], other))
@@ -102,6 +103,24 @@ def _audited_table(runs: list[RunResult]) -> Table:
         cells = [f"{_fmt(original.get(m))} -> {_fmt(audited['overall'].get(m))}"
                  for m in ("f1_locomo", "f1_amem", "judge", "recall@10")]
         table.rows.append([run.name, Path(run.metrics["errata"]["file"]).name, audited["questions_corrected"], *cells])
+    return table
+
+
+def _adversarial_table(runs: list[RunResult]) -> Table:
+    """Category 5 on its own: does the pipeline abstain where the conversation holds no answer?"""
+    table = Table("Adversarial questions (category 5: the right answer abstains)",
+                  ["run", "n", "abstained (detector)", "judge (vs abstaining)", "F1 (LoCoMo: its two phrases)",
+                   "false abstentions, categories 1-4"],
+                  note="Not in overall, as in the papers. 'abstained': memlab.eval.abstention recognises the answer "
+                       "saying the conversation does not hold it; the judge compares the answer with \"The "
+                       "conversation does not mention this.\"; the official F1 accepts only \"no information "
+                       "available\" / \"not mentioned\". 95% Wilson intervals.")
+    for run in runs:
+        block = run.metrics["by_category"].get("adversarial")
+        if not block or block.get("abstained") is None:
+            continue
+        table.rows.append([run.name, block["n"], _with_interval(block, "abstained"), _with_interval(block, "judge"),
+                           _fmt(block.get("f1_locomo")), _with_interval(run.metrics["overall"], "abstained")])
     return table
 
 

@@ -84,16 +84,22 @@ def test_an_unavailable_model_stops_the_run_cleanly(tmp_path):
     assert json.loads((tmp_path / "metrics.json").read_text())["n_questions"] == 2
 
 
-def test_judge_skips_adversarial_questions(tmp_path):
+def test_adversarial_questions_are_judged_against_abstaining_and_kept_out_of_overall(tmp_path):
+    from memlab.eval.abstention import ABSTENTION_GOLD
     from memlab.eval.judge import CorrectWrongJudge
 
-    judge_lm = ReplayLM(lambda r: '{"label": "CORRECT"}')
-    judge = CorrectWrongJudge(lm=judge_lm)
-    metrics = run_benchmark(_pipeline(lambda r: "x"), load_sample(), tmp_path,
-                            RunOptions(progress=False), judge=judge)
-    n_adversarial = metrics["by_category"]["adversarial"]["n"]
-    assert len(judge_lm.requests) == metrics["n_questions"] - n_adversarial
-    assert metrics["overall"]["judge"] == 1.0 and metrics["by_category"]["adversarial"]["judge"] is None
+    # CORRECT only where the gold shown is the abstention (never the planted adversarial answer)
+    judge_lm = ReplayLM(lambda r: '{"label": "CORRECT"}' if ABSTENTION_GOLD in r.messages[-1]["content"]
+                        else '{"label": "WRONG"}')
+    metrics = run_benchmark(_pipeline(lambda r: "Not mentioned in the conversation."), load_sample(), tmp_path,
+                            RunOptions(progress=False), judge=CorrectWrongJudge(lm=judge_lm))
+    adversarial = metrics["by_category"]["adversarial"]
+    assert len(judge_lm.requests) == metrics["n_questions"]  # every question judged
+    assert sum(ABSTENTION_GOLD in r.messages[-1]["content"] for r in judge_lm.requests) == adversarial["n"]
+    assert adversarial["judge"] == 1.0 and metrics["overall"]["judge"] == 0.0  # overall: categories 1-4
+    # the detector: right on adversarial questions, a false abstention on every other
+    assert adversarial["abstained"] == 1.0 == metrics["overall"]["abstained"]
+    assert adversarial["f1_locomo"] == 1.0  # "not mentioned" is one of the official script's two phrases
     assert metrics["judge_info"]["prompt_id"] == "simplemem/judge_correct_wrong"
 
 

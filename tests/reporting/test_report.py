@@ -51,6 +51,17 @@ def test_report_writes_the_page_its_markdown_and_figures_with_the_runs_numbers(t
 
         assert cells[2] == shown("f1_locomo") and cells[3] == shown("f1_amem") and cells[8] == shown("recall@10")
         assert f"<td>{shown('f1_locomo')}</td>" in html
+    assert "Adversarial questions" not in markdown  # none among the first 6 questions
+
+
+def test_the_report_shows_category_5_on_its_own(tmp_path):
+    run = _run(tmp_path / "abstaining", lambda r: "Not mentioned in the conversation.", max_questions=None)
+    adversarial = json.loads((run / "metrics.json").read_text())["by_category"]["adversarial"]
+    markdown = (write_report([run], tmp_path / "report").parent / "report.md").read_text()
+    assert "## Adversarial questions (category 5: the right answer abstains)" in markdown
+    row = next(line for line in markdown.splitlines() if line.startswith(f"| abstaining | {adversarial['n']} |"))
+    ci = adversarial["ci"]["abstained"]  # the detector's share, with its Wilson interval
+    assert row.split(" | ")[2] == f"1.000 [{ci['low']:.2f}, {ci['high']:.2f}]" and ci["high"] == pytest.approx(1.0)
 
 
 def test_paired_section_counts_the_changed_questions_with_both_answers(two_runs, tmp_path):
