@@ -141,6 +141,8 @@ def run_config(
                 "data": str(data) if data else "embedded sample",
                 "conversations": [c.id for c in selected],
                 "sessions": sessions,
+                "categories": list(options.categories) if options.categories else None,
+                "max_questions": options.max_questions,
                 "memory_from": str(memory) if memory is not None else None,
                 "errata": applied,
             })

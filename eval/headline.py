@@ -1,0 +1,167 @@
+"""The headline table at the top of BENCHMARKS.md, generated from committed runs (never by hand).
+
+    python eval/headline.py [--manifest eval/headline.yaml] [--benchmarks BENCHMARKS.md] [--check]
+
+``eval/headline.yaml`` lists the rows: a system, which configuration of it (``published``: the
+paper's pipeline as memlab runs it; ``best``: the best measured; an ablation's name), the
+committed run folder (``eval/runs/...``) and the command that made it (its model replies are
+in the committed response cache, ``eval/caches/``). Rows are grouped by the questions they answer, so
+only rows of one group compare; each group says its conversations, session prefix, categories
+and n. Every figure is recomputed from the run's ``predictions.jsonl`` with its 95% interval
+(``memlab.eval.metrics.aggregate``: bootstrap over questions, Wilson for a 0/1 judge), so runs
+made before intervals existed get them too.
+
+The table replaces what lies between ``<!-- headline:start -->`` and ``<!-- headline:end -->``
+in BENCHMARKS.md, and the list of its ``## `` sections what lies between ``<!-- contents:start
+-->`` and ``<!-- contents:end -->``; ``--check`` writes nothing and exits 1 when either differs
+from what is generated (a test runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memlab.eval.metrics import aggregate
+from memlab.eval.report import METRICS
+from memlab.fileio import atomic_file
+from memlab.types import ANSWERABLE_CATEGORIES
+
+START, END = "<!-- headline:start -->", "<!-- headline:end -->"
+CONTENTS_START, CONTENTS_END = "<!-- contents:start -->", "<!-- contents:end -->"
+REPO = Path(__file__).resolve().parents[1]
+
+
+class HeadlineError(Exception):
+    """A manifest or a run that cannot make the table: one line, exit status 2."""
+
+
+def load_manifest(path: Path) -> list[dict[str, str]]:
+    try:
+        rows = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise HeadlineError(f"{path}: cannot read the manifest: {e}") from None
+    wanted = ("system", "configuration", "run", "command")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and all(isinstance(r.get(k), str) for k in wanted)
+                                             for r in rows):
+        raise HeadlineError(f"{path}: a list of rows, each with the strings {list(wanted)}")
+    return rows
+
+
+def run_figures(folder: Path) -> dict[str, Any]:
+    """The question set and the overall figures of the run in ``folder``, recomputed from its rows."""
+    try:
+        metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+        rows = [json.loads(line) for line in (folder / "predictions.jsonl").read_text(encoding="utf-8").splitlines()]
+    except (OSError, ValueError) as e:
+        raise HeadlineError(f"{folder}: not a finished run ({e})") from None
+    overall = aggregate(rows, METRICS)["overall"]
+    categories = sorted({row["category"] for row in rows}, key=lambda c: (c not in ANSWERABLE_CATEGORIES, c))
+    judge = (metrics.get("judge_info") or {}).get("prompt_id")
+    return {"questions": question_set(metrics, categories), "n": overall["n"], "overall": overall, "judge": judge,
+            "tokens_per_query": metrics["usage"].get("tokens_per_query"),
+            "build_calls": metrics["usage"]["build"].get("llm_calls")}
+
+
+def question_set(metrics: dict[str, Any], categories: list[str]) -> str:
+    """``conv-26, sessions 1-4, categories 1-4``: what a group of rows answers."""
+    parts = [", ".join(metrics.get("conversations") or [])]
+    parts.append(f"sessions 1-{metrics['sessions']}" if metrics.get("sessions") else "all sessions")
+    if metrics.get("max_questions"):
+        parts.append(f"first {metrics['max_questions']} questions each")
+    answerable = [c for c in categories if c in ANSWERABLE_CATEGORIES]
+    parts.append("categories 1-4" if len(answerable) == len(categories) else "categories " + ", ".join(categories))
+    return ", ".join(parts)
+
+
+def cell(overall: dict[str, Any], metric: str) -> str:
+    value, interval = overall.get(metric), (overall.get("ci") or {}).get(metric)
+    if value is None:
+        return "-"
+    return f"{value:.3f} [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else f"{value:.3f}"
+
+
+def render(rows: list[dict[str, str]], root: Path) -> str:
+    groups: dict[tuple[str, int], list[tuple[dict[str, str], dict[str, Any]]]] = {}
+    for row in rows:
+        figures = run_figures(root / row["run"])
+        groups.setdefault((figures["questions"], figures["n"]), []).append((row, figures))
+    lines = [START, ""]
+    for (questions, n), members in groups.items():
+        lines += [f"**{questions}** ({n} questions)", "",
+                  "| system | configuration | F1 (LoCoMo) | F1 (A-Mem) | judge (prompt) | R@10 | tokens / query "
+                  "| build LLM calls | run |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for row, figures in members:
+            judge = cell(figures["overall"], "judge")
+            judge = f"{judge} ({figures['judge']})" if figures["judge"] else judge
+            tokens, calls = figures["tokens_per_query"], figures["build_calls"]
+            lines.append(f"| {row['system']} | {row['configuration']} | {cell(figures['overall'], 'f1_locomo')} | "
+                         f"{cell(figures['overall'], 'f1_amem')} | {judge} | {cell(figures['overall'], 'recall@10')} | "
+                         f"{'-' if tokens is None else f'{tokens:,.0f}'} | {'-' if calls is None else f'{calls:,.0f}'} | "
+                         f"`{row['run']}` |")
+        lines.append("")
+    lines += ["The commands that made them (their model replies are in `eval/caches/responses.jsonl.gz`; "
+              "`memlab cache import` it first):",
+              "", "```bash", *(row["command"] for row in rows), "```", "", END]
+    return "\n".join(lines)
+
+
+def replace_block(text: str, start: str, end: str, block: str, where: Path) -> str:
+    """``text`` with what lies from ``start`` to ``end`` replaced by ``block`` (which holds both)."""
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise HeadlineError(f"{where}: needs exactly one {start} ... {end} block")
+    return text[:text.index(start)] + block + text[text.index(end) + len(end):]
+
+
+def contents(text: str) -> str:
+    """A linked list of the ``## `` sections of ``text`` (code blocks skipped), GitHub's anchors."""
+    lines, fenced = [CONTENTS_START, ""], False
+    for line in text.splitlines():
+        fenced ^= line.startswith("```")
+        if not fenced and line.startswith("## "):
+            title = line[3:].strip()
+            anchor = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+            lines.append(f"- [{title}](#{anchor})")
+    return "\n".join(lines + ["", CONTENTS_END])
+
+
+def update(text: str, table: str, where: Path) -> str:
+    """``text`` with its headline table and its contents list regenerated."""
+    text = replace_block(text, START, END, table, where)
+    return replace_block(text, CONTENTS_START, CONTENTS_END, contents(text), where)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--manifest", type=Path, default=REPO / "eval" / "headline.yaml")
+    parser.add_argument("--benchmarks", type=Path, default=REPO / "BENCHMARKS.md")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the committed table is not the generated one")
+    args = parser.parse_args(argv)
+    try:
+        table = render(load_manifest(args.manifest), args.manifest.resolve().parents[1])
+        text = args.benchmarks.read_text(encoding="utf-8")
+        updated = update(text, table, args.benchmarks)
+    except (HeadlineError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        if updated != text:
+            print(f"{args.benchmarks}: the headline table is not the one {args.manifest} generates; "
+                  "run python eval/headline.py", file=sys.stderr)
+            return 1
+        return 0
+    with atomic_file(args.benchmarks) as tmp:
+        tmp.write_text(updated, encoding="utf-8")
+    print(f"wrote the headline table ({table.count(chr(10)) + 1} lines) into {args.benchmarks}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

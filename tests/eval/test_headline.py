@@ -1,0 +1,57 @@
+"""BENCHMARKS.md's headline table and contents are generated from the committed runs, never by hand."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.eval_scripts import eval_script
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_committed_headline_table_is_the_generated_one():
+    assert eval_script("headline").main(["--check"]) == 0
+
+
+def test_a_hand_edit_or_a_changed_run_is_caught(tmp_path, capsys):
+    headline = eval_script("headline")
+    benchmarks = tmp_path / "BENCHMARKS.md"
+    text = (REPO / "BENCHMARKS.md").read_text()
+    benchmarks.write_text(text.replace("| 0.808 [0.75, 0.86] |", "| 0.908 [0.75, 0.86] |", 1))
+    assert benchmarks.read_text() != text  # the edit landed in the table
+    assert headline.main(["--check", "--benchmarks", str(benchmarks)]) == 1
+    assert "is not the one" in capsys.readouterr().err
+    assert headline.main(["--benchmarks", str(benchmarks)]) == 0 and benchmarks.read_text() == text  # regenerated
+
+
+def test_the_table_groups_runs_by_their_questions_with_intervals(tmp_path):
+    headline = eval_script("headline")
+    for run in ("conv26-s2/rag_turns", "conv26/rag_turns"):
+        shutil.copytree(REPO / "eval" / "runs" / run, tmp_path / "eval" / "runs" / run)
+    rows = [{"system": "RAG", "configuration": c, "run": f"eval/runs/{r}", "command": f"memlab run {c}"}
+            for c, r in (("a", "conv26-s2/rag_turns"), ("b", "conv26/rag_turns"))]
+    table = headline.render(rows, tmp_path)
+    assert "**conv-26, sessions 1-2, categories 1-4** (15 questions)" in table
+    assert "**conv-26, all sessions, categories 1-4** (152 questions)" in table
+    assert "| RAG | a | 0.457 [0.27, 0.65] |" in table and "memlab run b" in table
+
+
+def test_bad_manifests_and_missing_markers_are_one_error(tmp_path, capsys):
+    headline = eval_script("headline")
+    manifest = tmp_path / "headline.yaml"
+    manifest.write_text("- system: x\n")
+    assert headline.main(["--manifest", str(manifest)]) == 2
+    assert "each with the strings" in capsys.readouterr().err
+    manifest.write_text("- {system: x, configuration: y, run: eval/runs/none, command: z}\n")
+    assert headline.main(["--manifest", str(manifest)]) == 2
+    assert "not a finished run" in capsys.readouterr().err
+    (tmp_path / "B.md").write_text("no markers\n")
+    assert headline.main(["--check", "--benchmarks", str(tmp_path / "B.md")]) == 2
+    assert "needs exactly one <!-- headline:start -->" in capsys.readouterr().err
+
+
+def test_contents_lists_sections_outside_code_blocks():
+    headline = eval_script("headline")
+    listed = headline.contents("# Title\n## One (issue 4): `a` b\n```\n## not a section\n```\n## Two\n")
+    assert listed.splitlines()[2:4] == ["- [One (issue 4): `a` b](#one-issue-4-a-b)", "- [Two](#two)"]
