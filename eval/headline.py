@@ -4,7 +4,8 @@
 
 ``eval/headline.yaml`` lists the rows: a system, which configuration of it (``published``: the
 paper's pipeline as memlab runs it; ``best``: the best measured; an ablation's name), the
-committed run folder (``eval/runs/...``) and the command that made it (its model replies are
+committed run folder (``eval/runs/...``), optionally ``questions`` (the question set, for a run
+made before ``metrics.json`` recorded ``max_questions``) and the command that made it (its model replies are
 in the committed response cache, ``eval/caches/``). Rows are grouped by the questions they answer, so
 only rows of one group compare; each group says its conversations, session prefix, categories
 and n. Every figure is recomputed from the run's ``predictions.jsonl`` with its 95% interval
@@ -91,6 +92,7 @@ def render(rows: list[dict[str, str]], root: Path) -> str:
     groups: dict[tuple[str, int], list[tuple[dict[str, str], dict[str, Any]]]] = {}
     for row in rows:
         figures = run_figures(root / row["run"])
+        figures["questions"] = row.get("questions", figures["questions"])
         groups.setdefault((figures["questions"], figures["n"]), []).append((row, figures))
     lines = [START, ""]
     for (questions, n), members in groups.items():
