@@ -49,8 +49,8 @@ from tqdm.auto import tqdm
 
 from memlab.clock import active_seconds
 from memlab.data.errata import apply_errata, load_errata
-from memlab.eval.abstention import ABSTENTION_GOLD, abstains
 from memlab.eval import metrics as M
+from memlab.eval.abstention import ABSTENTION_GOLD, abstains
 from memlab.eval.saved_memories import SavedMemories
 from memlab.fileio import atomic_folder, replaceable_folder_problem, write_json_atomic
 from memlab.lm.base import LM, UsageMeter
