@@ -31,7 +31,9 @@ import yaml
 
 from memlab.eval.metrics import aggregate
 from memlab.eval.report import METRICS
+from memlab.eval.scripting import ScriptError, reports_script_errors
 from memlab.fileio import atomic_file
+from memlab.reporting.page import with_interval
 from memlab.types import ANSWERABLE_CATEGORIES
 
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
@@ -39,19 +41,15 @@ CONTENTS_START, CONTENTS_END = "<!-- contents:start -->", "<!-- contents:end -->
 REPO = Path(__file__).resolve().parents[1]
 
 
-class HeadlineError(Exception):
-    """A manifest or a run that cannot make the table: one line, exit status 2."""
-
-
 def load_manifest(path: Path) -> list[dict[str, str]]:
     try:
         rows = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as e:
-        raise HeadlineError(f"{path}: cannot read the manifest: {e}") from None
+        raise ScriptError(f"{path}: cannot read the manifest: {e}") from None
     wanted = ("system", "configuration", "run", "command")
     if not isinstance(rows, list) or not all(isinstance(r, dict) and all(isinstance(r.get(k), str) for k in wanted)
                                              for r in rows):
-        raise HeadlineError(f"{path}: a list of rows, each with the strings {list(wanted)}")
+        raise ScriptError(f"{path}: a list of rows, each with the strings {list(wanted)}")
     return rows
 
 
@@ -61,7 +59,7 @@ def run_figures(folder: Path) -> dict[str, Any]:
         metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
         rows = [json.loads(line) for line in (folder / "predictions.jsonl").read_text(encoding="utf-8").splitlines()]
     except (OSError, ValueError) as e:
-        raise HeadlineError(f"{folder}: not a finished run ({e})") from None
+        raise ScriptError(f"{folder}: not a finished run ({e})") from None
     overall = aggregate(rows, METRICS)["overall"]
     categories = sorted({row["category"] for row in rows}, key=lambda c: (c not in ANSWERABLE_CATEGORIES, c))
     judge = (metrics.get("judge_info") or {}).get("prompt_id")
@@ -81,13 +79,6 @@ def question_set(metrics: dict[str, Any], categories: list[str]) -> str:
     return ", ".join(parts)
 
 
-def cell(overall: dict[str, Any], metric: str) -> str:
-    value, interval = overall.get(metric), (overall.get("ci") or {}).get(metric)
-    if value is None:
-        return "-"
-    return f"{value:.3f} [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else f"{value:.3f}"
-
-
 def render(rows: list[dict[str, str]], root: Path) -> str:
     groups: dict[tuple[str, int], list[tuple[dict[str, str], dict[str, Any]]]] = {}
     for row in rows:
@@ -101,11 +92,11 @@ def render(rows: list[dict[str, str]], root: Path) -> str:
                   "| build LLM calls | run |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for row, figures in members:
-            judge = cell(figures["overall"], "judge")
+            judge = with_interval(figures["overall"], "judge")
             judge = f"{judge} ({figures['judge']})" if figures["judge"] else judge
             tokens, calls = figures["tokens_per_query"], figures["build_calls"]
-            lines.append(f"| {row['system']} | {row['configuration']} | {cell(figures['overall'], 'f1_locomo')} | "
-                         f"{cell(figures['overall'], 'f1_amem')} | {judge} | {cell(figures['overall'], 'recall@10')} | "
+            lines.append(f"| {row['system']} | {row['configuration']} | {with_interval(figures['overall'], 'f1_locomo')} | "
+                         f"{with_interval(figures['overall'], 'f1_amem')} | {judge} | {with_interval(figures['overall'], 'recall@10')} | "
                          f"{'-' if tokens is None else f'{tokens:,.0f}'} | {'-' if calls is None else f'{calls:,.0f}'} | "
                          f"`{row['run']}` |")
         lines.append("")
@@ -118,7 +109,7 @@ def render(rows: list[dict[str, str]], root: Path) -> str:
 def replace_block(text: str, start: str, end: str, block: str, where: Path) -> str:
     """``text`` with what lies from ``start`` to ``end`` replaced by ``block`` (which holds both)."""
     if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
-        raise HeadlineError(f"{where}: needs exactly one {start} ... {end} block")
+        raise ScriptError(f"{where}: needs exactly one {start} ... {end} block")
     return text[:text.index(start)] + block + text[text.index(end) + len(end):]
 
 
@@ -140,19 +131,19 @@ def update(text: str, table: str, where: Path) -> str:
     return replace_block(text, CONTENTS_START, CONTENTS_END, contents(text), where)
 
 
+@reports_script_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--manifest", type=Path, default=REPO / "eval" / "headline.yaml")
     parser.add_argument("--benchmarks", type=Path, default=REPO / "BENCHMARKS.md")
     parser.add_argument("--check", action="store_true", help="exit 1 when the committed table is not the generated one")
     args = parser.parse_args(argv)
+    table = render(load_manifest(args.manifest), args.manifest.resolve().parents[1])
     try:
-        table = render(load_manifest(args.manifest), args.manifest.resolve().parents[1])
         text = args.benchmarks.read_text(encoding="utf-8")
-        updated = update(text, table, args.benchmarks)
-    except (HeadlineError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except OSError as e:
+        raise ScriptError(f"{args.benchmarks}: cannot read it ({e.strerror or e})") from None
+    updated = update(text, table, args.benchmarks)
     if args.check:
         if updated != text:
             print(f"{args.benchmarks}: the headline table is not the one {args.manifest} generates; "

@@ -16,8 +16,9 @@ The file is a JSON list, one entry per corrected question (the format of the LoC
 a run scores both golds (``metrics.json["audited"]``), and no pipeline sees either. An entry
 whose question text differs from the data's, whose evidence names no turn of its conversation,
 or whose fields are malformed is a ``DataError`` naming the file and the entry; an entry for a
-conversation or question not loaded (another selection, a ``--sessions`` prefix) is counted,
-not applied.
+conversation or question not loaded (another selection) is counted, not applied. Apply errata
+to whole conversations, before a ``--sessions`` cut (``memlab.data.prefix.first_sessions``
+keeps ``audited``): the audited evidence may name turns of later sessions.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def apply_errata(conversations: Sequence[Conversation], corrections: Sequence[Co
                                     f"{question.text!r:.80}; is the errata file for this version of the data?")
         turns = {turn.id for _, turn in conversation.turns()}
         unknown = [e for e in correction.evidence if e not in turns]
-        if unknown and not _cut_by_prefix(unknown, conversation):
+        if unknown:
             raise DataError(source, f"{where}: correct_evidence {unknown} names no turn of {conversation.id}")
         answer = correction.answer if correction.error_type in ANSWER_CHANGING else question.answer
         counts["answers_changed"] += answer != question.answer
@@ -122,13 +123,3 @@ def apply_errata(conversations: Sequence[Conversation], corrections: Sequence[Co
     applied = sum(len(questions) for questions in found.values())
     return corrected, {"file": str(source), "entries": len(corrections), "applied": applied, **counts}
 
-
-def _cut_by_prefix(ids: Sequence[str], conversation: Conversation) -> bool:
-    """Whether every id of ``ids`` is a LoCoMo dia id of a session after the conversation's
-    last kept one (a ``--sessions`` prefix dropped it; the audited evidence still counts)."""
-    last = len(conversation.sessions)
-    for dia_id in ids:
-        head, _, _ = dia_id.partition(":")
-        if not (head.startswith("D") and head[1:].isdigit() and int(head[1:]) > last):
-            return False
-    return True

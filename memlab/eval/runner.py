@@ -108,17 +108,20 @@ def run_config(
     ``DataError`` ...) before anything runs."""
     from memlab.config import build_pipeline, dump_config, instantiate, split_runner_keys
     from memlab.data import load_conversations
+    from memlab.data.prefix import first_sessions
     from memlab.eval.saved_memories import build_config
 
     overrides = list(overrides)
     folder = Path(out or f"runs/{Path(config).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     check_run_folder(folder)
     pipeline, runner_settings, tree = build_pipeline(config, overrides)
-    selected = load_conversations(data, conversations, sessions)
+    selected = load_conversations(data, conversations)
     errata = errata if errata is not None else (runner_settings.get("eval") or {}).get("errata")
     applied = None
-    if errata is not None:
+    if errata is not None:  # on whole conversations: the audited evidence may name later sessions' turns
         selected, applied = apply_errata(selected, load_errata(errata), errata)
+    if sessions is not None:
+        selected = [first_sessions(c, sessions) for c in selected]
     check_categories(selected, options.categories, data or "the embedded sample")
     refuse_training_overlap(pipeline, selected, options.allow_training_overlap)
     if save_memory is not None and memory is not None:

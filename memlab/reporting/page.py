@@ -78,9 +78,9 @@ def _metrics_table(runs: list[RunResult]) -> Table:
                        "time from a cold response cache.")
     for run in runs:
         o, usage, timing = run.metrics["overall"], run.metrics["usage"], run.metrics["timing"]
-        table.rows.append([run.name, o.get("n"), _with_interval(o, "f1_locomo"), _with_interval(o, "f1_amem"),
-                           o.get("bleu1"), _with_interval(o, "judge"), o.get("recall@1"), o.get("recall@5"),
-                           _with_interval(o, "recall@10"),
+        table.rows.append([run.name, o.get("n"), with_interval(o, "f1_locomo"), with_interval(o, "f1_amem"),
+                           o.get("bleu1"), with_interval(o, "judge"), o.get("recall@1"), o.get("recall@5"),
+                           with_interval(o, "recall@10"),
                            o.get("recall@20"), o.get("recall@tok1000"), _count(o.get("context_tokens")),
                            _count(usage.get("tokens_per_query")), _count(usage["build"].get("llm_calls")),
                            _count(usage["build"].get("prompt_tokens")), usage.get("llm_calls_per_query"),
@@ -119,8 +119,8 @@ def _adversarial_table(runs: list[RunResult]) -> Table:
         block = run.metrics["by_category"].get("adversarial")
         if not block or block.get("abstained") is None:
             continue
-        table.rows.append([run.name, block["n"], _with_interval(block, "abstained"), _with_interval(block, "judge"),
-                           _fmt(block.get("f1_locomo")), _with_interval(run.metrics["overall"], "abstained")])
+        table.rows.append([run.name, block["n"], with_interval(block, "abstained"), with_interval(block, "judge"),
+                           _fmt(block.get("f1_locomo")), with_interval(run.metrics["overall"], "abstained")])
     return table
 
 
@@ -132,7 +132,7 @@ def _category_table(runs: list[RunResult]) -> Table:
         cells = []
         for c in categories:
             block = run.metrics["by_category"].get(c, {})
-            cells.append(" / ".join(_with_interval(block, m) for m in ("f1_locomo", "judge", "recall@10")))
+            cells.append(" / ".join(with_interval(block, m) for m in ("f1_locomo", "judge", "recall@10")))
         table.rows.append([run.name, *cells])
     return table
 
@@ -224,7 +224,7 @@ def _paired_tables(a: RunResult, b: RunResult) -> list[Table]:
     return [paired, *(table for table in (detectable,) if table.rows), questions]
 
 
-def _with_interval(block: dict[str, Any], metric: str) -> str:
+def with_interval(block: dict[str, Any], metric: str) -> str:
     """``0.335 [0.29, 0.38]``: the mean with its 95% interval where metrics.json has one."""
     interval = (block.get("ci") or {}).get(metric)
     shown = _fmt(block.get(metric))

@@ -39,11 +39,11 @@ def scored_questions(run: RunResult) -> list[str]:
 
 
 def paired_difference(a: RunResult, b: RunResult, metric: str, resamples: int = 10_000,
-                      confidence: float = 0.95, seed: int = 0, category: str | None = None) -> PairedDifference | None:
-    """``metric`` of ``b`` minus ``a`` over the questions both scored (only ``category``'s when
-    given; None when there are none, e.g. a retrieval-only run has no F1). The bootstrap
-    resamples questions (seeded, so a report is reproducible)."""
-    values = _pairs(a, b, metric, category)
+                      confidence: float = 0.95, seed: int = 0) -> PairedDifference | None:
+    """``metric`` of ``b`` minus ``a`` over the questions both scored (None when there are none,
+    e.g. a retrieval-only run has no F1). The bootstrap resamples questions (seeded, so a report
+    is reproducible)."""
+    values = _pairs(a, b, metric, None)
     if values is None:
         return None
     differences = values[:, 1] - values[:, 0]
@@ -59,7 +59,8 @@ def paired_difference(a: RunResult, b: RunResult, metric: str, resamples: int = 
 
 
 def _pairs(a: RunResult, b: RunResult, metric: str, category: str | None) -> np.ndarray | None:
-    """``(a's, b's)`` value of ``metric`` per question both scored (None when there is none)."""
+    """``(a's, b's)`` value of ``metric`` per question both scored, of ``category`` (None: the
+    questions ``overall`` averages); None when there is none."""
     rows_a, rows_b = a.by_question(), b.by_question()
     questions = scored_questions(a) if category is None else \
         [row["question_id"] for row in a.rows if row["category"] == category]
