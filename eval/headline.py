@@ -10,7 +10,9 @@ in the committed response cache, ``eval/caches/``). Rows are grouped by the ques
 only rows of one group compare; each group says its conversations, session prefix, categories
 and n. Every figure is recomputed from the run's ``predictions.jsonl`` with its 95% interval
 (``memlab.eval.metrics.aggregate``: bootstrap over questions, Wilson for a 0/1 judge), so runs
-made before intervals existed get them too.
+made before intervals existed get them too. A judge-scored figure carries its judge's check
+(``eval/judge_checks/*.json``, written by ``eval/judge_check.py``): how often that judge accepts
+the gold answers and the audit's vague and specific wrong answers, and whether it is lenient.
 
 The table replaces what lies between ``<!-- headline:start -->`` and ``<!-- headline:end -->``
 in BENCHMARKS.md, and the list of its ``## `` sections what lies between ``<!-- contents:start
@@ -38,6 +40,7 @@ from memlab.types import ANSWERABLE_CATEGORIES
 
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
 CONTENTS_START, CONTENTS_END = "<!-- contents:start -->", "<!-- contents:end -->"
+JUDGES_START, JUDGES_END = "<!-- judges:start -->", "<!-- judges:end -->"
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -79,7 +82,75 @@ def question_set(metrics: dict[str, Any], categories: list[str]) -> str:
     return ", ".join(parts)
 
 
+def judge_name(info: dict[str, Any]) -> str:
+    """A judge's name in a table: its prompt, or the prompts of the judges that must agree."""
+    if "agreement_of" in info:
+        return "agreement of " + " and ".join(judge_name(part) for part in info["agreement_of"])
+    return f"`{info.get('prompt_id')}` ({info.get('judge_model')})"
+
+
+def judge_table(folder: Path) -> str:
+    """The committed judge checks (``eval/judge_checks/*.json``) as two tables: each judge's
+    acceptance of the gold and of the two wrong-answer sets, and its vague-wrong acceptance per category."""
+    checks = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+        try:
+            checks.append((path, json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError) as e:
+            raise ScriptError(f"{path}: not a judge check of eval/judge_check.py ({e})") from None
+    lines = [JUDGES_START, ""]
+    if not checks:
+        return "\n".join(lines + ["(no judge check committed yet)", "", JUDGES_END])
+
+    def rate(block: dict[str, Any]) -> str:
+        if block["rate"] is None:
+            return "-"
+        ci = block["ci"]
+        return f"{block['rate']:.3f} [{ci['low']:.2f}, {ci['high']:.2f}] ({block['accepted']}/{block['judged']})"
+
+    lines += ["| judge | questions | accepts gold | accepts specific wrong | accepts vague wrong | no verdict "
+              "| gpt-4o-mini, generous prompt: specific / vague | lenient (vague > 1/3) | file |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for path, check in checks:
+        sets = check["sets"]
+        reference = " / ".join(f"{sets[name]['reference_rate']:.3f}" if sets[name].get("reference_rate") is not None
+                               else "-" for name in ("specific_wrong", "vague_wrong"))
+        silent = sum(sets[name]["no_verdict"] for name in sets)
+        lines.append(f"| {judge_name(check['judge'])} | {check['questions']} | {rate(sets['gold'])} | "
+                     f"{rate(sets['specific_wrong'])} | {rate(sets['vague_wrong'])} | {silent} | {reference} | "
+                     f"{'**yes**' if check.get('lenient') else 'no'} | `{path.relative_to(folder.parents[1])}` |")
+    categories = list(dict.fromkeys(c for _, check in checks for c in check["by_category"]))
+    lines += ["", "Per category: acceptance of gold / of vague wrong answers (n).", "",
+              "| judge | " + " | ".join(categories) + " |", "|---|" + "---|" * len(categories)]
+    for _, check in checks:
+        cells = []
+        for category in categories:
+            block = check["by_category"].get(category)
+            cells.append("-" if block is None else
+                         f"{block['gold']['rate']:.2f} / {block['vague_wrong']['rate']:.2f} ({block['gold']['judged']})")
+        lines.append(f"| {judge_name(check['judge'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines + ["", JUDGES_END])
+
+
+def judge_checks(folder: Path) -> dict[str, str]:
+    """``{prompt id: "gold 0.97 / vague 0.62 / specific 0.18, lenient"}``: each single judge's
+    acceptance rates from the committed checks of ``eval/judge_check.py`` in ``folder``."""
+    checks: dict[str, str] = {}
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+        try:
+            check = json.loads(path.read_text(encoding="utf-8"))
+            prompt, sets = check["judge"].get("prompt_id"), check["sets"]
+            rates = " / ".join(f"{label} {sets[name]['rate']:.2f}" for label, name in
+                               (("gold", "gold"), ("vague", "vague_wrong"), ("specific", "specific_wrong")))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ScriptError(f"{path}: not a judge check of eval/judge_check.py ({e})") from None
+        if prompt:
+            checks[prompt] = f"{rates} (n={check['questions']})" + (", **lenient**" if check.get("lenient") else "")
+    return checks
+
+
 def render(rows: list[dict[str, str]], root: Path) -> str:
+    checks = judge_checks(root / "eval" / "judge_checks")
     groups: dict[tuple[str, int], list[tuple[dict[str, str], dict[str, Any]]]] = {}
     for row in rows:
         figures = run_figures(root / row["run"])
@@ -88,12 +159,13 @@ def render(rows: list[dict[str, str]], root: Path) -> str:
     lines = [START, ""]
     for (questions, n), members in groups.items():
         lines += [f"**{questions}** ({n} questions)", "",
-                  "| system | configuration | F1 (LoCoMo) | F1 (A-Mem) | judge (prompt) | R@10 | tokens / query "
-                  "| build LLM calls | run |",
+                  "| system | configuration | F1 (LoCoMo) | F1 (A-Mem) | judge (prompt; its check: acceptance of gold / "
+                  "vague wrong / specific wrong answers) | R@10 | tokens / query | build LLM calls | run |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for row, figures in members:
             judge = with_interval(figures["overall"], "judge")
-            judge = f"{judge} ({figures['judge']})" if figures["judge"] else judge
+            if figures["judge"]:
+                judge = f"{judge} ({figures['judge']}; {checks.get(figures['judge'], 'not checked')})"
             tokens, calls = figures["tokens_per_query"], figures["build_calls"]
             lines.append(f"| {row['system']} | {row['configuration']} | {with_interval(figures['overall'], 'f1_locomo')} | "
                          f"{with_interval(figures['overall'], 'f1_amem')} | {judge} | {with_interval(figures['overall'], 'recall@10')} | "
@@ -125,9 +197,12 @@ def contents(text: str) -> str:
     return "\n".join(lines + ["", CONTENTS_END])
 
 
-def update(text: str, table: str, where: Path) -> str:
-    """``text`` with its headline table and its contents list regenerated."""
+def update(text: str, table: str, where: Path, judges: str | None = None) -> str:
+    """``text`` with its headline table, its judge-check tables (``judges``, when given) and its
+    contents list regenerated."""
     text = replace_block(text, START, END, table, where)
+    if judges is not None and JUDGES_START in text:  # the judge-check block is optional
+        text = replace_block(text, JUDGES_START, JUDGES_END, judges, where)
     return replace_block(text, CONTENTS_START, CONTENTS_END, contents(text), where)
 
 
@@ -143,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         text = args.benchmarks.read_text(encoding="utf-8")
     except OSError as e:
         raise ScriptError(f"{args.benchmarks}: cannot read it ({e.strerror or e})") from None
-    updated = update(text, table, args.benchmarks)
+    updated = update(text, table, args.benchmarks, judge_table(args.manifest.resolve().parents[1] / "eval" / "judge_checks"))
     if args.check:
         if updated != text:
             print(f"{args.benchmarks}: the headline table is not the one {args.manifest} generates; "

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from memlab.errors import MemlabError
 from memlab.fileio import MANIFEST_FILE, ManifestError, is_subfolder_name, read_manifest, write_manifest
 from memlab.versions import package_versions
 
@@ -33,7 +34,7 @@ TRAINING_FILE = "training.json"
 LEGACY_VERSIONS_FILE = "versions.json"
 
 
-class StageError(RuntimeError):
+class StageError(MemlabError, RuntimeError):
     """A stage could not produce its output (raised only where no fallback makes sense)."""
 
 
@@ -112,7 +113,8 @@ def seal_checkpoint(directory: str | os.PathLike) -> Path:
     before stage checkpoints had a manifest, or one edited by hand. Child stage folders are
     sealed first (the parent's manifest covers theirs); the package versions kept are those
     of an earlier manifest, else of ``versions.json``, which the manifest replaces. No other
-    file changes; ``Stage.load`` checks the folder as usual afterwards."""
+    file changes; ``Stage.load`` checks the folder as usual afterwards. ``trained_on`` is the earlier
+    manifest's with the split of ``training.json`` added: a seal never drops a conversation."""
     directory = Path(directory)
     if not (directory / CONFIG_FILE).is_file():
         raise StageError(f"{directory}: not a saved stage (no {CONFIG_FILE})")
@@ -124,8 +126,11 @@ def seal_checkpoint(directory: str | os.PathLike) -> Path:
     legacy = json_object(directory / LEGACY_VERSIONS_FILE)
     versions = previous.get("versions") if isinstance(previous.get("versions"), dict) else legacy
     trained_on = previous.get("trained_on", [])
+    trained_on = set(trained_on if isinstance(trained_on, list) else []) | training_split(directory)
+    # The split goes into the sealed manifest and stays there: deleting or emptying training.json
+    # and sealing again does not make a checkpoint forget what it learnt from.
     write_manifest(directory, FORMAT, FORMAT_VERSION, versions, skip=(LEGACY_VERSIONS_FILE,),
-                   trained_on=trained_on if isinstance(trained_on, list) else [])
+                   trained_on=sorted(trained_on))
     (directory / LEGACY_VERSIONS_FILE).unlink(missing_ok=True)  # now in the manifest
     return directory
 

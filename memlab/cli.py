@@ -43,9 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="build memory and answer a benchmark's questions with a pipeline config")
-    run.add_argument("config", help="pipeline YAML (configs/pipelines/*.yaml, configs/ablations/*.yaml)")
+    run.add_argument("config", type=_path, help="pipeline YAML (configs/pipelines/*.yaml, configs/ablations/*.yaml)")
     run.add_argument("overrides", nargs="*", help="dotted overrides, e.g. answerer.lm.temperature=0")
-    run.add_argument("--data", help="LoCoMo JSON or LongMemEval file/folder (default: the embedded sample)")
+    run.add_argument("--data", type=_path, help="LoCoMo JSON or LongMemEval file/folder (default: the embedded sample)")
     run.add_argument("--conversations", type=_names, help="comma-separated conversation ids to keep")
     run.add_argument("--sessions", type=_positive,
                      help="keep each conversation's first N sessions and the questions whose evidence lies in them")
@@ -57,12 +57,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="run a trained stage on conversations its checkpoint learnt from (refused otherwise)")
     run.add_argument("--retrieval-only", action="store_true",
                      help="stop after retrieval: evidence recall only, no answering call")
-    run.add_argument("--out", help="output folder (default: runs/<config>-<time>)")
-    run.add_argument("--save-memory", metavar="DIR", help="save each conversation's built memory into DIR "
+    run.add_argument("--out", type=_path, help="output folder (default: runs/<config>-<time>)")
+    run.add_argument("--save-memory", type=_path, metavar="DIR", help="save each conversation's built memory into DIR "
                      "(answer from it later with --memory DIR)")
-    run.add_argument("--memory", metavar="DIR", help="answer from the memories saved in DIR instead of building "
+    run.add_argument("--memory", type=_path, metavar="DIR", help="answer from the memories saved in DIR instead of building "
                      "(refused if they were built by another pipeline, build configuration or sessions)")
-    run.add_argument("--errata", metavar="PATH", help="an errata file (the LoCoMo audit's format): score the "
+    run.add_argument("--errata", type=_path, metavar="PATH", help="an errata file (the LoCoMo audit's format): score the "
                      "audited gold beside the original (default: the config's eval.errata)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -73,10 +73,10 @@ def _parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("evaluate-stage", help="score a saved stage on data with the evaluator its "
                                    "training recorded (training.json)")
-    evaluate.add_argument("checkpoint", help="folder written by a training recipe (e.g. checkpoints/reranker-minilm-turns)")
+    evaluate.add_argument("checkpoint", type=_path, help="folder written by a training recipe (e.g. checkpoints/reranker-minilm-turns)")
     evaluate.add_argument("overrides", nargs="*", help="dotted overrides of the recorded evaluator, e.g. depth=20 "
                           "pipeline=configs/pipelines/rag_turns_gemma.yaml")
-    evaluate.add_argument("--data", help="LoCoMo JSON or LongMemEval file/folder (default: the embedded sample)")
+    evaluate.add_argument("--data", type=_path, help="LoCoMo JSON or LongMemEval file/folder (default: the embedded sample)")
     evaluate.add_argument("--conversations", type=_names, help="comma-separated conversation ids to keep")
     evaluate.add_argument("--sessions", type=_positive, help="as for run")
     evaluate.add_argument("--allow-training-overlap", action="store_true",
@@ -84,30 +84,30 @@ def _parser() -> argparse.ArgumentParser:
 
     compare = commands.add_parser("compare-stages", help="score several stages with one evaluator on the same "
                                   "data (configs/compare/*.yaml), optionally leave-one-conversation-out")
-    compare.add_argument("config", help="comparison YAML: an evaluator and rows (configs/compare/*.yaml)")
+    compare.add_argument("config", type=_path, help="comparison YAML: an evaluator and rows (configs/compare/*.yaml)")
     compare.add_argument("overrides", nargs="*", help="dotted overrides, e.g. evaluator.depth=20")
-    compare.add_argument("--data", help="LoCoMo JSON or LongMemEval file/folder (default: the embedded sample)")
+    compare.add_argument("--data", type=_path, help="LoCoMo JSON or LongMemEval file/folder (default: the embedded sample)")
     compare.add_argument("--conversations", type=_names, help="comma-separated conversation ids to keep")
     compare.add_argument("--sessions", type=_positive, help="as for run")
     compare.add_argument("--loco", action="store_true", help="leave-one-conversation-out: train the config's "
                          "loco.trainings folds, then score each conversation on its own")
     compare.add_argument("--allow-training-overlap", action="store_true",
                          help="score stages on conversations their checkpoints learnt from (refused otherwise)")
-    compare.add_argument("--out", help="write the results as JSON to this file")
+    compare.add_argument("--out", type=_path, help="write the results as JSON to this file")
 
     report = commands.add_parser("report", help="compare finished runs over the same questions in an HTML page "
                                  "with plots, and its markdown twin")
-    report.add_argument("runs", nargs="+", metavar="RUN_DIR",
+    report.add_argument("runs", type=_path, nargs="+", metavar="RUN_DIR",
                         help="folders written by memlab run (the first is the reference of the paired comparisons)")
-    report.add_argument("--out", required=True, help="folder for report.html, report.md and the figures "
+    report.add_argument("--out", type=_path, required=True, help="folder for report.html, report.md and the figures "
                         "(replaced whole; refused if it holds other files)")
 
     export_memory = commands.add_parser("export-memory", help="export a saved memory (memlab run --save-memory) "
                                         "as GraphML, JSON lines, or an interactive HTML view")
-    export_memory.add_argument("folder", metavar="DIR", help="a folder of saved memories (one file per conversation "
+    export_memory.add_argument("folder", type=_path, metavar="DIR", help="a folder of saved memories (one file per conversation "
                                "is written) or one conversation's memory folder")
     export_memory.add_argument("--format", required=True, choices=("graphml", "jsonl", "html"))
-    export_memory.add_argument("--out", help="the file to write (for a folder of memories, the folder to write "
+    export_memory.add_argument("--out", type=_path, help="the file to write (for a folder of memories, the folder to write "
                                "them into); default: beside DIR, DIR.<format> or DIR-<format>/")
 
     models = commands.add_parser("models", help="list the known local models and whether they are installed; "
@@ -123,15 +123,15 @@ def _parser() -> argparse.ArgumentParser:
     actions = cache.add_subparsers(dest="action", required=True)
     cache_help = "response cache file (default: $MEMLAB_CACHE or ~/.cache/memlab/responses.sqlite)"
     export = actions.add_parser("export", help="write cache entries to a gzip JSON-lines file (replaced whole)")
-    export.add_argument("file", metavar="FILE", help="the file to write, e.g. responses.jsonl.gz")
+    export.add_argument("file", type=_path, metavar="FILE", help="the file to write, e.g. responses.jsonl.gz")
     export.add_argument("--model", metavar="M", help="only this model's entries (exact name, as the cache records it)")
     export.add_argument("--contains", metavar="TEXT",
                         help="only entries whose request JSON contains TEXT (case-sensitive substring)")
-    export.add_argument("--cache", metavar="PATH", default="default", help=cache_help)
+    export.add_argument("--cache", type=_path, metavar="PATH", default="default", help=cache_help)
     load = actions.add_parser("import", help="add the entries of an export file that the cache lacks "
                                              "(checked whole first; a cached entry is never replaced)")
-    load.add_argument("file", metavar="FILE", help="a file written by memlab cache export")
-    load.add_argument("--cache", metavar="PATH", default="default", help=cache_help)
+    load.add_argument("file", type=_path, metavar="FILE", help="a file written by memlab cache export")
+    load.add_argument("--cache", type=_path, metavar="PATH", default="default", help=cache_help)
     return parser
 
 
@@ -143,6 +143,13 @@ def _positive(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
     return number
+
+
+def _path(value: str) -> str:
+    """A path argument: an empty one would silently mean the working folder or a default."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"must be a path, got {value!r}")
+    return value
 
 
 def _names(value: str) -> tuple[str, ...]:
@@ -275,6 +282,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_export_memory(args: argparse.Namespace) -> int:
     from memlab.eval.saved_memories import INDEX_FILE, SavedMemories, SavedMemoryError
+    from memlab.fileio import refuse_writing_into
     from memlab.memory.export import read_saved_graph, write_jsonl
     from memlab.memory.store import MemoryStoreError
     from memlab.memory.viewer import write_viewer
@@ -286,11 +294,14 @@ def cmd_export_memory(args: argparse.Namespace) -> int:
         if (folder / INDEX_FILE).is_file():  # a folder of saved memories: one file per conversation
             saved = SavedMemories.open(folder)
             out = Path(args.out or f"{folder}-{args.format}")
+            refuse_writing_into(out, "--out", {"the folder of saved memories": folder})
             out.mkdir(parents=True, exist_ok=True)
             jobs = [(entry["folder"], out / f"{entry['folder']}.{args.format}", conversation)
                     for conversation, entry in sorted(saved.index["memories"].items())]
         else:
-            jobs = [(folder.name, Path(args.out or f"{folder}.{args.format}"), folder.name)]
+            out = Path(args.out or f"{folder}.{args.format}")
+            refuse_writing_into(out, "--out", {"the saved memory": folder})
+            jobs = [(folder.name, out, folder.name)]
             folder = folder.parent
         for name, path, title in jobs:
             graph = read_saved_graph(folder / name)
@@ -321,10 +332,17 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
+    from memlab.fileio import refuse_writing_into
     from memlab.lm.cache import CacheError, ResponseCache, default_cache_path
     from memlab.lm.cache_transfer import export_cache, import_cache
 
     path = default_cache_path() if args.cache == "default" else Path(args.cache).expanduser()
+    if args.action == "export":  # SQLite keeps recent writes beside the file until a checkpoint
+        refuse_writing_into(args.file, "the export file", {"the response cache": path,
+                                                           "the cache's write-ahead log": f"{path}-wal",
+                                                           "the cache's shared-memory file": f"{path}-shm"})
+    else:
+        refuse_writing_into(path, "the response cache", {"the export file": args.file})
     try:
         if args.action == "export":
             if not path.is_file():  # opening it would create an empty cache: say what is missing instead
@@ -359,18 +377,20 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = list(args.overrides) + extra
     from memlab.config import ConfigError
     from memlab.data import DataError
+    from memlab.fileio import OverwriteError
 
     # Bad input is one line and exit 2. Only the errors that mean bad input are caught: a
-    # config or data error, and an OSError (a path given that cannot be read or written, a
-    # full disk: the environment, and its message names the path). Any other exception
-    # (TypeError, KeyError, a plain ValueError ...) is a bug and keeps its traceback.
+    # config or data error, an output that would overwrite an input, and an OSError (a path
+    # given that cannot be read or written, a full disk: the environment, and its message names
+    # the path). Any other exception (TypeError, KeyError, a plain ValueError ...) is a bug and
+    # keeps its traceback.
     try:
         commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage,
                     "compare-stages": cmd_compare_stages, "report": cmd_report,
                     "export-memory": cmd_export_memory,
                     "models": cmd_models, "cache": cmd_cache}
         return commands[args.command](args)
-    except (ConfigError, DataError) as e:
+    except (ConfigError, DataError, OverwriteError) as e:
         log.error("%s", e)
         return 2
     except OSError as e:

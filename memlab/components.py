@@ -23,11 +23,12 @@ from pathlib import PurePath
 from typing import Annotated, Any, Literal, Union
 
 from memlab.bounds import Range
+from memlab.errors import MemlabError
 
 COMPONENT = "_component_"
 
 
-class ComponentError(ValueError):
+class ComponentError(MemlabError, ValueError):
     """A component path that names nothing importable in memlab."""
 
 

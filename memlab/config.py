@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from memlab.components import COMPONENT, ComponentError, import_memlab_class, mismatch, parameters
+from memlab.errors import MemlabError
 from memlab.stage import StageError
 
 BASE = "_base_"
@@ -48,7 +49,7 @@ RUNNER_KEYS = ("eval",)
 EVAL_KEYS = ("judge", "errata")  # what the runner reads under ``eval``
 
 
-class ConfigError(ValueError):
+class ConfigError(MemlabError, ValueError):
     """A config that cannot be loaded, overridden, validated or built (message has the path)."""
 
 
@@ -195,10 +196,15 @@ def _validate(node: Any, where: str, problems: list[str], seen: set[int]) -> Non
     if params is None:
         return
     given = {k for k in node if k != COMPONENT}
-    if not accepts_any:
-        for key in sorted(given - set(params)):
+    for key in sorted(given - set(params)):
+        if not accepts_any:
             problems.append(f"{_join(where, key)}: {node[COMPONENT]} has no argument {key!r} "
                             f"(it takes {sorted(params)})")
+        elif _is_setting(node[key]):
+            # ``**collaborators`` (``load_stage``) passes injected components on; a plain
+            # setting there would be dropped unseen, since a checkpoint records its own.
+            problems.append(f"{_join(where, key)}={_show(node[key])}: {node[COMPONENT]} takes {sorted(params)} and "
+                            "components to pass on, not other settings")
     owner = getattr(target, "__name__", node[COMPONENT])
     for name, (required, hint) in params.items():
         if name not in given:
@@ -251,6 +257,14 @@ def _settings(settings: Any, defaults: Any, where: str, problems: list[str]) -> 
             if problem is not None:
                 problems.append(f"{_join(where, name)}={_show(value)} {problem} ({schema.__name__}.{name})")
     return merged
+
+
+def _is_setting(value: Any) -> bool:
+    """Whether ``value`` is a plain YAML value (a scalar, a list, a mapping that is no component
+    node), not a component node or an object a caller built and put in the tree."""
+    if isinstance(value, dict):
+        return COMPONENT not in value
+    return value is None or isinstance(value, (str, int, float, bool, list))
 
 
 def _join(where: str, key: Any) -> str:

@@ -32,13 +32,35 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from memlab import __version__
+from memlab.errors import MemlabError
 
 MANIFEST_FILE = "manifest.json"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-class ManifestError(ValueError):
+class ManifestError(MemlabError, ValueError):
     """A saved folder whose manifest is missing, malformed, or does not match its files."""
+
+
+class OverwriteError(MemlabError, ValueError):
+    """A command asked to write where it reads: its output is, or lies inside, one of its inputs."""
+
+
+def refuse_writing_into(out: str | os.PathLike, what: str, inputs: Mapping[str, str | os.PathLike | None]) -> None:
+    """Raise ``OverwriteError`` when the output ``out`` (``what`` names it: "--out") is, or lies
+    inside, one of ``inputs`` ({description: path}; None entries are skipped): the one check
+    every command makes before it writes, so that no command destroys what it reads (a cache
+    exported over itself, an export written into the memory it exports). Paths are compared
+    resolved: relative to the working folder, links followed."""
+    target = Path(out).expanduser().resolve()
+    for description, path in inputs.items():
+        if path is None:
+            continue
+        source = Path(path).expanduser().resolve()
+        if target == source or source in target.parents:
+            where = "is" if target == source else "lies inside"
+            raise OverwriteError(f"{what} {out} {where} {description} {path}, which this command reads: "
+                                 "writing there would destroy it; choose another path")
 
 
 def write_json_atomic(path: str | os.PathLike, payload: Any, sort_keys: bool = False) -> None:
@@ -236,7 +258,7 @@ def is_subfolder_name(name: Any) -> bool:
     return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
 
 
-class ChecksumError(ValueError):
+class ChecksumError(MemlabError, ValueError):
     """Bytes whose sha256 (or size) is not the one they were expected to have."""
 
 

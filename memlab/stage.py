@@ -80,7 +80,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, ClassVar, Generic, TypeVar
 
 import torch
@@ -92,6 +92,7 @@ from memlab.checkpoint import (
     FORMAT,
     FORMAT_VERSION,
     RECORDED_PACKAGES,
+    TRAINING_FILE,
     WEIGHTS_FILE,
     StageError,
     changed_versions,
@@ -341,7 +342,20 @@ def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool,
     trained_on = frozenset(manifest.get("trained_on", ())) | training_split(directory)
     object.__setattr__(stage, "_trained_on", trained_on)  # read-only properties of the stage
     object.__setattr__(stage, "_loaded_from", directory)
+    if not checked:  # a root: its record covers the whole tree
+        recorded = bool(trained_on) or (directory / TRAINING_FILE).exists()
+        weights = any(PurePosixPath(name).name == WEIGHTS_FILE for name in manifest.get("files", {}))
+        object.__setattr__(stage, "_unrecorded_weights", weights and not recorded)
     return stage, used | set(own)
+
+
+def unrecorded_checkpoints(module: nn.Module) -> list[str]:
+    """The checkpoint folders of stages in ``module`` that hold weights but no record of what they
+    learnt from (no ``training.json``, no ``trained_on`` in the manifest): nothing can show that
+    they are not scored on their own training conversations. A stage saved untrained declares it
+    with a ``training.json`` whose split is empty."""
+    return sorted({str(sub.loaded_from) for sub in module.modules()
+                   if isinstance(sub, Stage) and sub.__dict__.get("_unrecorded_weights")})
 
 
 def trained_conversations(module: nn.Module) -> dict[str, frozenset[str]]:

@@ -43,28 +43,54 @@ from memlab.stages.answer.cot import CoTAnswerer
 from memlab.stages.answer.simplemem import ReconstructiveAnswerer
 from memlab.stages.arguments.base import ArgumentIn
 from memlab.stages.arguments.prompted import PromptedArgumentExtractor, arguments_schema
+from memlab.stages.categorize.base import CategorizeIn, NodeCard
+from memlab.stages.categorize.prompted import PromptedCategorizer
 from memlab.stages.compress.base import CompressIn
 from memlab.stages.compress.prompted import PromptedCompressor
 from memlab.stages.compress.prompted import request_schema as compress_schema
 from memlab.stages.consolidate.base import ConsolidateIn, EventRef
 from memlab.stages.consolidate.prompted import PromptedCausalConsolidator
 from memlab.stages.consolidate.verdicts import PromptedCausalVerdicts
+from memlab.stages.contradict.base import ContradictIn
+from memlab.stages.contradict.prompted import PromptedContradictionDetector
+from memlab.stages.describe.base import DescribeIn
+from memlab.stages.describe.prompted import PromptedEntityDescriber
 from memlab.stages.edu.chunked import StructuredChunkEDUExtractor, chunk_schema
 from memlab.stages.edu.prompted import PromptedEDUExtractor, edu_schema
+from memlab.stages.entity.base import EntityIn
+from memlab.stages.entity.prompted import PromptedEntityExtractor
 from memlab.stages.event.base import EventIn
 from memlab.stages.event.prompted import PromptedEventExtractor, event_schema
+from memlab.stages.event_view import EventView
+from memlab.stages.fact.base import FactIn
+from memlab.stages.fact.prompted import PromptedFactExtractor
 from memlab.stages.filter.base import FilterIn
 from memlab.stages.filter.prompted import PromptedRelevanceFilter, selection_schema
+from memlab.stages.fuse.base import FuseIn
+from memlab.stages.fuse.prompted import PromptedEventFuser
+from memlab.stages.global_select.base import GlobalSelectIn, HierarchyNode
+from memlab.stages.global_select.prompted import PromptedGlobalSelector
 from memlab.stages.mention.base import MentionIn
 from memlab.stages.mention.prompted import PromptedMentionDetector, mentions_schema
+from memlab.stages.navigate.base import NavigateIn, Neighbour
+from memlab.stages.navigate.prompted import PromptedNavigator
 from memlab.stages.plan.base import PlanIn
 from memlab.stages.plan.prompted import PromptedPlanner
 from memlab.stages.plan.prompted import request_schema as plan_schema
+from memlab.stages.refine.base import RefineIn
+from memlab.stages.refine.prompted import PromptedQueryRefiner
+from memlab.stages.relate.base import RelateIn
+from memlab.stages.relate.prompted import PromptedRelationExtractor
 from memlab.stages.rerank.base import RerankIn
 from memlab.stages.rerank.prompted import PromptedReranker, ranking_schema
 from memlab.stages.route.base import RouteIn
 from memlab.stages.route.prompted import PromptedRouter
 from memlab.stages.segment.base import SegmentIn
+from memlab.stages.segment.prompted import PromptedEventSegmenter
+from memlab.stages.select.base import Candidate, SelectIn
+from memlab.stages.select.prompted import PromptedNodeSelector
+from memlab.stages.subgoal.base import SubgoalIn
+from memlab.stages.subgoal.prompted import PromptedSubgoalPlanner
 from memlab.stages.synthesize.base import SynthesizeIn
 from memlab.stages.synthesize.prompted import SCHEMA as SYNTH_SCHEMA
 from memlab.stages.synthesize.prompted import PromptedSynthesizer
@@ -112,6 +138,24 @@ GOOD: dict[str, Any] = {
                                "resolved_date_end": "2023-05-07"}]},
     "judge": {"explanation": "Same name.", "label": "CORRECT"},
     "grader": {"score": 0.8, "reasoning": "Close."},
+    "segments": {"events": [{"turns": ["D1:1", "D1:2"], "summary": "Ann adopted Rex.", "people": ["Ann"]}]},
+    "relations": {"relations": [{"source": "E1", "target": "E2", "type": "causal", "evidence": ["D1:1"]}]},
+    "fusion": {"same_event": False, "has_overlap": True, "relation_type": "causal", "reasoning": "Rex again."},
+    "entities": {"entities": ["Ann", "Rex"]},
+    "descriptions": {"entities": [{"name": "Rex", "summary": "Ann's beagle.", "tags": ["pet", "dog"]}]},
+    "facts": {"facts": [{"source": "Ann", "target": "Rex", "fact": "Ann adopted Rex yesterday."}]},
+    "contradicted": {"contradicted": [1]},
+    "categories": {"categories": [{"category": "Pets", "indexes": [0, 1]}]},
+    "hierarchy": {"selected": [{"name": "Pets", "uuid": "C1", "get_all_children": True}]},
+}
+#: The line-format families' well-formed replies (CompassMem's search prompts, F.2).
+GOOD_TEXT: dict[str, str] = {
+    "subgoals": "Sub-goal 1: Find the name of Ann's puppy\nSub-goal 2: Find when Ann adopted it",
+    "selected": "Reasoning: N1 names the puppy.\nSelected Nodes: [N1]",
+    "refined": "Reasoning: the date is missing.\nNew Query: When did Ann adopt Rex?\nTarget Sub-goals: 1",
+    "navigation": "REASONING: N2 may say more.\nACTION: EXPAND\nNEXT_NODES: [N2]\nSATISFIED_SUBGOALS: NONE",
+    "answer": "Rex",
+    "cot_answer": "Ann adopted a puppy named Rex.\nAnswer: Rex",
 }
 #: The request schemas, which a model may echo instead of following.
 SCHEMAS = [compress_schema(("D1:1", "D1:2"), 6, 5, 3), event_schema(5), edu_schema(4), chunk_schema(4, 2),
@@ -244,46 +288,85 @@ class Family:
     make: Callable[[LM], Any]
     item: Any
     must_fail: set[str]
+    #: The family's well-formed reply: a key of ``GOOD`` (JSON) or of ``GOOD_TEXT`` (line formats).
+    good: str
+
+
+VIEWS = (EventView("N1", "Ann adopted a puppy named Rex", ("D1:1",), ("Ann",), WHEN),
+         EventView("N2", "Rex is a beagle who loves the beach", ("D1:3",), ("Ann",), WHEN))
 
 
 FAMILIES: dict[str, Family] = {
     "compressor": Family(lambda lm: PromptedCompressor(lm, normalizer=RuleTemporalNormalizer()),
-                         CompressIn("c", SESSION, TURNS, "session_1/w0", ("Ann", "Bob")), JSON_MUST_FAIL),
+                         CompressIn("c", SESSION, TURNS, "session_1/w0", ("Ann", "Bob")), JSON_MUST_FAIL, good="compress"),
     "event": Family(lambda lm: PromptedEventExtractor(lm, normalizer=RuleTemporalNormalizer()),
-                    EventIn("Ann", TURNS[0].text, reference=WHEN, participants=("Ann", "Bob")), JSON_MUST_FAIL),
+                    EventIn("Ann", TURNS[0].text, reference=WHEN, participants=("Ann", "Bob")), JSON_MUST_FAIL, good="event"),
     "edu": Family(lambda lm: PromptedEDUExtractor(lm, normalizer=RuleTemporalNormalizer()), SegmentIn("c", SESSION),
-                  JSON_MUST_FAIL),
+                  JSON_MUST_FAIL, good="edu"),
     "edu_chunks": Family(lambda lm: StructuredChunkEDUExtractor(lm, edu_extractor=PromptedEDUExtractor(lm)),
-                         SegmentIn("c", Session("s2", WHEN, (LONG_TURN,))), JSON_MUST_FAIL),
+                         SegmentIn("c", Session("s2", WHEN, (LONG_TURN,))), JSON_MUST_FAIL, good="chunks"),
     "consolidator": Family(lambda lm: PromptedCausalConsolidator(lm),
                            ConsolidateIn(EventRef("e0", "Ann missed the interview.", WHEN),
                                          (EventRef("e1", "Ann's car broke down.", WHEN),
-                                          EventRef("e2", "Bob likes pottery.", WHEN))), JSON_MUST_FAIL),
+                                          EventRef("e2", "Bob likes pottery.", WHEN))), JSON_MUST_FAIL, good="links"),
     "verdicts": Family(lambda lm: PromptedCausalVerdicts(lm),
                        ConsolidateIn(EventRef("e0", "Ann missed the interview.", WHEN),
                                      (EventRef("e1", "Ann's car broke down.", WHEN),
-                                      EventRef("e2", "Bob likes pottery.", WHEN))), JSON_MUST_FAIL),
+                                      EventRef("e2", "Bob likes pottery.", WHEN))), JSON_MUST_FAIL, good="verdicts"),
     "filter": Family(lambda lm: PromptedRelevanceFilter(lm), FilterIn("Rex?", ("Ann has Rex.", "Bob has a cat.")),
-                     JSON_MUST_FAIL),
+                     JSON_MUST_FAIL, good="filter"),
     "reranker": Family(lambda lm: PromptedReranker(lm), RerankIn("Rex?", ("Ann has Rex.", "Bob has a cat.")),
-                       JSON_MUST_FAIL),
-    "mentions": Family(lambda lm: PromptedMentionDetector(lm), MentionIn("What did Ann name Rex?"), JSON_MUST_FAIL),
+                       JSON_MUST_FAIL, good="rerank"),
+    "mentions": Family(lambda lm: PromptedMentionDetector(lm), MentionIn("What did Ann name Rex?"), JSON_MUST_FAIL, good="mentions"),
     "router": Family(lambda lm: PromptedRouter(lm, normalizer=RuleTemporalNormalizer()),
-                     RouteIn("When did Ann adopt Rex?", WHEN), JSON_MUST_FAIL),
+                     RouteIn("When did Ann adopt Rex?", WHEN), JSON_MUST_FAIL, good="route"),
     "planner": Family(lambda lm: PromptedPlanner(lm), PlanIn("When did Ann adopt Rex?", question_date=WHEN),
-                      JSON_MUST_FAIL),
+                      JSON_MUST_FAIL, good="plan"),
     "synthesizer": Family(lambda lm: PromptedSynthesizer(lm, HashingEmbedder(), threshold=0.2),
-                          SynthesizeIn("c", "session_1", WHEN, _units()), JSON_MUST_FAIL),
+                          SynthesizeIn("c", "session_1", WHEN, _units()), JSON_MUST_FAIL, good="synthesize"),
     "arguments": Family(lambda lm: PromptedArgumentExtractor(lm), ArgumentIn(("Ann adopted Rex.", "Bob met Ann.")),
-                        JSON_MUST_FAIL),
+                        JSON_MUST_FAIL, good="arguments"),
     "temporal": Family(lambda lm: PromptedTemporalNormalizer(lm), TemporalIn("Yesterday Ann adopted Rex.", WHEN),
-                       JSON_MUST_FAIL),
-    "answerer": Family(lambda lm: PromptedAnswerer(lm), _answer_in(), TEXT_MUST_FAIL),
-    "adaptive_answerer": Family(lambda lm: AdaptiveAnswerer(lm), _answer_in(), TEXT_MUST_FAIL),
-    "reconstructive_answerer": Family(lambda lm: ReconstructiveAnswerer(lm), _answer_in(), TEXT_MUST_FAIL),
-    "cot_answerer": Family(lambda lm: CoTAnswerer(lm), _answer_in(), TEXT_MUST_FAIL),
-    "judge": Family(lambda lm: CorrectWrongJudge(lm), JudgeIn("Puppy's name?", "Rex", "Rex"), JUDGE_MUST_FAIL),
-    "grader": Family(lambda lm: MagmaGraderJudge(lm), JudgeIn("Puppy's name?", "Rex", "Rex"), JUDGE_MUST_FAIL),
+                       JSON_MUST_FAIL, good="temporal"),
+    "answerer": Family(lambda lm: PromptedAnswerer(lm), _answer_in(), TEXT_MUST_FAIL, good="answer"),
+    "adaptive_answerer": Family(lambda lm: AdaptiveAnswerer(lm), _answer_in(), TEXT_MUST_FAIL, good="answer"),
+    "reconstructive_answerer": Family(lambda lm: ReconstructiveAnswerer(lm), _answer_in(), TEXT_MUST_FAIL, good="answer"),
+    "cot_answerer": Family(lambda lm: CoTAnswerer(lm), _answer_in(), TEXT_MUST_FAIL, good="cot_answer"),
+    "judge": Family(lambda lm: CorrectWrongJudge(lm), JudgeIn("Puppy's name?", "Rex", "Rex"), JUDGE_MUST_FAIL, good="judge"),
+    "grader": Family(lambda lm: MagmaGraderJudge(lm), JudgeIn("Puppy's name?", "Rex", "Rex"), JUDGE_MUST_FAIL, good="grader"),
+    "segmenter": Family(lambda lm: PromptedEventSegmenter(lm, normalizer=RuleTemporalNormalizer()),
+                        SegmentIn("c", SESSION), JSON_MUST_FAIL, good="segments"),
+    "relations": Family(lambda lm: PromptedRelationExtractor(lm), RelateIn(VIEWS, TURNS, WHEN), JSON_MUST_FAIL,
+                        good="relations"),
+    "fuser": Family(lambda lm: PromptedEventFuser(lm), FuseIn(VIEWS[1], VIEWS[0], 0.9), JSON_MUST_FAIL, good="fusion"),
+    "subgoals": Family(lambda lm: PromptedSubgoalPlanner(lm), SubgoalIn("What is Ann's puppy called?", WHEN),
+                       TEXT_MUST_FAIL, good="subgoals"),
+    "node_selector": Family(lambda lm: PromptedNodeSelector(lm),
+                            SelectIn("Puppy's name?", ((Candidate(VIEWS[0], 0.9), Candidate(VIEWS[1], 0.7)),),
+                                     subgoals=("Find the puppy's name",)), TEXT_MUST_FAIL, good="selected"),
+    "refiner": Family(lambda lm: PromptedQueryRefiner(lm),
+                      RefineIn("When did Ann adopt Rex?", ("Find the date",), (False,), (VIEWS[0].summary,)),
+                      TEXT_MUST_FAIL, good="refined"),
+    "navigator": Family(lambda lm: PromptedNavigator(lm),
+                        NavigateIn("Puppy's breed?", ("Find the breed",), (False,), VIEWS[0],
+                                   (Neighbour(VIEWS[1], "related"),)), TEXT_MUST_FAIL, good="navigation"),
+    "entities": Family(lambda lm: PromptedEntityExtractor(lm), EntityIn("Ann: Yesterday I adopted Rex."),
+                       JSON_MUST_FAIL, good="entities"),
+    "describer": Family(lambda lm: PromptedEntityDescriber(lm), DescribeIn("Ann: Rex is a beagle.", ("Rex",), ("",)),
+                        JSON_MUST_FAIL, good="descriptions"),
+    "facts": Family(lambda lm: PromptedFactExtractor(lm, normalizer=RuleTemporalNormalizer()),
+                    FactIn("Ann: Yesterday I adopted Rex.", ("Ann", "Rex"), reference=WHEN), JSON_MUST_FAIL,
+                    good="facts"),
+    "contradictions": Family(lambda lm: PromptedContradictionDetector(lm),
+                             ContradictIn(("Ann lives in Rome.",), ("Ann has a dog.", "Ann lives in Paris.")),
+                             JSON_MUST_FAIL, good="contradicted"),
+    "categorizer": Family(lambda lm: PromptedCategorizer(lm),
+                          CategorizeIn(1, (NodeCard("Rex", ("dog",)), NodeCard("Biscuit", ("cat",)), NodeCard("Rome"))),
+                          JSON_MUST_FAIL, good="categories"),
+    "global_selector": Family(lambda lm: PromptedGlobalSelector(lm),
+                              GlobalSelectIn("Puppy's name?", (HierarchyNode("C1", "Pets", layer=1),
+                                                               HierarchyNode("E1", "Rex", ("dog",), "Ann's beagle"))),
+                              JSON_MUST_FAIL, good="hierarchy"),
 }
 
 
@@ -401,6 +484,88 @@ def test_every_malformed_reply_costs_only_its_own_call(family, caplog):
         if any("parse raised" in record.getMessage() for record in caplog.records):
             problems.append(f"{where}: the parser raised something else than ParseError")
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:40])
+
+
+# -- replies with 100,000 items ----------------------------------------------------------------------
+MANY = 100_000
+
+
+def _many_items(good: Any) -> list[str]:
+    """``good`` with each of its lists (at any depth, each in turn) holding ``MANY`` copies of its
+    first item; for a reply keyed by numbers ("verdicts"), ``MANY`` keys; and with an extra key
+    holding ``MANY`` items."""
+    variants: list[Any] = []
+
+    def walk(node: Any, path: tuple) -> None:
+        if isinstance(node, list) and node:
+            variants.append((path, [node[0]] * MANY))
+            walk(node[0], (*path, 0))
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, (*path, key))
+
+    walk(good, ())
+    out = []
+    for path, crowd in variants:
+        doc = json.loads(json.dumps(good))
+        parent = doc
+        for step in path[:-1]:
+            parent = parent[step]
+        if path:
+            parent[path[-1]] = crowd
+        else:
+            doc = crowd
+        out.append(json.dumps(doc))
+    if isinstance(good, dict) and good and all(key.isdigit() for key in good):
+        out.append(json.dumps({str(i): next(iter(good.values())) for i in range(MANY)}))
+    if isinstance(good, dict):  # beside the fields the reply should hold, a key it should not
+        out.append(json.dumps({**good, "notes": ["x"] * MANY}))
+    return out
+
+
+MANY_TEXT: dict[str, list[str]] = {
+    "subgoals": ["\n".join(f"Sub-goal {i}: Find the name of Ann's puppy" for i in range(1, MANY + 1))],
+    "selected": ["Selected Nodes: [" + ", ".join(["N1", "N2"] * (MANY // 2)) + "]"],
+    "refined": ["New Query: When did Ann adopt Rex?\nTarget Sub-goals: " + ", ".join(["1"] * MANY)],
+    "navigation": ["ACTION: EXPAND\nNEXT_NODES: [" + ", ".join(["N2"] * MANY) + "]\nSATISFIED_SUBGOALS: "
+                   + ", ".join(["1"] * MANY)],
+    "answer": [", ".join(["Rex"] * MANY)],
+    "cot_answer": ["\n".join(["Ann adopted a puppy named Rex."] * MANY) + "\nAnswer: " + ", ".join(["Rex"] * MANY)],
+}
+
+
+def many_item_replies(family: Family) -> list[str]:
+    return _many_items(GOOD[family.good]) if family.good in GOOD else MANY_TEXT[family.good]
+
+
+def test_every_family_names_a_well_formed_reply_that_it_accepts():
+    for name, family in FAMILIES.items():
+        lm = FuzzLM()
+        lm.reply = json.dumps(GOOD[family.good]) if family.good in GOOD else GOOD_TEXT[family.good]
+        stage = family.make(lm)
+        stage([family.item])
+        assert not stage.failures, f"{name}: its good reply failed: {stage.failures[0].error}"
+        assert many_item_replies(family), name
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_reply_with_100000_items_costs_only_its_own_call(family, caplog):
+    """Every list a family's reply may hold, given 100,000 items, is refused (or cut to the
+    family's bound) within the per-reply limit, and the output stays well typed."""
+    spec = FAMILIES[family]
+    lm = FuzzLM()
+    stage = spec.make(lm)
+    caplog.set_level(logging.ERROR, logger="memlab.stage")
+    problems = []
+    for reply in many_item_replies(spec):
+        lm.reply = reply
+        start = time.perf_counter()
+        out = stage([spec.item])
+        took = time.perf_counter() - start
+        if took > LIMIT_S:
+            problems.append(f"{reply[:80]!r}: took {took:.1f} s")
+        check_typed(out[0], type(stage).Out, "out")
+    assert not problems, "\n".join(problems)
 
 
 # -- whole runs with injected bad replies ---------------------------------------------------------

@@ -12,7 +12,7 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parents[1] / "memlab"
 #: Lowest first. A top-level module or package of memlab belongs to exactly one layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("", "bounds", "components", "types", "text", "clock", "dates", "versions", "fileio", "prompts"),
+    ("", "errors", "bounds", "components", "types", "text", "clock", "dates", "versions", "fileio", "prompts"),
     ("data",),
     ("lm", "embed"),
     ("stage", "checkpoint", "memory"),
@@ -64,10 +64,10 @@ def test_no_package_imports_upward():
     assert upward == []
 
 
-def test_data_imports_nothing_of_memlab_but_types_and_text_cleaning():
+def test_data_imports_nothing_of_memlab_but_types_text_cleaning_and_the_error_base():
     graph = _imports()
     assert {t for m, ts in graph.items() if _top(m) == "data" for t in ts if _top(t) != "data"} \
-        <= {"memlab.types", "memlab.text"}
+        <= {"memlab.types", "memlab.text", "memlab.errors"}
 
 
 def test_no_import_cycle():

@@ -144,8 +144,6 @@ CASES = {
     "sealed config a list": (_sealed(lambda f: (f / "config.json").write_text("[]")), r"malformed stage config"),
     "sealed kwargs of the wrong type": (_sealed(lambda f: _config_kwargs(f / "inner", intents=5)),
                                         r"inner: cannot rebuild TraversalPolicy from its saved arguments: TypeError"),
-    "sealed training record not json": (_sealed(lambda f: (f / "training.json").write_text("{")),
-                                        r"training\.json: unreadable training record \(JSONDecodeError"),
     "training record split a list": (lambda f: (f / "training.json").write_text(json.dumps({"split": ["conv-41"]})),
                                      r"training\.json: malformed training record"),
     "training record ids numbers": (lambda f: (f / "training.json").write_text(json.dumps({"split": {"train": [41]}})),
@@ -163,6 +161,14 @@ def test_a_corrupted_checkpoint_is_refused_in_one_line(corrupt, problem, tmp_pat
         with pytest.raises(StageError, match=problem) as error:
             load(folder)
         assert type(error.value) is StageError and "\n" not in str(error.value)
+
+
+def test_sealing_refuses_an_unreadable_training_record(tmp_path, wrapped_in_memlab):
+    """Sealing records the split in the manifest, so a record it cannot read is refused there."""
+    folder = _Wrapped(_policy(), shift=0.5).save(tmp_path / "tree")
+    (folder / "training.json").write_text("{")
+    with pytest.raises(StageError, match=r"training\.json: unreadable training record \(JSONDecodeError"):
+        seal_checkpoint(folder)
 
 
 def test_a_child_folder_loaded_alone_is_checked_by_its_own_manifest(tmp_path, wrapped_in_memlab):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from os import PathLike
 
+from memlab.errors import MemlabError
 
-class DataError(ValueError):
+
+class DataError(MemlabError, ValueError):
     """A data file that cannot be loaded: missing, not JSON, or not the expected structure.
 
     The message always starts with the file, then says what is wrong and where, e.g.

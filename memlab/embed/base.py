@@ -32,9 +32,10 @@ from typing import Any, Callable
 import numpy as np
 
 from memlab.components import CheckedArguments
+from memlab.errors import MemlabError
 
 
-class EmbedderError(RuntimeError):
+class EmbedderError(MemlabError, RuntimeError):
     """An embedder model that cannot be found or loaded."""
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
-from memlab.lm.errors import AmbiguousReplyError, ParseError
+from memlab.lm.errors import ParseError, RefusedReplyError
 from memlab.lm.jsonparse import parse_json, visible_text
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
@@ -60,6 +60,11 @@ class Judge(Stage[JudgeIn, JudgeOut]):
     def judge_info(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def lms(self) -> list[LM]:
+        """The LMs this judge calls (the runner closes them after a run)."""
+        lm = getattr(self, "lm", None)
+        return [lm] if lm is not None else []
+
     def metric(self, out: JudgeOut) -> float | None:
         """The per-question value the runner records and averages: by default 1.0 / 0.0 for
         correct / wrong (None when there was no usable verdict); graded judges override it."""
@@ -93,13 +98,13 @@ def parse_label(text: str) -> tuple[str, str]:
 
     A JSON object with a ``"label"`` key wins (fenced or not; the label is trimmed and
     upper-cased, and must then be CORRECT or WRONG). JSON that contradicts itself
-    (``AmbiguousReplyError``) is a failure. Without a label key, the reply's prose must state
+    or runs away (a ``RefusedReplyError``) is a failure. Without a label key, the reply's prose must state
     one label (``stated``): an upper-case CORRECT or WRONG, and the whole text is the
     explanation. Raises ``ParseError`` when no label is stated unambiguously.
     """
     try:
         data = parse_json(text, _LENIENT_SCHEMA)
-    except AmbiguousReplyError:
+    except RefusedReplyError:
         raise
     except ParseError:
         data = None
@@ -267,7 +272,7 @@ def parse_score(text: str) -> tuple[float, str]:
     """
     try:
         data = parse_json(text, _LENIENT_SCORE_SCHEMA)
-    except AmbiguousReplyError:
+    except RefusedReplyError:
         raise
     except ParseError:
         data = None
@@ -330,3 +335,46 @@ class MagmaGraderJudge(PromptedJudge):
 
     def judge_info(self) -> dict[str, Any]:
         return {**super().judge_info(), "scale": "continuous [0, 1], mean score"}
+
+
+class AgreementJudge(Judge):
+    """Two judges that must agree: an answer is accepted only when both accept it.
+
+    The remedy for a lenient judge (issue 42): a vague but topical wrong answer that one judge
+    waves through is rejected unless the other accepts it too. A rejection by either judge is
+    decisive; otherwise, if either gave no usable verdict, neither does the pair. The metric is
+    1/0 (a graded judge counts through its own ``correct``, its pass mark). Each judge keeps its
+    own LM, prompt and cache entries, so pairing two judges already run costs no model call.
+    """
+
+    def __init__(self, first: Judge, second: Judge) -> None:
+        super().__init__()
+        for name, judge in (("first", first), ("second", second)):
+            if not isinstance(judge, Judge):
+                raise TypeError(f"AgreementJudge: {name} must be a judge, got {type(judge).__name__}")
+        self.first = first
+        self.second = second
+
+    def forward(self, batch: list[JudgeIn]) -> list[JudgeOut]:
+        return [self._agree(a, b) for a, b in zip(self.first(batch), self.second(batch), strict=True)]
+
+    @staticmethod
+    def _agree(a: JudgeOut, b: JudgeOut) -> JudgeOut:
+        rejecting = next((out for out in (a, b) if out.correct is False), None)
+        if rejecting is not None:
+            return JudgeOut(correct=False, score=0.0, explanation=rejecting.explanation)
+        if a.correct is None or b.correct is None:
+            error = "; ".join(out.error or "no usable verdict" for out in (a, b) if out.correct is None)
+            return JudgeOut(correct=None, score=None, explanation="", error=error)
+        return JudgeOut(correct=True, score=1.0, explanation=f"{a.explanation} | {b.explanation}")
+
+    def lms(self) -> list[LM]:
+        return self.first.lms() + self.second.lms()
+
+    @property
+    def failures(self) -> list:
+        return list(getattr(self.first, "failures", [])) + list(getattr(self.second, "failures", []))
+
+    def judge_info(self) -> dict[str, Any]:
+        return {"agreement_of": [self.first.judge_info(), self.second.judge_info()],
+                "rule": "accepted only when both judges accept"}

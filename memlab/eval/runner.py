@@ -49,14 +49,15 @@ from tqdm.auto import tqdm
 
 from memlab.clock import active_seconds
 from memlab.data.errata import apply_errata, load_errata
+from memlab.errors import MemlabError
 from memlab.eval import metrics as M
 from memlab.eval.abstention import ABSTENTION_GOLD, abstains
 from memlab.eval.saved_memories import SavedMemories
-from memlab.fileio import atomic_folder, replaceable_folder_problem, write_json_atomic
+from memlab.fileio import atomic_folder, refuse_writing_into, replaceable_folder_problem, write_json_atomic
 from memlab.lm.base import LM, UsageMeter
 from memlab.lm.errors import LMUnavailableError
 from memlab.pipelines.base import Pipeline
-from memlab.stage import trained_conversations
+from memlab.stage import trained_conversations, unrecorded_checkpoints
 from memlab.types import Answer, Conversation, Question, Retrieved
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,15 @@ def run_config(
     from memlab.eval.saved_memories import build_config
 
     overrides = list(overrides)
-    folder = Path(out or f"runs/{Path(config).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    for name, path in (("--out", out), ("--save-memory", save_memory), ("--memory", memory), ("--data", data),
+                       ("--errata", errata)):
+        if path is not None and not str(path).strip():
+            raise ValueError(f"{name} is empty: give a path, or leave the option out")
+    folder = Path(out if out is not None else f"runs/{Path(config).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    inputs = {"the config": config, "--data": data, "--errata": errata, "--memory": memory}
+    refuse_writing_into(folder, "--out", {**inputs, "--save-memory": save_memory})
+    if save_memory is not None:
+        refuse_writing_into(save_memory, "--save-memory", {**inputs, "the run folder --out": folder})
     check_run_folder(folder)
     pipeline, runner_settings, tree = build_pipeline(config, overrides)
     selected = load_conversations(data, conversations)
@@ -150,7 +159,7 @@ def run_config(
                 "errata": applied,
             })
     finally:
-        for lm in pipeline.lms() + ([judge.lm] if judge is not None and hasattr(judge, "lm") else []):
+        for lm in pipeline.lms() + (judge.lms() if judge is not None else []):
             close = getattr(lm, "close", None)
             if callable(close):
                 close()  # llama.cpp frees its model noisily if left to interpreter shutdown
@@ -191,12 +200,27 @@ def training_overlap(module: nn.Module, conversations: Sequence[Conversation]) -
 def refuse_training_overlap(module: nn.Module, conversations: Sequence[Conversation], allow: bool) -> None:
     """A ValueError naming them when trained stages of ``module`` would be scored on
     conversations they learnt from, unless ``allow`` (``--allow-training-overlap``)."""
+    unrecorded = unrecorded_checkpoints(module)
+    if unrecorded and not allow:
+        raise ValueError(
+            f"{', '.join(unrecorded)}: trained weights without a record of the conversations they learnt from "
+            "(no training.json, no trained_on in the manifest), so a score could be on training data: train it "
+            "with a recipe, or pass --allow-training-overlap to run anyway")
     overlap = training_overlap(module, conversations)
     if overlap and not allow:
         raise ValueError(
             "trained stages would be scored on conversations they learnt from ("
             + "; ".join(f"{stage}: {', '.join(ids)}" for stage, ids in overlap.items())
             + "): choose other conversations, or pass --allow-training-overlap to run anyway")
+
+
+def log_failure(error: BaseException, message: str, *args: Any) -> None:
+    """Log a failure the run survives: a ``MemlabError`` (a saved memory that fails its checks, a
+    stage's own error) names its problem in one line; anything else is a bug and keeps its traceback."""
+    if isinstance(error, MemlabError):
+        log.error(message + ": %s: %s", *args, type(error).__name__, error)
+    else:
+        log.exception(message, *args)
 
 
 def select_questions(conversation: Conversation, options: RunOptions) -> list[Question]:
@@ -284,7 +308,7 @@ def run_benchmark(
                 stopped = f"building {conversation.id}: {e}"
                 break
             except Exception as e:  # one broken conversation must not end the run
-                log.exception("building memory for %s failed", conversation.id)
+                log_failure(e, "building memory for %s failed", conversation.id)
                 build_errors[conversation.id] = f"{type(e).__name__}: {e}"
                 bar.update(len(questions))
                 continue
@@ -312,7 +336,7 @@ def run_benchmark(
                     try:
                         save_to.save(pipeline, conversation, memory)
                     except Exception as e:  # the answers stand; the run still ends non-zero
-                        log.exception("saving the memory of %s failed", conversation.id)
+                        log_failure(e, "saving the memory of %s failed", conversation.id)
                         save_errors[conversation.id] = f"{type(e).__name__}: {e}"
             # A memory still consolidating while questions ran ends different from how it began.
             final = pipeline.memory_stats(memory)
@@ -365,7 +389,7 @@ def _answer_batch(pipeline, memory, questions, options, count_tokens, usage: _Us
         if len(questions) > 1:  # the others must not pay for one question's failure
             return [row for q in questions
                     for row in _answer_batch(pipeline, memory, [q], options, count_tokens, usage, judge)]
-        log.exception("question %s failed", questions[0].id)
+        log_failure(e, "question %s failed", questions[0].id)
         results = [([], None, f"{type(e).__name__}: {e}")]
     if len(results) != len(questions):
         raise RuntimeError(f"{type(pipeline).__name__} gave {len(results)} results for {len(questions)} questions")
@@ -423,7 +447,7 @@ def _judged(judge, question: Question, gold: str, prediction: str, row: dict[str
     except LMUnavailableError:
         raise
     except Exception as e:  # a judge that breaks costs this question's verdict, not the run
-        log.exception("judging %s failed", question.id)
+        log_failure(e, "judging %s failed", question.id)
         row["error"] = row["error"] or f"judge: {type(e).__name__}: {e}"
         return None
 

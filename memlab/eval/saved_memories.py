@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from memlab.config import COMPONENT
-from memlab.fileio import creatable_problem, write_json_atomic
+from memlab.errors import MemlabError
+from memlab.fileio import creatable_problem, is_subfolder_name, write_json_atomic
 from memlab.pipelines.base import Pipeline
 from memlab.types import Conversation
 
@@ -37,7 +38,7 @@ FORMAT = "memlab.SavedMemories"
 FORMAT_VERSION = 1
 
 
-class SavedMemoryError(ValueError):
+class SavedMemoryError(MemlabError, ValueError):
     """Saved memories that cannot be used (or a folder that cannot take them); the message says why."""
 
 
@@ -119,6 +120,12 @@ class SavedMemories:
         if index.get("format_version") != FORMAT_VERSION:
             raise SavedMemoryError(f"{folder / INDEX_FILE}: format version {index.get('format_version')}, this memlab "
                                    f"reads version {FORMAT_VERSION}; build the memories again")
+        for conversation, entry in index["memories"].items():
+            name = entry.get("folder") if isinstance(entry, dict) else None
+            # The index names sub-folders only: a path in it would be followed out of the folder.
+            if not is_subfolder_name(name) or name == INDEX_FILE or not isinstance(entry.get("history_sha256"), str):
+                raise SavedMemoryError(f"{folder / INDEX_FILE}: the entry of {conversation!r} must give a 'folder' that "
+                                       f"names a sub-folder and a 'history_sha256' (got {_short(entry)})")
         return cls(folder, index["build_config"], index)
 
     def save(self, pipeline: Pipeline, conversation: Conversation, memory: Any) -> Path:
@@ -145,6 +152,11 @@ class SavedMemories:
             n += 1
             name = f"{base}-{n}"
         return name
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _check_same_config(folder: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:

@@ -16,10 +16,11 @@ from torch import nn
 from memlab.config import build_pipeline
 from memlab.data import DataError
 from memlab.data.select import load_conversations
+from memlab.errors import MemlabError
 from memlab.stage import trained_conversations
 
 
-class ScriptError(Exception):
+class ScriptError(MemlabError):
     """A problem a script reports as one ``error:`` line and exit status 2."""
 
 

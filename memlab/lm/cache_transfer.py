@@ -26,6 +26,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -44,6 +45,8 @@ FORMAT = "memlab.response-cache"
 #: Bumped when the export file's layout changes; another version is refused with a clear message.
 FORMAT_VERSION = 1
 _KEY = re.compile(r"[0-9a-f]{64}")
+#: The longest latency an imported entry may record: one LLM call of a day is a corrupted value.
+MAX_LATENCY_S = 86_400.0
 _SPOOL_BYTES = 64 << 20  # entry lines kept in memory before the spool goes to a temporary file
 
 
@@ -215,11 +218,11 @@ def _parse(path: Path, number: int, line: bytes) -> dict[str, Any]:
 def _check_header(path: Path, header: dict[str, Any]) -> dict[str, Any]:
     if header.get("format") != FORMAT:
         raise CacheTransferError(f"{path} is not a memlab response-cache export (format {header.get('format')!r})")
-    if header.get("version") != FORMAT_VERSION:
+    if not _is_count(header.get("version")) or header["version"] != FORMAT_VERSION:  # true == 1 in Python
         raise CacheTransferError(f"{path} is a response-cache export of format version {header.get('version')!r}; "
                                  f"this memlab reads version {FORMAT_VERSION} (written by memlab "
                                  f"{header.get('memlab_version')}): export it again with this memlab's version")
-    if header.get("schema_version") != SCHEMA_VERSION:
+    if not _is_count(header.get("schema_version")) or header["schema_version"] != SCHEMA_VERSION:
         raise CacheTransferError(f"{path} holds entries of response-cache layout version "
                                  f"{header.get('schema_version')!r}; this memlab's cache is version {SCHEMA_VERSION} "
                                  f"(written by memlab {header.get('memlab_version')})")
@@ -242,8 +245,12 @@ def _check_row(path: Path, number: int, row: dict[str, Any]) -> dict[str, Any]:
         if not _is_count(row[column]):
             raise CacheTransferError(f"{where}: {column!r} is not a count")
     for column in ("latency_s", "created_at"):
-        if isinstance(row[column], bool) or not isinstance(row[column], (int, float)):
-            raise CacheTransferError(f"{where}: {column!r} is not a number")
+        value = row[column]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise CacheTransferError(f"{where}: {column!r} is {value!r}, not a finite number >= 0")
+    if row["latency_s"] > MAX_LATENCY_S:  # it feeds the cold-cache timings of metrics.json
+        raise CacheTransferError(f"{where}: 'latency_s' is {row['latency_s']!r}: a call longer than "
+                                 f"{MAX_LATENCY_S:.0f} s is not a measured latency")
     if not (isinstance(row["key"], str) and _KEY.fullmatch(row["key"])):
         raise CacheTransferError(f"{where}: 'key' is not a sha256")
     if row["key"] != payload_key(row["model"], row["request"]):

@@ -3,8 +3,10 @@ the response cache and the parsers."""
 
 from __future__ import annotations
 
+from memlab.errors import MemlabError
 
-class LMError(RuntimeError):
+
+class LMError(MemlabError, RuntimeError):
     """Base class of language-model errors."""
 
 
@@ -22,7 +24,7 @@ class PromptTooLongError(RequestError):
     """The prompt does not fit the model's context window."""
 
 
-class ParseError(ValueError):
+class ParseError(MemlabError, ValueError):
     """A completion could not be turned into the expected structure (see ``memlab.lm.jsonparse``).
 
     ``salvage``: a degraded but usable output the parser could still make from the reply (the
@@ -35,6 +37,16 @@ class ParseError(ValueError):
         self.salvage = salvage
 
 
-class AmbiguousReplyError(ParseError):
-    """The reply contradicts itself (its JSON gives a key twice, with different values): no
-    reading of it is trusted, not even a free-text one, so the call is retried and counted."""
+class RefusedReplyError(ParseError):
+    """A reply no reading of which is trusted, not even a free-text one or a fallback schema: a
+    parser that tries several readings re-raises it, and the call is retried and counted."""
+
+
+class AmbiguousReplyError(RefusedReplyError):
+    """The reply contradicts itself (its JSON gives a key twice, with different values)."""
+
+
+class OversizedReplyError(RefusedReplyError):
+    """The reply is longer (``jsonparse.MAX_REPLY_CHARS``) or holds an array of more items
+    (``jsonparse.MAX_ITEMS``) than any reply may: a runaway generation, refused before it is
+    validated or searched further."""

@@ -30,6 +30,8 @@ Strings in the value are cleaned (``clean_text``: a ``\\ud83d`` escape is a lone
 
 Every way a completion can fail, however odd, is a ``ParseError``, never another exception,
 and the work is linear in the completion's length (at most ``_MAX_STARTS`` readings of it).
+A runaway reply (longer than ``MAX_REPLY_CHARS``, or an array of more than ``MAX_ITEMS`` items)
+is an ``OversizedReplyError`` at once, before validation or any further reading.
 """
 
 from __future__ import annotations
@@ -40,13 +42,20 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from memlab.lm.errors import AmbiguousReplyError, ParseError
+from memlab.lm.errors import AmbiguousReplyError, OversizedReplyError, ParseError
 from memlab.text import TooDeep, clean_strings, clean_text
 
 _MAX_STARTS = 32  # start positions tried per candidate; bounds the work on long prose
 #: Deeper JSON is no answer to any prompt; bounding it keeps recursion (ours, ``json``'s and
 #: ``jsonschema``'s) far from Python's limit.
 _MAX_DEPTH = 32
+#: The most items one array of a reply may hold. Every request schema asks for far fewer; a reply
+#: with more is refused before schema validation, whose cost grows with the items (seconds for
+#: 100,000), so a runaway reply costs milliseconds.
+MAX_ITEMS = 1_000
+#: The longest completion read as JSON. Decoding costs about a second per 5 MB; no prompt asks
+#: for a tenth of this, so a longer reply is a runaway one, refused unread.
+MAX_REPLY_CHARS = 2_000_000
 #: Longer numbers are noise (and ``int()`` refuses over 4,300 digits with a ``ValueError``).
 _MAX_NUMBER_CHARS = 64
 _OPEN_THINK, _CLOSE_THINK = "<think>", "</think>"
@@ -324,7 +333,7 @@ def _number(token: str) -> int | float | None:
     """A JSON number token's value; None when it is too long or not finite as a float."""
     if len(token) > _MAX_NUMBER_CHARS:
         return None
-    if not any(ch in token for ch in ".eE"):
+    if "." not in token and "e" not in token and "E" not in token:  # (a generator here costs seconds per 10^5)
         return int(token)
     value = float(token)
     return value if math.isfinite(value) else None
@@ -384,6 +393,9 @@ def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
     """The JSON value in an LLM completion (see the module docstring); ``ParseError`` if none."""
     if not isinstance(text, str):
         raise ParseError(f"expected the completion text, got {type(text).__name__}")
+    if len(text) > MAX_REPLY_CHARS:
+        raise OversizedReplyError(f"the completion is {len(text):,} characters long (at most {MAX_REPLY_CHARS:,} "
+                                  "are read as JSON)")
     text = strip_thinking(text)
     if not text.strip():
         raise ParseError("the completion is empty")
@@ -392,6 +404,8 @@ def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
         return _find(text, schema, validate)
     except _Conflict as exc:  # the reply contradicts itself: none of its readings is trusted
         raise AmbiguousReplyError(f"ambiguous JSON: {exc}") from None
+    except _Runaway as exc:
+        raise OversizedReplyError(f"the JSON does not match the schema: {exc}") from None
     except RecursionError:  # a backstop: depth is bounded above, but no reply may crash a stage
         raise ParseError("the JSON is nested too deeply") from None
 
@@ -405,6 +419,9 @@ def _find(text: str, schema: dict[str, Any] | None, validate) -> Any:
         nonlocal first_error, schema_error
         if value is _MISSING:
             return _MISSING
+        crowded = _longest_array(value)
+        if crowded > MAX_ITEMS:  # a runaway reply: no part of it is searched further
+            raise _Runaway(f"an array of {crowded} items (a reply may hold at most {MAX_ITEMS})")
         try:
             value = clean_strings(value, max_depth=_MAX_DEPTH)
         except TooDeep:
@@ -444,6 +461,26 @@ def _find(text: str, schema: dict[str, Any] | None, validate) -> Any:
     raise ParseError(f"no {wanted} found in the completion: {_preview(text)}")
 
 
+class _Runaway(Exception):
+    """A candidate holding an array longer than ``MAX_ITEMS``."""
+
+
+def _longest_array(value: Any) -> int:
+    """The length of the longest array in ``value``, counted up to the first one over ``MAX_ITEMS``
+    (iterative: the depth of a value the parser built is not yet bounded here)."""
+    longest, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            longest = max(longest, len(node))
+            if longest > MAX_ITEMS:
+                return longest
+            stack.extend(node)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+    return longest
+
+
 def _preview(text: str, limit: int = 80) -> str:
     flat = " ".join(text.split())
     return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
@@ -471,7 +508,8 @@ def _validator(schema_json: str):
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path)
-        return f"{error.message}" + (f" (at /{where})" if where else " (at the top level)")
+        message = error.message if len(error.message) <= 200 else error.message[:197] + "..."  # it quotes the value
+        return message + (f" (at /{where})" if where else " (at the top level)")
 
     return validate
 

@@ -38,6 +38,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from memlab.errors import MemlabError
 from memlab.fileio import atomic_file
 from memlab.memory.jsoncodec import decode_time, decode_value, encode_time, encode_value
 
@@ -48,7 +49,7 @@ EDGE_FIELDS = ("type", "label", "weight", "directed")
 FORMAT_VERSION = 1
 
 
-class GraphError(ValueError):
+class GraphError(MemlabError, ValueError):
     """An operation the graph cannot do (dangling edge, node type clash, bad data)."""
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memlab.errors import MemlabError
 from memlab.types import MemoryUnit
 
 DENSE_FILE = "dense.faiss"
@@ -35,7 +36,7 @@ DENSE_IDS_FILE = "dense_ids.json"
 BM25_FILE = "bm25.json"
 
 
-class IndexFileError(ValueError):
+class IndexFileError(MemlabError, ValueError):
     """A saved index that is missing, malformed or inconsistent."""
 
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from memlab import fileio
 from memlab.embed.base import Embedder
+from memlab.errors import MemlabError
 from memlab.fileio import MANIFEST_FILE, ManifestError, atomic_folder, interrupted_backups
 from memlab.memory.graph import GraphError, MemoryGraph
 from memlab.memory.index import (
@@ -73,7 +74,7 @@ GRAPH_FILE = "graph.json"
 RECORDED_PACKAGES = ("memlab", "numpy", "faiss-cpu", "bm25s", "networkx", "torch", "sentence-transformers", "transformers")
 
 
-class MemoryStoreError(RuntimeError):
+class MemoryStoreError(MemlabError, RuntimeError):
     """A memory folder that cannot be saved or loaded (the message names folder and problem)."""
 
 

@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+from memlab.errors import MemlabError
+
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-class PromptError(ValueError):
+class PromptError(MemlabError, ValueError):
     pass
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memlab.fileio import atomic_folder, replaceable_folder_problem
+from memlab.fileio import atomic_folder, refuse_writing_into, replaceable_folder_problem
 from memlab.reporting import figures
 from memlab.reporting.paired import changed_questions, detectable_by_category, paired_difference
 from memlab.reporting.runs import ReportError, RunResult, load_runs
@@ -32,9 +32,10 @@ def write_report(run_folders: Sequence[str | os.PathLike], out: str | os.PathLik
     """Compare the runs in ``run_folders`` (the first is the reference of the paired comparisons)
     into the folder ``out``; returns the path of ``report.html``. Bad input (a folder that is not a
     finished run, runs over different questions, an ``out`` holding other files or not writable)
-    raises ``ReportError`` before anything is written."""
+    raises ``ReportError`` (``OverwriteError`` for an ``out`` inside a run folder) before anything is written."""
     runs = load_runs(run_folders)
     out = Path(out)
+    refuse_writing_into(out, "--out", {f"the run {run.name}": run.folder for run in runs})
     _check_out(out)
     with atomic_folder(out) as staging:
         drawn = _draw(runs, staging)

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memlab.errors import MemlabError
 
-class ReportError(ValueError):
+
+class ReportError(MemlabError, ValueError):
     """A run folder that cannot be reported, or runs that cannot be compared; the message names which and why."""
 
 
@@ -54,22 +56,38 @@ def load_run(folder: str | os.PathLike, name: str | None = None) -> RunResult:
         raise ReportError(f"{metrics_path}: not a memlab metrics.json (no 'overall' and 'by_category' blocks)")
     if not rows_path.is_file():
         raise ReportError(f"{folder}: metrics.json without predictions.jsonl")
+    try:
+        lines = rows_path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReportError(f"{rows_path}: unreadable ({type(e).__name__}: {e})") from None
     rows = []
-    with rows_path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as e:
-                raise ReportError(f"{rows_path}, line {number}: not JSON ({e})") from None
-            if not isinstance(row, dict) or "question_id" not in row:
-                raise ReportError(f"{rows_path}, line {number}: a row without 'question_id'")
-            rows.append(row)
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise ReportError(f"{rows_path}, line {number}: not JSON ({e})") from None
+        problem = _row_problem(row)
+        if problem:
+            raise ReportError(f"{rows_path}, line {number}: {problem}")
+        rows.append(row)
     if len(rows) != metrics.get("n_questions", len(rows)):
         raise ReportError(f"{folder}: predictions.jsonl holds {len(rows)} questions, metrics.json counts "
                           f"{metrics.get('n_questions')}")
     return RunResult(name or folder.name, folder, metrics, tuple(rows))
+
+
+def _row_problem(row: Any) -> str | None:
+    """Why ``row`` is not a question row of ``memlab run`` (None: it is): every row names its
+    question and holds its prediction (null when the run stopped at retrieval or the question failed)."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    if not isinstance(row.get("question_id"), str):
+        return "a row without a 'question_id' string"
+    if "prediction" not in row or not (row["prediction"] is None or isinstance(row["prediction"], str)):
+        return f"the row of {row['question_id']} has no 'prediction' (a string, or null)"
+    return None
 
 
 def load_runs(folders: Sequence[str | os.PathLike]) -> list[RunResult]:

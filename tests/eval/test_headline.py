@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+
+import pytest
 
 from tests.eval_scripts import eval_script
 
@@ -55,3 +58,25 @@ def test_contents_lists_sections_outside_code_blocks():
     headline = eval_script("headline")
     listed = headline.contents("# Title\n## One (issue 4): `a` b\n```\n## not a section\n```\n## Two\n")
     assert listed.splitlines()[2:4] == ["- [One (issue 4): `a` b](#one-issue-4-a-b)", "- [Two](#two)"]
+
+
+def test_the_judge_checks_become_a_table_beside_every_judged_figure(tmp_path):
+    from memlab.eval.judge import CorrectWrongJudge
+    from tests.eval.test_judge_check import audit_folder
+    from tests.fakes import ReplayLM
+
+    headline, check = eval_script("headline"), eval_script("judge_check")
+    (tmp_path / "audit").mkdir()
+    items = check.load_items(audit_folder(tmp_path / "audit"), None, None)
+    result = check.check_judge(CorrectWrongJudge(lm=ReplayLM(lambda request: '{"label": "CORRECT"}')), items)
+    folder = tmp_path / "eval" / "judge_checks"
+    folder.mkdir(parents=True)
+    (folder / "generous.json").write_text(json.dumps(result))
+    table = headline.judge_table(folder)
+    assert "| `simplemem/judge_correct_wrong` (replay) | 3 | 1.000 [0.44, 1.00] (3/3) |" in table
+    assert "| **yes** | `eval/judge_checks/generous.json` |" in table and "1.00 / 1.00 (2)" in table
+    assert headline.judge_checks(folder) == {
+        "simplemem/judge_correct_wrong": "gold 1.00 / vague 1.00 / specific 1.00 (n=3), **lenient**"}
+    (folder / "broken.json").write_text("{")
+    with pytest.raises(headline.ScriptError, match="broken.json: not a judge check"):
+        headline.judge_table(folder)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
-from memlab.lm.errors import ParseError
+from memlab.lm.errors import ParseError, RefusedReplyError
 from memlab.lm.jsonparse import list_schema, parse_json
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
@@ -71,11 +71,13 @@ class PromptedCategorizer(PromptedStage, Categorizer):
     def parse(self, text: str, item: CategorizeIn) -> CategorizeOut:
         try:
             rows = parse_json(text, categories_schema(10_000))["categories"]
+        except RefusedReplyError:  # a reply that contradicts itself or runs away is not read another way
+            raise
         except ParseError:
             rows = parse_json(text, {"type": "array", "items": _ROW})
         categories = merged_categories([(row["category"], row["indexes"]) for row in rows], len(item.nodes))
-        if rows and not categories:
-            raise ParseError("no category has a member among the given node indexes")
+        if not categories:  # the nodes were given to be grouped: no group is no answer
+            raise ParseError("no category has a member among the given node indexes" if rows else "no category")
         return CategorizeOut(categories[:self.max_categories])
 
     def fallback(self, item: CategorizeIn, error: str) -> CategorizeOut:
