@@ -86,7 +86,8 @@ def judge_name(info: dict[str, Any]) -> str:
     """A judge's name in a table: its prompt, or the prompts of the judges that must agree."""
     if "agreement_of" in info:
         return "agreement of " + " and ".join(judge_name(part) for part in info["agreement_of"])
-    return f"`{info.get('prompt_id')}` ({info.get('judge_model')})"
+    model = str(info.get("judge_model", "")).split("@")[0]  # the name, without the settings digest
+    return f"`{info.get('prompt_id')}` ({model})"
 
 
 def judge_table(folder: Path) -> str:
