@@ -1,7 +1,7 @@
-"""A published BENCHMARKS.md row replays from the committed response cache with no model call.
+"""A published row replays from the committed response cache with no model call.
 
 The row: Mnemis on the embedded sample (``memlab run configs/pipelines/mnemis.yaml --sessions 2
---max-questions 5``), 45 build calls and about 15 query calls of the 1.5B model. The cache is
+--max-questions 5``, in the Mnemis narrative beside its runs, ``eval/runs/conv26-s4/README.md``), 45 build calls and about 15 query calls of the 1.5B model. The cache is
 imported into an empty one and loading a llama.cpp model raises, so any request the cache does
 not hold fails, and the run would record failed questions instead of the published figures.
 """
@@ -19,13 +19,14 @@ from memlab.lm.llamacpp import LlamaCppLM
 
 REPO = Path(__file__).resolve().parents[2]
 COMMAND = "memlab run configs/pipelines/mnemis.yaml --sessions 2 --max-questions 5"
+PUBLISHED_IN = REPO / "eval" / "runs" / "conv26-s4" / "README.md"
 
 
 def published_row() -> dict[str, float]:
-    text = " ".join((REPO / "BENCHMARKS.md").read_text(encoding="utf-8").split())
+    text = " ".join(PUBLISHED_IN.read_text(encoding="utf-8").split())
     found = re.search(r"\*\*Embedded sample\*\* \(`" + re.escape(COMMAND) + r"`[^)]*\): F1 ([0-9.]+), R@5 ([0-9.]+); "
                       r"build (\d+) LLM calls", text)
-    assert found, f"BENCHMARKS.md no longer has the row of `{COMMAND}`"
+    assert found, f"{PUBLISHED_IN} no longer has the row of `{COMMAND}`"
     return {"f1_locomo": float(found[1]), "recall@5": float(found[2]), "build_calls": int(found[3])}
 
 
