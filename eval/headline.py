@@ -90,15 +90,26 @@ def judge_name(info: dict[str, Any]) -> str:
     return f"`{info.get('prompt_id')}` ({model})"
 
 
-def judge_table(folder: Path) -> str:
-    """The committed judge checks (``eval/judge_checks/*.json``) as two tables: each judge's
-    acceptance of the gold and of the two wrong-answer sets, and its vague-wrong acceptance per category."""
+def load_judge_checks(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The committed checks of ``eval/judge_check.py`` in ``folder`` (none when it is absent),
+    each with the keys the tables read (a file without them is one ``ScriptError``)."""
     checks = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
         try:
-            checks.append((path, json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError) as e:
+            check = json.loads(path.read_text(encoding="utf-8"))
+            if not (isinstance(check["judge"], dict) and isinstance(check["by_category"], dict) and "questions" in check
+                    and all("rate" in check["sets"][name] for name in ("gold", "specific_wrong", "vague_wrong"))):
+                raise ValueError("no judge, by_category, questions or rates")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ScriptError(f"{path}: not a judge check of eval/judge_check.py ({e})") from None
+        checks.append((path, check))
+    return checks
+
+
+def judge_table(folder: Path) -> str:
+    """The committed judge checks (``eval/judge_checks/*.json``) as two tables: each judge's
+    acceptance of the gold and of the two wrong-answer sets, and its vague-wrong acceptance per category."""
+    checks = load_judge_checks(folder)
     lines = [JUDGES_START, ""]
     if not checks:
         return "\n".join(lines + ["(no judge check committed yet)", "", JUDGES_END])
@@ -137,14 +148,10 @@ def judge_checks(folder: Path) -> dict[str, str]:
     """``{prompt id: "gold 0.97 / vague 0.62 / specific 0.18, lenient"}``: each single judge's
     acceptance rates from the committed checks of ``eval/judge_check.py`` in ``folder``."""
     checks: dict[str, str] = {}
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
-        try:
-            check = json.loads(path.read_text(encoding="utf-8"))
-            prompt, sets = check["judge"].get("prompt_id"), check["sets"]
-            rates = " / ".join(f"{label} {sets[name]['rate']:.2f}" for label, name in
-                               (("gold", "gold"), ("vague", "vague_wrong"), ("specific", "specific_wrong")))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ScriptError(f"{path}: not a judge check of eval/judge_check.py ({e})") from None
+    for _, check in load_judge_checks(folder):
+        prompt, sets = check["judge"].get("prompt_id"), check["sets"]
+        rates = " / ".join(f"{label} {sets[name]['rate']:.2f}" for label, name in
+                           (("gold", "gold"), ("vague", "vague_wrong"), ("specific", "specific_wrong")))
         if prompt:
             checks[prompt] = f"{rates} (n={check['questions']})" + (", **lenient**" if check.get("lenient") else "")
     return checks
