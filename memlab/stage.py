@@ -21,7 +21,10 @@ outputs: ``forward(batch: list[In]) -> list[Out]``, one output per input, in ord
   once with a corrective message; if that fails too, the output is what the parser salvaged
   from the replies (``ParseError.salvage``: the retry's, else the first reply's) or else
   ``fallback(item, error)``, the family's empty/neutral output; the failure is counted in
-  ``failures`` and recorded, and the run goes on. No bad completion crashes a benchmark.
+  ``failures`` and recorded, and the run goes on. No bad completion crashes a benchmark. A
+  reply that reads well but breaks a rule its family states (``RuleBrokenError``: a category
+  over the whole batch) goes the same way, its retry naming the rule, and every such reply is
+  counted in ``rejected_replies``.
 * **Trainable stages** are ordinary ``nn.Module``s with parameters; they add what training
   needs (``featurize``, ``loss`` ...) as their family requires.
 * **Serialisation.** ``save(dir)`` writes ``config.json`` (class path + the JSON-serialisable
@@ -105,7 +108,7 @@ from memlab.checkpoint import seal_checkpoint as seal_checkpoint  # re-exported
 from memlab.components import checked_init, import_memlab_class
 from memlab.fileio import atomic_folder, is_subfolder_name, write_manifest
 from memlab.lm.base import LM, UsageMeter
-from memlab.lm.errors import ParseError, RequestError
+from memlab.lm.errors import ParseError, RequestError, RuleBrokenError
 from memlab.lm.types import ChatRequest, Completion
 from memlab.versions import package_versions
 
@@ -131,6 +134,9 @@ class Stage(nn.Module, Generic[In, Out]):
     #: Input and output dataclasses of the stage family (set on the family base class).
     In: ClassVar[type]
     Out: ClassVar[type]
+    #: Replies refused for breaking a rule of the stage (``PromptedStage``; a stage that asks no
+    #: model refuses none). A pipeline reports the count in its memory's structure.
+    rejected_replies: int = 0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -432,6 +438,8 @@ class PromptedStage(Stage[In, Out]):
         "Your previous reply could not be parsed ({error}). Reply again with only the "
         "requested output, in the requested format."
     )
+    #: Message appended when a completion breaks a rule of the stage (``RuleBrokenError``).
+    RULE_MESSAGE = "Your previous reply breaks a rule: {error}. Reply again, following the rules, in the same format."
 
     def __init__(self, lm: LM, max_tokens: int = 256, temperature: float = 0.0) -> None:
         super().__init__()
@@ -439,6 +447,8 @@ class PromptedStage(Stage[In, Out]):
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.failures: list[Failure] = []
+        #: Replies refused for breaking a rule of the stage (``RuleBrokenError``), retries included.
+        self.rejected_replies = 0
         #: This stage's own calls (retries included), where the shared LM's meter mixes all stages.
         self.usage = UsageMeter()
 
@@ -475,6 +485,7 @@ class PromptedStage(Stage[In, Out]):
         try:
             return self.parse(reply.text, item), None
         except ParseError as e:
+            self.rejected_replies += isinstance(e, RuleBrokenError)
             return None, e
         except Exception as e:  # a parser bug met by an odd reply: that reply's failure only
             log.warning("%s: parse raised %s on a completion; treated as unusable", type(self).__name__,
@@ -490,15 +501,16 @@ class PromptedStage(Stage[In, Out]):
                     "" if salvage is None else " (kept what could be salvaged)")
         return salvage if salvage is not None else self.fallback(item, str(error))
 
-    def retry_request(self, item: In, request: ChatRequest, reply: str, error: str) -> ChatRequest:
+    def retry_request(self, item: In, request: ChatRequest, reply: str, error: ParseError) -> ChatRequest:
         """The one retry after ``reply`` to ``request`` failed to parse: a fresh call on the
         stage's ``retry_prompt`` when it has one (``render_prompt``), else the same conversation
-        with the reply and a follow-up naming the ``error``."""
+        with the reply and a follow-up naming the ``error`` (the rule, for a ``RuleBrokenError``)."""
         if self.retry_prompt is not None:
             return self.render_prompt(self.retry_prompt, item)
+        message = self.RULE_MESSAGE if isinstance(error, RuleBrokenError) else self.RETRY_MESSAGE
         messages = list(request.messages) + [
             {"role": "assistant", "content": reply},
-            {"role": "user", "content": self.RETRY_MESSAGE.format(error=error)},
+            {"role": "user", "content": message.format(error=error)},
         ]
         return ChatRequest(**{**request.__dict__, "messages": tuple(messages)})
 
@@ -530,7 +542,7 @@ class PromptedStage(Stage[In, Out]):
             else:
                 retry.append((i, error, reply.text))
         if retry:
-            retry_requests = [self.retry_request(batch[i], requests[i], text, str(e)) for i, e, text in retry]
+            retry_requests = [self.retry_request(batch[i], requests[i], text, e) for i, e, text in retry]
             for (i, first, _), reply in zip(retry, self._generate(retry_requests)):
                 outputs[i], error = self._read(reply, batch[i])
                 if error is not None:

@@ -144,7 +144,7 @@ GOOD: dict[str, Any] = {
     "entities": {"entities": ["Ann", "Rex"]},
     "descriptions": {"entities": [{"name": "Rex", "summary": "Ann's beagle.", "tags": ["pet", "dog"]}]},
     "facts": {"facts": [{"source": "Ann", "target": "Rex", "fact": "Ann adopted Rex yesterday."}]},
-    "contradicted": {"contradicted": [1]},
+    "contradicted": {"closed": [{"existing": 2, "new": 1, "quote": "lives in Rome"}]},
     "categories": {"categories": [{"category": "Pets", "indexes": [0, 1]}]},
     "hierarchy": {"selected": [{"name": "Pets", "uuid": "C1", "get_all_children": True}]},
 }

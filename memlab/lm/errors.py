@@ -50,3 +50,10 @@ class OversizedReplyError(RefusedReplyError):
     """The reply is longer (``jsonparse.MAX_REPLY_CHARS``) or holds an array of more items
     (``jsonparse.MAX_ITEMS``) than any reply may: a runaway generation, refused before it is
     validated or searched further."""
+
+
+class RuleBrokenError(ParseError):
+    """A reply that reads well but breaks a rule its stage's contract states (one category over
+    the whole batch, a fact closed without the contradiction quoted). The single retry names
+    the rule (``PromptedStage.RULE_MESSAGE``) and the stage counts the reply in
+    ``rejected_replies``; ``salvage`` is the reply less what broke the rule."""

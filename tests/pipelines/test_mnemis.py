@@ -20,7 +20,7 @@ from memlab.pipelines.mnemis.memory import MnemisMemory
 from memlab.pipelines.mnemis.pipeline import Mnemis
 from memlab.pipelines.mnemis.search import Candidates, ranked, system1
 from memlab.stages.answer import PromptedAnswerer
-from memlab.stages.categorize import CategorizeOut, Categorizer, Category, PromptedCategorizer
+from memlab.stages.categorize import CategorizeOut, Categorizer, Category, ClusterCategorizer, PromptedCategorizer
 from memlab.stages.contradict import PromptedContradictionDetector
 from memlab.stages.describe import PromptedEntityDescriber
 from memlab.stages.entity import PromptedEntityExtractor
@@ -28,7 +28,7 @@ from memlab.stages.fact import PromptedFactExtractor
 from memlab.stages.global_select import PromptedGlobalSelector
 from memlab.stages.rerank import Reranker, RerankOut
 from memlab.stages.temporal import RuleTemporalNormalizer
-from memlab.types import History, Query, Session, Turn
+from memlab.types import History, MemoryUnit, Query, Session, Turn
 from tests.fakes import ReplayLM
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,8 +78,9 @@ class Script:
         if "no longer true" in prompt:
             existing = section(prompt, "EXISTING FACTS")
             number = re.search(r"^(\d+)\. Ann lives in Paris", existing, re.M)
-            return self.reply("contradict", {"contradicted": [int(number.group(1))] if number and self.contradict
-                                             else []})
+            berlin = re.search(r"^(\d+)\. Ann moved to Berlin", section(prompt, "NEW FACTS"), re.M)
+            closed = [{"existing": int(number.group(1)), "new": int(berlin.group(1)), "quote": "moved to Berlin"}]
+            return self.reply("contradict", {"closed": closed if number and berlin and self.contradict else []})
         if "semantic categorization" in prompt:
             return self.reply("categorize", self.categories(prompt))
         if "hierarchical knowledge graph" in prompt:
@@ -131,6 +132,8 @@ def test_contradicted_fact_is_closed_not_deleted(minilm):
     memory = pipeline(Script(), minilm).build(history())
     paris, berlin = fact(memory, "Ann lives in Paris"), fact(memory, "Ann moved to Berlin")
     assert (paris["valid_at"], paris["invalid_at"]) == (MAY, JUNE)  # closed when Berlin was learnt
+    assert paris["contradiction"] == "moved to Berlin"
+    assert memory.facts.get(paris["invalidated_by"]).text.startswith("Ann moved to Berlin")
     assert berlin["valid_at"] == datetime(2023, 6, 5) and berlin["invalid_at"] is None  # "last week", resolved in code
     assert fact(memory, "Ann has a dog")["invalid_at"] is None
     assert memory.stats()["invalidated_facts"] == 1 and memory.stats()["facts"] == 3
@@ -186,13 +189,13 @@ def test_layer_rules_compression_promotion_many_to_many_and_reduction(minilm):
                 "Ann": ["People"]},
             2: {"Pets": ["Life", "Home"], "Animals": ["Life", "Nature"], "Cities": ["Places"], "Ann": ["Humans"]}}
     report = build_hierarchy(memory, FixedCategorizer(plan), ratio=2, max_layers=4, batch_size=40)
-    layer1 = [memory.graph.node(n)["name"] for n in memory.layers[1]]
-    assert layer1 == ["Pets", "Animals", "Cities", "Ann"]  # "People" has 1 < n = 2 children: Ann is promoted
+    layer1 = sorted(memory.graph.node(n)["name"] for n in memory.layers[1])
+    assert layer1 == ["Animals", "Ann", "Cities", "Pets"]  # "People" has 1 < n = 2 children: Ann is promoted
     rex = next(e for e in memory.entities.units if memory.graph.node(e)["name"] == "Rex")
     parents = [p for p, _, _ in memory.graph.neighbors(rex, "category_child", direction="in")]
     assert sorted(memory.graph.node(p)["name"] for p in parents) == ["Animals", "Pets"]  # many-to-many
     # Layer 2 would be Life + the promoted Cities and Ann = 3 <= 4: kept; then nothing merges.
-    assert [memory.graph.node(n)["name"] for n in memory.layers[2]] == ["Life", "Cities", "Ann"]
+    assert sorted(memory.graph.node(n)["name"] for n in memory.layers[2]) == ["Ann", "Cities", "Life"]
     assert report.stopped == "nothing merged at layer 3" and report.dissolved == 1 + 4
     # The reduction rule: a layer 2 with more nodes than layer 1 is discarded.
     memory = entity_memory(minilm, ["Rex", "Tom", "Paris", "Berlin"])
@@ -219,6 +222,86 @@ def test_hierarchy_batches_see_earlier_categories_and_rebuilding_replaces_them(m
     assert memory.stats()["categories"] == 2 and len(memory.key_of) == 4 + 2
 
 
+def test_invalidation_is_shown_only_facts_that_could_conflict(minilm):
+    mnemis = pipeline(Script(), minilm)
+    memory = entity_memory(minilm, ["Caroline", "Paris", "support group", "counseling", "Berlin"])
+    caroline, paris, group, counseling, berlin = memory.entities.units
+    for episode in ("episode:1", "episode:2"):
+        memory.add_episode(MemoryUnit(episode, "...", (f"D{episode[-1]}:1",), MAY, "episode"))
+    old = [memory.add_fact(caroline, paris, "Caroline lives in Paris.", MAY, "episode:1"),
+           memory.add_fact(caroline, group, "Caroline went to a LGBTQ support group yesterday.", MAY, "episode:1"),
+           memory.add_fact(caroline, berlin, "Caroline visited Berlin once.", MAY, "episode:1")]
+    new = [memory.add_fact(caroline, berlin, "Caroline moved to Berlin.", JUNE, "episode:2"),
+           memory.add_fact(caroline, counseling, "Caroline is keen on counseling.", JUNE, "episode:2")]
+    # a similar predicate on a shared entity ("lives in" / "moved to"), or the same pair of entities
+    candidates = mnemis.invalidation_candidates_of(memory, new[:1])
+    assert {memory.facts.get(f).text for f in candidates} >= {"Caroline lives in Paris.", "Caroline visited Berlin once."}
+    # a topic neighbour with another predicate is not shown (conv-26: "went to a LGBTQ support group"
+    # was closed by "is keen on counseling")
+    assert mnemis.invalidation_candidates_of(memory, new[1:]) == []
+    assert memory.predicate(old[0]) == "lives in ." and set(candidates) <= set(old)
+
+
+def test_closings_are_listed_for_hand_checking_and_scored(minilm, tmp_path, capsys):
+    from tests.eval_scripts import eval_script
+
+    audit = eval_script("mnemis_closings")
+    pipeline(Script(), minilm).build(history()).save(tmp_path / "conv")
+    listing = tmp_path / "closings.jsonl"
+    assert audit.main(["list", str(tmp_path / "conv"), "--out", str(listing)]) == 0
+    rows = [json.loads(line) for line in listing.read_text().splitlines()]
+    assert [(r["old"], r["new"], r["quote"], r["label"]) for r in rows] == [
+        ("Ann lives in Paris.", "Ann moved to Berlin last week (the week of 5 June 2023).", "moved to Berlin", None)]
+    assert audit.main(["list", str(tmp_path / "conv"), "--out", str(listing)]) == 2  # labels never overwritten
+    listing.write_text(json.dumps({**rows[0], "label": "right"}) + "\n")
+    capsys.readouterr()
+    assert audit.main(["score", str(listing)]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert (scored["checked"], scored["precision"]) == (1, 1.0) and scored["ci"][0] < 1.0
+
+
+def test_rejected_replies_and_the_hierarchy_shape_are_in_the_structure(minilm):
+    class WholeBatchFirst(Script):
+        refused = 0
+
+        def categories(self, prompt):
+            listed = re.findall(r"^(\d+)\. ", prompt.split("<NODE INDEXED NAMES AND DESCRIPTIONS>\n")[1], re.M)
+            if not self.refused and len(listed) >= 4:
+                self.refused += 1
+                return {"categories": [{"category": "Everyone", "indexes": [int(i) for i in listed]}]}
+            return super().categories(prompt)
+
+    mnemis = pipeline(WholeBatchFirst(), minilm)
+    memory = mnemis.build(history())
+    structure = mnemis.memory_structure(memory)
+    assert structure["rejected_category_replies"] == 1 and structure["layers"] == 2
+    assert structure["categories_per_layer"] == [2, 1] and structure["mean_children_per_category"] == [2.0, 3.0]
+    assert structure["largest_category_share"] == 1.0 and structure["largest_category_share_per_layer"] == [0.4, 1.0]
+    assert (structure["facts"], structure["facts_closed"], structure["rejected_invalidation_replies"]) == (3, 1, 0)
+
+
+def test_the_llm_free_hierarchy_forms_layers_by_the_same_rules(minilm):
+    kinds = {"fruit": ["apple", "banana", "pear", "cherry", "mango", "plum", "grape", "peach"],
+             "city": ["Paris", "Berlin", "Rome", "Madrid", "Vienna", "Lisbon", "Prague", "Oslo"],
+             "pet": ["dog", "cat", "hamster", "parrot", "rabbit", "goldfish", "puppy", "kitten"],
+             "sport": ["tennis", "football", "golf", "rugby", "hockey", "cricket", "boxing", "skiing"]}
+    memory = MnemisMemory(minilm)
+    ids = memory.add_entities([name for names in kinds.values() for name in names])
+    kind_of = {name: kind for kind, names in kinds.items() for name in names}
+    memory.describe([(e, f"a {kind_of[memory.graph.node(e)['name']]}", (kind_of[memory.graph.node(e)["name"]],))
+                     for e in ids])
+    stage = ClusterCategorizer(minilm, children_per_category=4)
+    report = build_hierarchy(memory, stage, ratio=2, max_layers=4, batch_size=100)
+    structure = memory.structure()
+    assert structure["layers"] >= 2 and structure["layer_sizes"][:2] == [32, 8], structure
+    assert structure["largest_category_share"] <= 0.5 and not structure["degenerate"]
+    first = [n for n in memory.layers[1] if memory.node_type(n) == "category"]
+    pure = [c for c in first if len({kind_of[memory.graph.node(m)["name"]] for m in memory.children(c)}) == 1]
+    assert len(pure) == len(first) >= 4, [(memory.graph.node(c)["name"], [memory.graph.node(m)["name"]
+                                                                           for m in memory.children(c)]) for c in first]
+    assert report.rejected_replies == 0 and stage.rejected_replies == 0
+
+
 def test_global_selection_descends_layer_by_layer_and_expands_entities(minilm):
     script = Script()
     mnemis = pipeline(script, minilm)
@@ -228,7 +311,7 @@ def test_global_selection_descends_layer_by_layer_and_expands_entities(minilm):
     step = next(s for s in trace.steps if s["step"] == "retrieve")
     assert step["selection_calls"] == 3 and step["selection_levels"] == 3  # Everything -> Citys -> Paris, Berlin
     names = [memory.graph.node(memory.id_of[k])["name"] for k in step["selected"]]
-    assert names == ["Everything", "Citys", "Paris", "Berlin"]
+    assert names[:2] == ["Everything", "Citys"] and sorted(names[2:]) == ["Berlin", "Paris"]
     assert step["system2"] == {"episodes": 2, "entities": 5, "facts": 2}  # Ann is linked through the facts
     take_all = pipeline(Script(take_all=True), minilm)
     _, _, trace = take_all.search(memory, Query("q1", "Which city does Ann live in now?"))
@@ -322,7 +405,7 @@ def test_config_and_each_ablation_run_on_the_sample(config, minilm, monkeypatch)
     from memlab.data import load_sample
     from tests.pipelines.test_no_label_in_prompts import plausible
 
-    assert len(ABLATIONS) == 7
+    assert len(ABLATIONS) == 8
     monkeypatch.chdir(REPO)
     lm = ReplayLM(plausible)
     mnemis = _with_lm(build_pipeline(config)[0], lm)
@@ -336,7 +419,8 @@ def test_config_and_each_ablation_run_on_the_sample(config, minilm, monkeypatch)
     prompts = ["\n".join(m["content"] for m in r.messages) for r in lm.requests]
     selects = any("hierarchical knowledge graph" in p for p in prompts)
     categorizes = any("semantic categorization" in p for p in prompts)
-    assert selects == isinstance(mnemis.global_selector, PromptedGlobalSelector) and categorizes == mnemis.system2
+    assert selects == isinstance(mnemis.global_selector, PromptedGlobalSelector)
+    assert categorizes == isinstance(mnemis.categorizer, PromptedCategorizer)
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import json
 from datetime import date, datetime
 
 from memlab.stages.categorize import CategorizeIn, NodeCard, PromptedCategorizer
-from memlab.stages.contradict import ContradictIn, PromptedContradictionDetector
+from memlab.stages.contradict import Closing, ContradictIn, PromptedContradictionDetector
 from memlab.stages.describe import DescribeIn, PromptedEntityDescriber, clip_tags
 from memlab.stages.entity import EntityIn, PromptedEntityExtractor
 from memlab.stages.fact import Fact, FactIn, PromptedFactExtractor
@@ -71,14 +71,38 @@ def test_fact_reflection_drops_facts_already_found():
     assert "ALREADY EXTRACTED:\n- Ann adopted Rex." in lm.requests[0].messages[0]["content"]
 
 
-def test_contradictions_map_one_based_numbers_onto_indexes():
-    lm = ReplayLM([json.dumps({"contradicted": [2, 2, 9]})])
+def test_contradictions_name_the_pair_and_quote_the_new_fact():
+    reply = {"closed": [{"existing": 2, "new": 1, "quote": "moved to  BERLIN"},
+                        {"existing": 2, "new": 1, "quote": "moved to Berlin"}, {"existing": 9, "new": 1, "quote": "x"}]}
+    lm = ReplayLM([json.dumps(reply)])
     stage = PromptedContradictionDetector(lm=lm)
     out = stage([ContradictIn(("Ann moved to Berlin.",), ("Ann has a dog.", "Ann lives in Paris.")),
                  ContradictIn(("Ann moved to Berlin.",), ())])
-    assert out[0].contradicted == (1,) and out[1].contradicted == ()
-    assert len(lm.requests) == 1  # no existing fact: no call
-    assert "2. Ann lives in Paris." in lm.requests[0].messages[0]["content"]
+    assert out[0].closings == (Closing(1, 0, "moved to BERLIN"),) and out[0].contradicted == (1,)
+    assert out[1].closings == () and len(lm.requests) == 1  # no existing fact: no call
+    prompt = lm.requests[0].messages[0]["content"]
+    assert "2. Ann lives in Paris." in prompt and "1. Ann moved to Berlin." in prompt
+    assert stage.rejected_replies == 0
+
+
+def test_invalidation_guard_refuses_unquoted_and_close_everything_replies():
+    item = ContradictIn(("Ann moved to Berlin.",), ("Ann has a dog.", "Ann lives in Paris.", "Ann likes tea."))
+    everything = {"closed": [{"existing": n, "new": 1, "quote": "moved to Berlin"} for n in (1, 2, 3)]}
+    unquoted = {"closed": [{"existing": 2, "new": 1, "quote": "she relocated"},
+                           {"existing": 3, "new": 1, "quote": "Berlin"}]}  # one word is no quote
+    lm = ReplayLM([json.dumps(everything), json.dumps(unquoted)])
+    stage = PromptedContradictionDetector(lm=lm)
+    out = stage([item])[0]
+    assert out.closings == () and stage.rejected_replies == 2 and len(stage.failures) == 1
+    assert "every one of the 3 existing facts is closed" in lm.requests[1].messages[-1]["content"]
+    assert lm.requests[1].messages[-1]["content"].startswith("Your previous reply breaks a rule")
+    # a retry that keeps the rules is taken; a salvage keeps the quoted closings only
+    good = {"closed": [{"existing": 2, "new": 1, "quote": "Ann moved to Berlin"}]}
+    stage = PromptedContradictionDetector(lm=ReplayLM([json.dumps(unquoted), json.dumps(good)]))
+    assert stage([item])[0].contradicted == (1,) and stage.rejected_replies == 1 and not stage.failures
+    mixed = {"closed": [{"existing": 2, "new": 1, "quote": "moved to Berlin"}, {"existing": 1, "new": 1, "quote": "a dog"}]}
+    stage = PromptedContradictionDetector(lm=ReplayLM([json.dumps(mixed)] * 2))
+    assert stage([item])[0].contradicted == (1,) and stage.rejected_replies == 2
 
 
 def test_categorizer_sends_appendix_d_as_system_and_user_and_merges_categories():
@@ -95,6 +119,53 @@ def test_categorizer_sends_appendix_d_as_system_and_user_and_merges_categories()
     # the decoder may only write indexes of the given nodes (the 1.5B model counts on past them otherwise)
     indexes = lm.requests[0].json_schema["properties"]["categories"]["items"]["properties"]["indexes"]
     assert indexes == {"type": "array", "items": {"enum": [0, 1, 2]}, "maxItems": 3}
+
+
+def test_categorizer_refuses_a_whole_batch_category_a_count_and_an_and_name():
+    nodes = tuple(NodeCard(name) for name in ("Rex", "Tom", "Paris", "Berlin", "Ann", "Bob"))
+    whole = {"categories": [{"category": "Family", "indexes": [0, 1, 2, 3, 4]}, {"category": "Cities", "indexes": [2, 3]}]}
+    lm = ReplayLM([json.dumps(whole), json.dumps(whole)])
+    stage = PromptedCategorizer(lm=lm)
+    out = stage([CategorizeIn(1, nodes)])[0]
+    assert [(c.name, c.members) for c in out.categories] == [("Cities", (2, 3))]  # the salvage: the rest
+    assert stage.rejected_replies == 2 and len(stage.failures) == 1
+    assert "'Family' holds 5 of the 6 nodes" in lm.requests[1].messages[-1]["content"]
+    many = tuple(NodeCard(f"n{i}") for i in range(12))
+    count = {"categories": [{"category": "People", "indexes": [0, 1, 2, 3, 4, 5]}, {"category": "Pets", "indexes": [7, 9]}]}
+    fixed = {"categories": [{"category": "People", "indexes": [0, 3, 5]}, {"category": "Pets", "indexes": [7, 9]}]}
+    lm = ReplayLM([json.dumps(count), json.dumps(fixed)])
+    stage = PromptedCategorizer(lm=lm)
+    assert [c.members for c in stage([CategorizeIn(1, many)])[0].categories] == [(0, 3, 5), (7, 9)]
+    assert stage.rejected_replies == 1 and "lists nodes 0 to 5 in order" in lm.requests[1].messages[-1]["content"]
+    joined = {"categories": [{"category": "Food and Drinks", "indexes": [0, 3]}]}
+    stage = PromptedCategorizer(lm=ReplayLM([json.dumps(joined)] * 2))
+    out = stage([CategorizeIn(1, many)])[0]
+    assert out.categories == () and out.error and stage.rejected_replies == 2
+    # of three nodes two may share a concept; a whole small batch is not refused
+    small = {"categories": [{"category": "Pets", "indexes": [0, 1, 2]}]}
+    stage = PromptedCategorizer(lm=ReplayLM([json.dumps(small)]))
+    assert stage([CategorizeIn(2, nodes[:3])])[0].categories[0].members == (0, 1, 2) and not stage.rejected_replies
+
+
+def test_describer_refuses_one_summary_for_two_people():
+    shared = {"entities": [{"name": "Ann", "summary": "Ann and Bob talk about dogs.", "tags": ["friend"]},
+                           {"name": "Bob", "summary": "Ann and Bob talk about dogs.", "tags": ["friend"]}]}
+    own = {"entities": [{"name": "Ann", "summary": "Ann has a dog.", "tags": ["dog owner"]},
+                        {"name": "Bob", "summary": "Bob asks about the dog.", "tags": ["friend"]}]}
+    lm = ReplayLM([json.dumps(shared), json.dumps(own)])
+    stage = PromptedEntityDescriber(lm=lm)
+    out = stage([DescribeIn(EPISODE, ("Ann", "Bob"), ("", "Bob likes cats."))])[0]
+    assert [d.summary for d in out.descriptions] == ["Ann has a dog.", "Bob asks about the dog."]
+    assert stage.rejected_replies == 1 and "'Ann', 'Bob' were given the same summary" in lm.requests[1].messages[-1]["content"]
+    # refused twice: a shared summary that names one of them stays with neither; the others keep theirs
+    stage = PromptedEntityDescriber(lm=ReplayLM([json.dumps(shared)] * 2))
+    out = stage([DescribeIn(EPISODE, ("Ann", "Bob"), ("", "Bob likes cats."))])[0]
+    assert [d.summary for d in out.descriptions] == ["", "Bob likes cats."] and stage.rejected_replies == 2
+    mine = {"entities": [{"name": "Ann", "summary": "Ann has a dog.", "tags": []},
+                         {"name": "Rex", "summary": "Ann has a dog.", "tags": []}]}
+    stage = PromptedEntityDescriber(lm=ReplayLM([json.dumps(mine)] * 2))
+    out = stage([DescribeIn(EPISODE, ("Ann", "Rex"))])[0]
+    assert [d.summary for d in out.descriptions] == ["Ann has a dog.", ""]  # kept for the name it mentions
 
 
 def test_categorizer_reads_the_published_bare_list_too():

@@ -7,38 +7,20 @@ similarity exceeds ``threshold`` (delta = 0.9), or founds a new topic; and every
 ``recluster_every`` steps (T = 4) all events are re-clustered by k-means. A *construction step*
 is one ``step`` call: the pipeline makes one per session (X_t of Eq. 1 is a session's turns).
 
-k-means is faiss's, spherical (centroids normalised, as the vectors are), seeded: the same
-events give the same topics.
+k-means is ``memlab.memory.clustering``'s (faiss, spherical, seeded): the same events give the
+same topics.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from memlab.memory.clustering import kmeans, normalised
+
 
 def n_clusters(n_events: int) -> int:
     """B.2's cluster count for ``n_events`` events, never more than the events."""
     return min(n_events, max(2, min(n_events // 5, 50)))
-
-
-def kmeans(vectors: np.ndarray, k: int, seed: int = 0, iterations: int = 25) -> tuple[np.ndarray, np.ndarray]:
-    """(centroids [k, d], assignment [n]) of spherical k-means over L2-normalised ``vectors``."""
-    import faiss
-
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    if k <= 1 or len(vectors) <= 1:
-        centroid = vectors.mean(0, keepdims=True)
-        return _normalised(centroid), np.zeros(len(vectors), dtype=np.int64)
-    model = faiss.Kmeans(vectors.shape[1], k, niter=iterations, seed=seed, spherical=True, verbose=False,
-                         min_points_per_centroid=1)
-    model.train(vectors)
-    _, assignment = model.index.search(vectors, 1)
-    return _normalised(model.centroids), assignment[:, 0].astype(np.int64)
-
-
-def _normalised(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return (matrix / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
 class TopicLayer:
@@ -69,7 +51,7 @@ class TopicLayer:
 
     def assign(self, event_id: str, vector: np.ndarray) -> int:
         """The online update: the most similar topic above ``threshold``, else a new topic."""
-        vector = _normalised(np.asarray(vector, dtype=np.float32)[None, :])[0]
+        vector = normalised(np.asarray(vector, dtype=np.float32)[None, :])[0]
         if len(self.centroids):
             similarity = self.centroids @ vector
             best = int(similarity.argmax())
@@ -77,7 +59,7 @@ class TopicLayer:
                 self.topic_of[event_id] = best
                 members = sum(1 for t in self.topic_of.values() if t == best)
                 # running mean of the members' vectors, re-normalised
-                self.centroids[best] = _normalised((self.centroids[best] * (members - 1) + vector)[None, :])[0]
+                self.centroids[best] = normalised((self.centroids[best] * (members - 1) + vector)[None, :])[0]
                 return best
         self.centroids = vector[None, :] if not len(self.centroids) else np.vstack([self.centroids, vector])
         self.topic_of[event_id] = len(self.centroids) - 1

@@ -29,15 +29,18 @@ categories and validity intervals included.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from datetime import datetime
 from typing import Any, Iterable
+
+import numpy as np
 
 from memlab.embed.base import Embedder
 from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.store import MemoryStoreError, UnitMemory
-from memlab.memory.structure import share
+from memlab.memory.structure import mean, share
 from memlab.stages.describe import MAX_TAGS
 from memlab.stages.global_select import HierarchyNode
 from memlab.types import MemoryUnit
@@ -136,12 +139,27 @@ class MnemisMemory:
                             episodes=list(dict.fromkeys([*data["episodes"], episode_id])))
         self.counts["duplicate_facts"] += 1
 
-    def invalidate(self, fact_id: str, at: datetime | None) -> None:
-        """Close ``fact_id``'s validity at ``at`` (kept as it was when already closed)."""
+    def invalidate(self, fact_id: str, at: datetime | None, by: str | None = None, quote: str = "") -> None:
+        """Close ``fact_id``'s validity at ``at``, ended by the fact ``by`` whose words ``quote``
+        contradict it (kept as it was when already closed)."""
         data = self.fact_edge(fact_id)
         if data["invalid_at"] is None:
-            self.graph.add_edge(data["src"], data["dst"], FACT, label=fact_id, invalid_at=at)
+            self.graph.add_edge(data["src"], data["dst"], FACT, label=fact_id, invalid_at=at,
+                                invalidated_by=by or "", contradiction=quote)
             self.counts["invalidated_facts"] += 1
+
+    def fact_ends(self, fact_id: str) -> tuple[str, str]:
+        """The (source, target) entity ids of a fact."""
+        attributes = self.facts.get(fact_id).attributes
+        return attributes["source"], attributes["target"]
+
+    def predicate(self, fact_id: str) -> str:
+        """A fact's text less its two entities' names: what it says of them ("lives in")."""
+        text = self.facts.get(fact_id).text
+        for entity_id in self.fact_ends(fact_id):
+            name = self.graph.node(entity_id)["name"]
+            text = re.sub(re.escape(name), " ", text, flags=re.IGNORECASE)
+        return " ".join(text.split()) or self.facts.get(fact_id).text
 
     def facts_of(self, entity_ids: Iterable[str]) -> list[str]:
         """Ids of the facts touching any of ``entity_ids``, in first-seen order."""
@@ -168,15 +186,30 @@ class MnemisMemory:
         """A category over ``children``; its tags (the children's most common) and summary
         (its children's names) are made in code: appendix D's prompt returns names only."""
         category_id = f"category:{len(self.graph.nodes(CATEGORY))}"
-        tags = Counter(tag for child in children for tag in self.graph.node(child)["tags"])
         names = [self.graph.node(child)["name"] for child in children]
         summary = f"{name}: " + ", ".join(names[:12]) + (" ..." if len(names) > 12 else "")
         self.graph.add_node(category_id, CATEGORY, text=summary, name=name, summary=summary, layer=layer,
-                            tags=[tag for tag, _ in tags.most_common(MAX_TAGS)])
+                            tags=list(self.common_tags(children)))
         self._key(category_id, "C", CATEGORY)
         for child in children:
             self.graph.add_edge(category_id, child, CHILD)
         return category_id
+
+    def common_tags(self, node_ids: Iterable[str]) -> tuple[str, ...]:
+        """The most common tags of ``node_ids`` (at most ``MAX_TAGS``): a category's tags."""
+        counts = Counter(tag for node_id in node_ids for tag in self.graph.node(node_id)["tags"])
+        return tuple(tag for tag, _ in counts.most_common(MAX_TAGS))
+
+    def node_vectors(self, node_ids: list[str]) -> np.ndarray:
+        """An embedding per node, in order: an entity's indexed ``name: summary`` vector, a
+        category's ``name [tags]: children`` embedded now (what batches of a layer are cut by)."""
+        entities = [n for n in node_ids if self.graph.node_type(n) == ENTITY]
+        others = [n for n in node_ids if self.graph.node_type(n) != ENTITY]
+        vectors = dict(zip(entities, self.entities.vectors(entities))) if entities else {}
+        if others:
+            vectors.update(zip(others, self.entities.embedder.encode([self.node_line(n) for n in others])))
+        return np.stack([vectors[n] for n in node_ids]) if node_ids else np.zeros((0, self.entities.embedder.dim),
+                                                                                   dtype=np.float32)
 
     def children(self, node_id: str) -> list[str]:
         return [child for child, _, _ in self.graph.neighbors(node_id, CHILD, direction="out")]
@@ -208,13 +241,16 @@ class MnemisMemory:
         node = self.graph.node(entity_id)
         return f"{node['name']}: {node['summary']}" if node["summary"] else node["name"]
 
+    def node_summary(self, node_id: str) -> str:
+        """An entity's summary, a category's children (its summary less its name)."""
+        node = self.graph.node(node_id)
+        return node["summary"].partition(": ")[2] if node["type"] == CATEGORY else node["summary"]
+
     def node_line(self, node_id: str) -> str:
         """An entity or category as the answerer reads it: ``name [tags]: summary``."""
         node = self.graph.node(node_id)
         tags = f" [{', '.join(node['tags'])}]" if node["tags"] else ""
-        summary = node["summary"]
-        if node["type"] == CATEGORY:
-            summary = summary.partition(": ")[2]
+        summary = self.node_summary(node_id)
         return f"{node['name']}{tags}: {summary}" if summary else f"{node['name']}{tags}"
 
     def stats(self) -> dict[str, int]:
@@ -232,17 +268,24 @@ class MnemisMemory:
         candidates; fact validity closed only by a contradiction (2.1), so most facts stay valid."""
         layers = [[n for n in layer if self.graph.node_type(n) == CATEGORY] for layer in self.layers[1:]]
         below = [len(layer) for layer in self.layers[:-1]]
-        widest = [max((len(self.children(c)) for c in categories), default=0) for categories in layers]
+        children = [[len(self.children(c)) for c in categories] for categories in layers]
+        widest = [max(sizes, default=0) for sizes in children]
+        largest = [share(w, n) for w, n in zip(widest, below)]
         facts = len(self.facts)
         found = {
             "episodes": len(self.episodes),
             "entities": len(self.entities),
             "facts": facts,
+            "facts_closed": self.counts["invalidated_facts"],
             "invalidated_fact_share": share(self.counts["invalidated_facts"], facts),
+            "rejected_invalidation_replies": self.counts["rejected_invalidation_replies"],
             "layers": len(layers),
             "layer_sizes": [len(layer) for layer in self.layers],
             "categories_per_layer": [len(categories) for categories in layers],
-            "largest_category_share_per_layer": [share(w, n) for w, n in zip(widest, below)],
+            "mean_children_per_category": [mean(sizes) for sizes in children],
+            "largest_category_share_per_layer": largest,
+            "largest_category_share": max((s for s in largest if s is not None), default=None),
+            "rejected_category_replies": self.counts["rejected_category_replies"],
         }
         problems = [f"layer {i}: one category holds {w} of the {n} nodes below it"
                     for i, (w, n) in enumerate(zip(widest, below), start=1) if n > 2 and w >= 0.9 * n]

@@ -15,11 +15,13 @@ Base graph ingestion (section 2.1; ``build``), session by session. A session is 
    duplicate of an existing fact between the same two entities (the same text or cosine >=
    ``fact_threshold``: the old edge records the episode) or a new edge, ``valid_at`` its own
    resolved date or else the episode's; then the ``contradiction_detector`` is shown the new
-   facts beside the ``invalidation_candidates`` most similar valid facts touching their
-   entities and with cosine >= ``invalidation_similarity`` to one of them (one call; the paper
-   does not say which edges are compared, and a small model shown unrelated facts "finds"
-   contradictions among them), and each fact it names is closed at the episode's date
-   (``invalid_at``).
+   facts beside the valid facts that could conflict with one of them (one call): facts on the
+   same pair of entities, or on one of its entities with a similar predicate (the fact less its
+   two entity names, cosine >= ``predicate_similarity``), the ``invalidation_candidates`` most
+   similar ones. The paper does not say which edges are compared; a small model shown topic
+   neighbours "finds" contradictions among them ("went to a support group" closed by "is keen
+   on counseling"). Each fact it closes is closed at the episode's date (``invalid_at``) with
+   the new fact that ended it and the quoted words (``invalidated_by``, ``contradiction``).
 
 Dates are resolved in code (the fact extractor's temporal normaliser). Without a
 ``contradiction_detector`` no fact is ever closed.
@@ -96,7 +98,7 @@ class Mnemis(Pipeline):
         entity_threshold: UnitFloat = 0.9,
         fact_threshold: UnitFloat = 0.9,
         invalidation_candidates: NonNegativeInt = 6,
-        invalidation_similarity: UnitFloat = 0.5,
+        predicate_similarity: UnitFloat = 0.35,
         compression_ratio: PositiveInt = 2,
         max_layers: PositiveInt = 4,
         category_batch: PositiveInt = 40,
@@ -131,7 +133,7 @@ class Mnemis(Pipeline):
         self.entity_threshold = entity_threshold
         self.fact_threshold = fact_threshold
         self.invalidation_candidates = invalidation_candidates
-        self.invalidation_similarity = invalidation_similarity
+        self.predicate_similarity = predicate_similarity
         self.compression_ratio = compression_ratio
         self.max_layers = max_layers
         self.category_batch = category_batch
@@ -172,6 +174,7 @@ class Mnemis(Pipeline):
                                      max_layers=self.max_layers, batch_size=self.category_batch)
             memory.counts["hierarchy_builds"] += 1
             memory.counts["dissolved_categories"] += report.dissolved
+            memory.counts["rejected_category_replies"] += report.rejected_replies
 
     def episodes(self, session: Session) -> list[MemoryUnit]:
         size = self.turns_per_episode
@@ -261,19 +264,36 @@ class Mnemis(Pipeline):
         """2.1's fact invalidation for the episode's new facts (module docstring)."""
         if self.contradiction_detector is None or not new or not self.invalidation_candidates:
             return
-        ends = {memory.facts.get(f).attributes[end] for f in new for end in ("source", "target")}
-        existing = [f for f in memory.facts_of(ends) if f not in new and memory.fact_edge(f)["invalid_at"] is None]
-        if not existing:
-            return
-        sims = (memory.facts.vectors(existing) @ memory.facts.vectors(new).T).max(axis=1)
-        order = np.argsort(-sims, kind="stable")[:self.invalidation_candidates]
-        candidates = [existing[i] for i in order if sims[i] >= self.invalidation_similarity]
+        candidates = self.invalidation_candidates_of(memory, new)
         if not candidates:
             return
+        rejected = self.contradiction_detector.rejected_replies
         out = self.contradiction_detector([ContradictIn(tuple(memory.facts.get(f).text for f in new),
                                                         tuple(memory.facts.get(f).text for f in candidates))])[0]
-        for index in out.contradicted:
-            memory.invalidate(candidates[index], episode.timestamp)
+        memory.counts["rejected_invalidation_replies"] += self.contradiction_detector.rejected_replies - rejected
+        for closing in out.closings:
+            memory.invalidate(candidates[closing.existing], episode.timestamp, by=new[closing.new],
+                              quote=closing.quote)
+
+    def invalidation_candidates_of(self, memory: MnemisMemory, new: list[str]) -> list[str]:
+        """The valid facts that could conflict with a new one (module docstring), most similar first."""
+        ends = {f: memory.fact_ends(f) for f in new}
+        existing = [f for f in memory.facts_of({e for pair in ends.values() for e in pair})
+                    if f not in ends and memory.fact_edge(f)["invalid_at"] is None]
+        if not existing:
+            return []
+        predicates = self.embedder.encode([memory.predicate(f) for f in existing + new])
+        old_predicates, new_predicates = predicates[:len(existing)], predicates[len(existing):]
+        predicate_sims = old_predicates @ new_predicates.T
+        fact_sims = memory.facts.vectors(existing) @ memory.facts.vectors(new).T
+        score: dict[str, float] = {}
+        for i, fact_id in enumerate(existing):
+            pair = memory.fact_ends(fact_id)
+            for j, new_id in enumerate(new):
+                shared = set(pair) & set(ends[new_id])
+                if shared and (set(pair) == set(ends[new_id]) or predicate_sims[i, j] >= self.predicate_similarity):
+                    score[fact_id] = max(score.get(fact_id, -1.0), float(fact_sims[i, j]))
+        return sorted(score, key=lambda f: -score[f])[:self.invalidation_candidates]
 
     # -- retrieval -----------------------------------------------------------------------
     def search(self, memory: MnemisMemory, query: Query) -> tuple[Candidates, list[Retrieved], Trace]:

@@ -3,14 +3,22 @@ and user messages, one JSON-constrained call per batch of nodes."""
 
 from __future__ import annotations
 
-from memlab.bounds import NonNegativeFloat, PositiveInt
+from memlab.bounds import NonNegativeFloat, PositiveInt, UnitFloat
 from memlab.lm.base import LM
-from memlab.lm.errors import ParseError, RefusedReplyError
+from memlab.lm.errors import ParseError, RefusedReplyError, RuleBrokenError
 from memlab.lm.jsonparse import list_schema, parse_json
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.categorize.base import CategorizeIn, CategorizeOut, Categorizer, NodeCard, merged_categories
+from memlab.stages.categorize.base import (
+    MAX_CATEGORY_SHARE,
+    CategorizeIn,
+    CategorizeOut,
+    Categorizer,
+    NodeCard,
+    broken_rules,
+    merged_categories,
+)
 
 _ROW = {"type": "object", "properties": {"category": {"type": "string", "maxLength": 60},
                                          "indexes": {"type": "array", "items": {"type": "integer"}}},
@@ -41,7 +49,9 @@ class PromptedCategorizer(PromptedStage, Categorizer):
 
     The published reply is a bare JSON list of ``{"category", "indexes"}``; memlab's schema
     wraps it in ``{"categories": [...]}`` (what constrained decoders and OpenAI's structured
-    outputs accept), and a bare list from an unconstrained backend is read as well.
+    outputs accept), and a bare list from an unconstrained backend is read as well. A reply
+    that breaks a grouping rule (``broken_rules``, ``max_share``) is refused and retried once
+    with the rule named (the family's contract).
     """
 
     def __init__(
@@ -50,6 +60,7 @@ class PromptedCategorizer(PromptedStage, Categorizer):
         system_prompt: str = "mnemis/category_system",
         prompt: str = "mnemis/category_user",
         max_categories: PositiveInt = 30,
+        max_share: UnitFloat = MAX_CATEGORY_SHARE,
         max_tokens: PositiveInt = 768,
         temperature: NonNegativeFloat = 0.0,
     ) -> None:
@@ -57,6 +68,7 @@ class PromptedCategorizer(PromptedStage, Categorizer):
         self.system_prompt = load_prompt(system_prompt)
         self.prompt = load_prompt(prompt)
         self.max_categories = max_categories
+        self.max_share = max_share
 
     def render(self, item: CategorizeIn) -> ChatRequest:
         user = self.prompt.render(
@@ -78,6 +90,11 @@ class PromptedCategorizer(PromptedStage, Categorizer):
         categories = merged_categories([(row["category"], row["indexes"]) for row in rows], len(item.nodes))
         if not categories:  # the nodes were given to be grouped: no group is no answer
             raise ParseError("no category has a member among the given node indexes" if rows else "no category")
+        broken = broken_rules(categories, len(item.nodes), self.max_share)
+        if broken:
+            refused = {category for category, _ in broken}
+            kept = tuple(c for c in categories if c not in refused)[:self.max_categories]
+            raise RuleBrokenError("; ".join(rule for _, rule in broken), salvage=CategorizeOut(kept) if kept else None)
         return CategorizeOut(categories[:self.max_categories])
 
     def fallback(self, item: CategorizeIn, error: str) -> CategorizeOut:

@@ -6,27 +6,44 @@ from __future__ import annotations
 
 from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
+from memlab.lm.errors import RuleBrokenError
 from memlab.lm.jsonparse import object_schema, parse_json
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
-from memlab.stages.contradict.base import ContradictIn, ContradictionDetector, ContradictOut
+from memlab.stages.contradict.base import (
+    Closing,
+    ContradictIn,
+    ContradictionDetector,
+    ContradictOut,
+    broken_rules,
+)
 
 
-def contradict_schema(n_existing: int) -> dict:
-    return object_schema({"contradicted": {"type": "array", "maxItems": max(n_existing, 1),
-                                           "items": {"type": "integer", "minimum": 1, "maximum": max(n_existing, 1)}}})
+def contradict_schema(n_existing: int | None = None, n_new: int | None = None) -> dict:
+    """``{"closed": [{"existing": n, "new": m, "quote": "..."}]}``, numbers from 1; with the
+    counts, numbers in range and at most one closing per existing fact."""
+    number = {"type": "integer", "minimum": 1}
+    closing = {"type": "object", "required": ["existing", "new", "quote"], "properties": {
+        "existing": {**number, "maximum": n_existing} if n_existing else number,
+        "new": {**number, "maximum": n_new} if n_new else number,
+        "quote": {"type": "string", "maxLength": 200}}}
+    closed = {"type": "array", "items": closing}
+    if n_existing:
+        closed["maxItems"] = n_existing
+    return object_schema({"closed": closed})
 
 
 class PromptedContradictionDetector(PromptedStage, ContradictionDetector):
-    """One call on ``prompt`` ({existing}: numbered from 1, {new}); the reply's numbers are
-    1-based and mapped back onto indexes (numbers out of range are dropped)."""
+    """One call on ``prompt`` ({existing} and {new}, each numbered from 1); the reply's numbers
+    are mapped back onto indexes (numbers out of range dropped, an existing fact closed once),
+    and a reply that breaks the family's rules is refused and retried (``broken_rules``)."""
 
     def __init__(
         self,
         lm: LM,
         prompt: str = "mnemis/invalidate_facts",
-        max_tokens: PositiveInt = 48,
+        max_tokens: PositiveInt = 160,
         temperature: NonNegativeFloat = 0.0,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
@@ -34,13 +51,23 @@ class PromptedContradictionDetector(PromptedStage, ContradictionDetector):
 
     def render(self, item: ContradictIn) -> ChatRequest:
         text = self.prompt.render(existing="\n".join(f"{i}. {f}" for i, f in enumerate(item.existing, start=1)),
-                                  new="\n".join(f"- {f}" for f in item.new))
-        return self.request(text, json_schema=contradict_schema(len(item.existing)))
+                                  new="\n".join(f"{i}. {f}" for i, f in enumerate(item.new, start=1)))
+        return self.request(text, json_schema=contradict_schema(len(item.existing), len(item.new)))
 
     def parse(self, text: str, item: ContradictIn) -> ContradictOut:
-        numbers = parse_json(text, object_schema({"contradicted": {"type": "array", "items": {"type": "integer"}}}))
-        found = {n - 1 for n in numbers["contradicted"] if 1 <= n <= len(item.existing)}
-        return ContradictOut(tuple(sorted(found)))
+        rows = parse_json(text, contradict_schema())["closed"]
+        closings: dict[int, Closing] = {}
+        for row in rows:
+            existing, new = row["existing"] - 1, row["new"] - 1
+            if 0 <= existing < len(item.existing) and 0 <= new < len(item.new) and existing not in closings:
+                closings[existing] = Closing(existing, new, " ".join(row["quote"].split()))
+        found = tuple(sorted(closings.values(), key=lambda c: c.existing))
+        broken = broken_rules(item, found)
+        if broken:
+            refused = {closing for closing, _ in broken}
+            kept = () if None in refused else tuple(c for c in found if c not in refused)
+            raise RuleBrokenError("; ".join(rule for _, rule in broken), salvage=ContradictOut(kept))
+        return ContradictOut(found)
 
     def fallback(self, item: ContradictIn, error: str) -> ContradictOut:
         return ContradictOut(error=error)

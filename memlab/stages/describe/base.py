@@ -11,6 +11,11 @@ Contract
   enforced in code.
 * A name the reply leaves out keeps its previous summary and no tags; a failed call yields
   that for every name, with ``error`` set (counted failure).
+* One description per entity: two names given the same summary (the 1.5B model wrote one
+  summary and tags for both speakers of a conv-26 episode) break the rule (``broken_rules``).
+  A prompted describer refuses the reply, retries once naming it and counts it in
+  ``rejected_replies``; after a second refusal a shared summary is kept only for the one name
+  it mentions, and the others keep their previous summary.
 """
 
 from __future__ import annotations
@@ -55,6 +60,39 @@ def kept_descriptions(item: DescribeIn) -> tuple[EntityDescription, ...]:
     """Every name with its previous summary and no tags (what a failed call leaves)."""
     previous = item.previous or ("",) * len(item.names)
     return tuple(EntityDescription(name, summary) for name, summary in zip(item.names, previous))
+
+
+def _key(summary: str) -> str:
+    return " ".join(summary.casefold().split())
+
+
+def shared_summaries(descriptions: tuple[EntityDescription, ...]) -> dict[str, list[EntityDescription]]:
+    """Summaries (normalised) given to more than one name, with the descriptions that carry them."""
+    by_summary: dict[str, list[EntityDescription]] = {}
+    for description in descriptions:
+        if description.summary:
+            by_summary.setdefault(_key(description.summary), []).append(description)
+    return {key: found for key, found in by_summary.items() if len({d.name for d in found}) > 1}
+
+
+def broken_rules(descriptions: tuple[EntityDescription, ...]) -> list[str]:
+    """The rules the descriptions break, in words (empty: none)."""
+    return [f"{', '.join(repr(d.name) for d in found)} were given the same summary; describe each entity "
+            f"by what the messages say about that entity alone" for found in shared_summaries(descriptions).values()]
+
+
+def without_shared_summaries(item: DescribeIn, descriptions: tuple[EntityDescription, ...]
+                             ) -> tuple[EntityDescription, ...]:
+    """The salvage of a reply that shared summaries: a shared summary stays with the one name it
+    mentions (if exactly one), every other name gets its kept description."""
+    kept = {d.name: d for d in kept_descriptions(item)}
+    keep_as_is = {id(d) for d in descriptions}
+    for found in shared_summaries(descriptions).values():
+        mentioned = [d for d in found if d.name.casefold() in d.summary.casefold()]
+        for description in found:
+            if len(mentioned) != 1 or description is not mentioned[0]:
+                keep_as_is.discard(id(description))
+    return tuple(d if id(d) in keep_as_is else kept[d.name] for d in descriptions)
 
 
 class EntityDescriber(Stage[DescribeIn, DescribeOut]):

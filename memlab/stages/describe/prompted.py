@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.lm.base import LM
+from memlab.lm.errors import RuleBrokenError
 from memlab.lm.jsonparse import list_schema, parse_json
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
@@ -16,8 +17,10 @@ from memlab.stages.describe.base import (
     DescribeOut,
     EntityDescriber,
     EntityDescription,
+    broken_rules,
     clip_tags,
     kept_descriptions,
+    without_shared_summaries,
 )
 from memlab.stages.extraction import find_name, one_line
 
@@ -37,7 +40,8 @@ def entities_text(item: DescribeIn) -> str:
 
 
 class PromptedEntityDescriber(PromptedStage, EntityDescriber):
-    """One call on ``prompt`` ({episode}, {entities}); the reply is matched to the names."""
+    """One call on ``prompt`` ({episode}, {entities}); the reply is matched to the names, and one
+    that gives two names the same summary is refused and retried (the family's contract)."""
 
     def __init__(
         self,
@@ -64,8 +68,11 @@ class PromptedEntityDescriber(PromptedStage, EntityDescriber):
             summary = one_line(row["summary"])[:self.max_summary_chars]
             if name is not None and name not in by_name and summary:
                 by_name[name] = EntityDescription(name, summary, clip_tags(row["tags"]))
-        kept = kept_descriptions(item)
-        return DescribeOut(tuple(by_name.get(d.name, d) for d in kept))
+        descriptions = tuple(by_name.get(d.name, d) for d in kept_descriptions(item))
+        broken = broken_rules(tuple(by_name.values()))
+        if broken:
+            raise RuleBrokenError("; ".join(broken), salvage=DescribeOut(without_shared_summaries(item, descriptions)))
+        return DescribeOut(descriptions)
 
     def fallback(self, item: DescribeIn, error: str) -> DescribeOut:
         return DescribeOut(kept_descriptions(item), error=error)
