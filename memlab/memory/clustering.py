@@ -74,15 +74,18 @@ def _plus_plus(vectors: np.ndarray, k: int, rng: np.random.Generator) -> list[in
     return chosen
 
 
-def balanced_groups(vectors: np.ndarray, size: int, seed: int = 0) -> list[list[int]]:
+def balanced_groups(vectors: np.ndarray, size: int, cluster_size: int | None = None, seed: int = 0) -> list[list[int]]:
     """Row indexes of ``vectors`` cut into groups of at most ``size`` rows, similar rows
-    together: k-means into ``ceil(n / size)`` clusters, a cluster larger than ``size`` split
-    again the same way, then the clusters packed whole (largest first) into the fewest groups
-    that hold them. Every row is in exactly one group; the order is deterministic."""
+    together: k-means into clusters of at most ``cluster_size`` rows (default ``size``; a
+    cluster too large is split again the same way), then the clusters packed whole (largest
+    first) into the fewest groups that hold them, so that a group holds several clusters when
+    ``cluster_size`` is below ``size``. Every row is in exactly one group; the order is
+    deterministic."""
     n = len(vectors)
-    if n <= size:
+    cluster_size = min(cluster_size or size, size)
+    if n <= size and cluster_size == size:
         return [list(range(n))] if n else []
-    clusters = _clusters_of_at_most(np.asarray(vectors, dtype=np.float32), list(range(n)), size, seed)
+    clusters = _clusters_of_at_most(np.asarray(vectors, dtype=np.float32), list(range(n)), cluster_size, seed)
     groups: list[list[int]] = []
     for cluster in sorted(clusters, key=lambda c: (-len(c), c[0])):
         fits = next((g for g in groups if len(g) + len(cluster) <= size), None)

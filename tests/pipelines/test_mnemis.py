@@ -196,14 +196,16 @@ def test_layer_rules_compression_promotion_many_to_many_and_reduction(minilm):
     assert sorted(memory.graph.node(p)["name"] for p in parents) == ["Animals", "Pets"]  # many-to-many
     # Layer 2 would be Life + the promoted Cities and Ann = 3 <= 4: kept; then nothing merges.
     assert sorted(memory.graph.node(n)["name"] for n in memory.layers[2]) == ["Ann", "Cities", "Life"]
-    assert report.stopped == "nothing merged at layer 3" and report.dissolved == 1 + 4
+    # layer 3 is not tried: 3 nodes cannot hold two categories of n = 2 (the top is layer 2)
+    assert report.stopped == "layer 2 has 3 nodes, too few for two categories of 2" and report.dissolved == 1 + 4
     # The reduction rule: a layer 2 with more nodes than layer 1 is discarded.
-    memory = entity_memory(minilm, ["Rex", "Tom", "Paris", "Berlin"])
-    wide = {1: {"Rex": ["Pets"], "Tom": ["Pets"], "Paris": ["Cities"], "Berlin": ["Cities"]},
-            2: {"Pets": ["A", "B", "C"], "Cities": ["A", "B", "C"]}}
+    memory = entity_memory(minilm, ["Rex", "Tom", "Paris", "Berlin", "tea", "rice", "golf", "judo"])
+    wide = {1: {"Rex": ["Pets"], "Tom": ["Pets"], "Paris": ["Cities"], "Berlin": ["Cities"], "tea": ["Food"],
+                "rice": ["Food"], "golf": ["Sport"], "judo": ["Sport"]},
+            2: {"Pets": ["A", "B", "C"], "Cities": ["A", "B", "C"], "Food": ["D", "E"], "Sport": ["D", "E"]}}
     report = build_hierarchy(memory, FixedCategorizer(wide), ratio=2, max_layers=4, batch_size=40)
-    assert report.stopped == "reduction rule (layer 2: 3 > 2 nodes)" and len(memory.layers) == 2
-    assert memory.stats()["categories"] == 2
+    assert report.stopped == "reduction rule (layer 2: 5 > 4 nodes)" and len(memory.layers) == 2
+    assert memory.stats()["categories"] == 4
 
 
 def test_hierarchy_batches_see_earlier_categories_and_rebuilding_replaces_them(minilm):
@@ -260,6 +262,19 @@ def test_closings_are_listed_for_hand_checking_and_scored(minilm, tmp_path, caps
     assert (scored["checked"], scored["precision"]) == (1, 1.0) and scored["ci"][0] < 1.0
 
 
+def test_a_saved_memory_gets_its_hierarchy_made_again_by_another_categorizer(minilm, tmp_path, capsys, monkeypatch):
+    from tests.eval_scripts import eval_script
+
+    pipeline(Script(), minilm).build(history()).save(tmp_path / "conv")
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "structure.json"
+    assert eval_script("mnemis_hierarchy").main([str(tmp_path / "conv"), "configs/ablations/mnemis_llm_free_hierarchy.yaml",
+                                                 "--json", str(out)]) == 0
+    structure = json.loads(out.read_text())
+    assert structure["entities"] == 5 and structure["rejected_category_replies"] == 0
+    assert structure["layer_sizes"][0] == 5 and "layer 1:" in capsys.readouterr().out
+
+
 def test_rejected_replies_and_the_hierarchy_shape_are_in_the_structure(minilm):
     class WholeBatchFirst(Script):
         refused = 0
@@ -274,9 +289,10 @@ def test_rejected_replies_and_the_hierarchy_shape_are_in_the_structure(minilm):
     mnemis = pipeline(WholeBatchFirst(), minilm)
     memory = mnemis.build(history())
     structure = mnemis.memory_structure(memory)
-    assert structure["rejected_category_replies"] == 1 and structure["layers"] == 2
-    assert structure["categories_per_layer"] == [2, 1] and structure["mean_children_per_category"] == [2.0, 3.0]
-    assert structure["largest_category_share"] == 1.0 and structure["largest_category_share_per_layer"] == [0.4, 1.0]
+    # layer 1: Persons, Citys and the promoted Rex, too few for two categories of 2: the top
+    assert structure["rejected_category_replies"] == 1 and structure["layers"] == 1
+    assert structure["categories_per_layer"] == [2] and structure["mean_children_per_category"] == [2.0]
+    assert structure["largest_category_share"] == 0.4 and not structure["degenerate"]
     assert (structure["facts"], structure["facts_closed"], structure["rejected_invalidation_replies"]) == (3, 1, 0)
 
 
@@ -304,7 +320,8 @@ def test_the_llm_free_hierarchy_forms_layers_by_the_same_rules(minilm):
 
 def test_global_selection_descends_layer_by_layer_and_expands_entities(minilm):
     script = Script()
-    mnemis = pipeline(script, minilm)
+    # n = 1: Rex gets a category of its own, and the three layer-1 categories a root, "Everything"
+    mnemis = pipeline(script, minilm, compression_ratio=1)
     memory = mnemis.build(history())
     assert [memory.graph.node(n)["name"] for n in memory.layers[-1]] == ["Everything"]
     chosen, ranking, trace = mnemis.search(memory, Query("q1", "Which city does Ann live in now?"))
@@ -313,7 +330,7 @@ def test_global_selection_descends_layer_by_layer_and_expands_entities(minilm):
     names = [memory.graph.node(memory.id_of[k])["name"] for k in step["selected"]]
     assert names[:2] == ["Everything", "Citys"] and sorted(names[2:]) == ["Berlin", "Paris"]
     assert step["system2"] == {"episodes": 2, "entities": 5, "facts": 2}  # Ann is linked through the facts
-    take_all = pipeline(Script(take_all=True), minilm)
+    take_all = pipeline(Script(take_all=True), minilm, compression_ratio=1)
     _, _, trace = take_all.search(memory, Query("q1", "Which city does Ann live in now?"))
     assert next(s for s in trace.steps if s["step"] == "retrieve")["selection_calls"] == 1
 
@@ -353,7 +370,7 @@ def test_system1_budgets_per_type_and_the_union_ordering(minilm):
 
 
 def test_memory_saves_loads_and_exports_graphml_and_pyg(minilm, tmp_path):
-    memory = pipeline(Script(), minilm).build(history())
+    memory = pipeline(Script(), minilm, compression_ratio=1).build(history())
     memory.save(tmp_path / "m")
     loaded = MnemisMemory.load(tmp_path / "m", minilm)
     assert loaded.stats() == memory.stats() and loaded.layers == memory.layers

@@ -66,7 +66,7 @@ def test_one_tight_group_is_cut_to_at_most_half_and_names_stay_distinct():
     assert max(len(c.members) for c in out.categories) <= len(nodes) // 2
     assert sorted(i for c in out.categories for i in c.members) == list(range(12))
     names = [c.name for c in out.categories]
-    assert len(set(names)) == len(names) and all(", " in name for name in names)  # no shared tag: children named
+    assert len(set(names)) == len(names) and all(" / " in name for name in names)  # no shared tag: children named
 
 
 def test_kmeans_separates_three_kinds_and_batches_keep_kinds_together():
@@ -82,3 +82,7 @@ def test_kmeans_separates_three_kinds_and_batches_keep_kinds_together():
     assert sorted(len(g) for g in groups) == [6, 12] and sorted(i for g in groups for i in g) == list(range(18))
     assert all(len({kinds[i] for i in g}) == len(g) // 6 for g in groups)  # whole kinds packed, never split
     assert balanced_groups(np.ones((5, 3), dtype=np.float32), 2) == [[0, 1], [2, 3], [4]]  # identical: by order
+    # clusters smaller than a batch: each batch holds several kinds, each kind's members together
+    mixed = balanced_groups(vectors[order], 9, cluster_size=3)
+    assert sorted(len(g) for g in mixed) == [9, 9] and all(len({kinds[i] for i in g}) >= 2 for g in mixed)
+    assert all(sum(kinds[i] == k for i in g) % 3 == 0 for g in mixed for k in range(3))

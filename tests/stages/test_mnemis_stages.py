@@ -117,8 +117,10 @@ def test_categorizer_sends_appendix_d_as_system_and_user_and_merges_categories()
     assert "0. Rex: [Dog]" in user["content"] and "- Places: []" in user["content"]
     assert "You are currently at Layer 2" in user["content"] and "Previous Layer 1 categories" in user["content"]
     # the decoder may only write indexes of the given nodes (the 1.5B model counts on past them otherwise)
-    indexes = lm.requests[0].json_schema["properties"]["categories"]["items"]["properties"]["indexes"]
-    assert indexes == {"type": "array", "items": {"enum": [0, 1, 2]}, "maxItems": 3}
+    categories = lm.requests[0].json_schema["properties"]["categories"]
+    assert categories["items"]["properties"]["indexes"] == {"type": "array", "items": {"enum": [0, 1, 2]},
+                                                           "minItems": 1, "maxItems": 3}
+    assert categories["minItems"] == 1  # of 3 nodes one category may hold all
 
 
 def test_categorizer_refuses_a_whole_batch_category_a_count_and_an_and_name():
@@ -130,6 +132,9 @@ def test_categorizer_refuses_a_whole_batch_category_a_count_and_an_and_name():
     assert [(c.name, c.members) for c in out.categories] == [("Cities", (2, 3))]  # the salvage: the rest
     assert stage.rejected_replies == 2 and len(stage.failures) == 1
     assert "'Family' holds 5 of the 6 nodes" in lm.requests[1].messages[-1]["content"]
+    # the grammar holds the share rule too: at most half the nodes a category, at least two categories
+    schema = lm.requests[0].json_schema["properties"]["categories"]
+    assert schema["minItems"] == 2 and schema["items"]["properties"]["indexes"]["maxItems"] == 3
     many = tuple(NodeCard(f"n{i}") for i in range(12))
     count = {"categories": [{"category": "People", "indexes": [0, 1, 2, 3, 4, 5]}, {"category": "Pets", "indexes": [7, 9]}]}
     fixed = {"categories": [{"category": "People", "indexes": [0, 3, 5]}, {"category": "Pets", "indexes": [7, 9]}]}

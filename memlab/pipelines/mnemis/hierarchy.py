@@ -2,9 +2,11 @@
 
 At layer ``i`` the nodes of layer ``i - 1`` go to the ``categorizer`` (appendix D's prompt, or
 an LLM-free one in the same slot) in batches of at most ``batch_size``, **cut by meaning**:
-similar nodes (their embeddings: an entity's ``name: summary``, a category's name, tags and
-children) share a batch (``balanced_groups``), so one concept's nodes are grouped together
-rather than wherever the order of extraction put them. Within a batch the nodes are listed in
+the nodes are clustered by their embeddings (an entity's ``name: summary``, a category's name,
+tags and children) into clusters of at most ``cluster_size`` similar nodes, and whole clusters
+are packed into batches (``balanced_groups``), so one concept's nodes meet in one batch rather
+than wherever the order of extraction put them, and a batch holds several concepts to tell
+apart (a batch of one concept alone is answered, rightly, with one category). Within a batch the nodes are listed in
 an order unrelated to their meaning (a hash of the name), which is what lets the categorizer
 tell a count (a run of consecutive indexes) from a group. Each batch sees the categories the
 earlier batches made at this layer, with their tags, as its EXISTING CATEGORIES, so names are
@@ -15,7 +17,10 @@ reused rather than repeated. Then, in code, the paper's rules:
   left in no category is *promoted*: it stands in layer ``i`` as itself.
 * **Node-count reduction rule** (from layer 2): a layer with more nodes than the one below is
   discarded and the build stops there. A layer where nothing merged (no category survives)
-  stops it too, as does reaching ``max_layers`` or a layer of one node.
+  stops it too, as does reaching ``max_layers``.
+* memlab's own stop: a layer of fewer than ``2 n`` nodes is the top. It cannot hold two
+  categories of ``n`` children, and one category over all of it (a root) gives System-2's
+  descent nothing to choose; so no category above it holds more than half of the layer.
 
 ``build_hierarchy`` replaces any earlier hierarchy (2.2: "we periodically rebuild the
 hierarchical graph"; when is the pipeline's ``rebuild_every``).
@@ -42,29 +47,29 @@ class HierarchyReport:
 
 
 def build_hierarchy(memory: MnemisMemory, categorizer: Categorizer, *, ratio: int, max_layers: int,
-                    batch_size: int) -> HierarchyReport:
+                    batch_size: int, cluster_size: int | None = None) -> HierarchyReport:
     memory.clear_hierarchy()
     report = HierarchyReport()
     rejected_before = categorizer.rejected_replies
     try:
-        _build_layers(memory, categorizer, report, ratio, max_layers, batch_size)
+        _build_layers(memory, categorizer, report, ratio, max_layers, batch_size, cluster_size)
     finally:
         report.rejected_replies = categorizer.rejected_replies - rejected_before
     return report
 
 
 def _build_layers(memory: MnemisMemory, categorizer: Categorizer, report: HierarchyReport, ratio: int,
-                  max_layers: int, batch_size: int) -> None:
+                  max_layers: int, batch_size: int, cluster_size: int | None) -> None:
     below = list(memory.entities.units)
     if not below:
         report.stopped = "no entities"
         return
     memory.layers = [below]
     for layer in range(1, max_layers + 1):
-        if len(below) <= 1:
-            report.stopped = f"layer {layer - 1} has {len(below)} node"
+        if len(below) < 2 * ratio:
+            report.stopped = f"layer {layer - 1} has {len(below)} nodes, too few for two categories of {ratio}"
             return
-        groups = categorize_layer(memory, categorizer, below, layer, batch_size)
+        groups = categorize_layer(memory, categorizer, below, layer, batch_size, cluster_size)
         kept = {name: members for name, members in groups.items() if len(members) >= ratio}
         report.dissolved += len(groups) - len(kept)
         if not kept:
@@ -84,12 +89,12 @@ def _build_layers(memory: MnemisMemory, categorizer: Categorizer, report: Hierar
 
 
 def categorize_layer(memory: MnemisMemory, categorizer: Categorizer, nodes: list[str], layer: int,
-                     batch_size: int) -> dict[str, list[str]]:
+                     batch_size: int, cluster_size: int | None = None) -> dict[str, list[str]]:
     """Category name -> member node ids for one layer, batch by batch (module docstring)."""
     groups: dict[str, list[str]] = {}
     spelling: dict[str, str] = {}
     example = previous_example(memory, nodes)
-    for rows in balanced_groups(memory.node_vectors(nodes), batch_size):
+    for rows in balanced_groups(memory.node_vectors(nodes), batch_size, cluster_size):
         batch = sorted((nodes[row] for row in rows), key=lambda node: _unrelated_order(memory, node))
         existing = tuple(NodeCard(spelling[key], memory.common_tags(members)) for key, members in groups.items())
         out = categorizer([CategorizeIn(layer, tuple(card(memory, n) for n in batch), existing, example)])[0]

@@ -266,7 +266,8 @@ class MnemisMemory:
         implies (2.2): layers that shrink by about the compression ratio, categories that each
         group a part of the layer below (many-to-many), so that a top-down descent narrows the
         candidates; fact validity closed only by a contradiction (2.1), so most facts stay valid."""
-        layers = [[n for n in layer if self.graph.node_type(n) == CATEGORY] for layer in self.layers[1:]]
+        layers = [[n for n in layer if self.graph.node_type(n) == CATEGORY and self.graph.node(n)["layer"] == i]
+                  for i, layer in enumerate(self.layers[1:], start=1)]  # made at that layer, not promoted
         below = [len(layer) for layer in self.layers[:-1]]
         children = [[len(self.children(c)) for c in categories] for categories in layers]
         widest = [max(sizes, default=0) for sizes in children]

@@ -29,7 +29,8 @@ Dates are resolved in code (the fact extractor's temporal normaliser). Without a
 Hierarchical graph (2.2; ``mnemis_hierarchy``) over all entities: rebuilt after every
 ``rebuild_every`` sessions and always at the end of the build, before any question (0: only
 at the end). Values the paper leaves open are settings: ``compression_ratio``, ``max_layers``,
-``category_batch``.
+``category_batch`` and ``category_cluster`` (the most similar nodes packed together into a
+batch; null: batches of one cluster each).
 
 Retrieval (2.3; ``mnemis_search``): ``system1`` and ``system2`` switch the routes, the
 ``reranker`` orders their union per type (none: System-1's RRF order), ``top_k`` is k (Table
@@ -102,6 +103,7 @@ class Mnemis(Pipeline):
         compression_ratio: PositiveInt = 2,
         max_layers: PositiveInt = 4,
         category_batch: PositiveInt = 40,
+        category_cluster: PositiveInt | None = 8,
         rebuild_every: NonNegativeInt = 0,
         system1: bool = True,
         system2: bool = True,
@@ -137,6 +139,7 @@ class Mnemis(Pipeline):
         self.compression_ratio = compression_ratio
         self.max_layers = max_layers
         self.category_batch = category_batch
+        self.category_cluster = category_cluster
         self.rebuild_every = rebuild_every
         self.system1 = system1
         self.system2 = system2
@@ -171,7 +174,8 @@ class Mnemis(Pipeline):
     def build_hierarchy(self, memory: MnemisMemory) -> None:
         if self.categorizer is not None:
             report = build_hierarchy(memory, self.categorizer, ratio=self.compression_ratio,
-                                     max_layers=self.max_layers, batch_size=self.category_batch)
+                                     max_layers=self.max_layers, batch_size=self.category_batch,
+                                     cluster_size=self.category_cluster)
             memory.counts["hierarchy_builds"] += 1
             memory.counts["dissolved_categories"] += report.dissolved
             memory.counts["rejected_category_replies"] += report.rejected_replies

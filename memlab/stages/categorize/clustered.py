@@ -11,10 +11,10 @@ clusters: **many-to-many**, section 2.2); no cluster takes more than ``max_share
 Abstraction). The **compression ratio** and the **reduction rule** are the pipeline's, as for
 every categorizer: clusters with too few children dissolve there.
 
-A category's name is made in code from its children: the tag most of them carry (at least two),
-among the tags no child is named and no other category of the batch took, else the names of its
-``NAMED_CHILDREN`` most central children ("tennis, golf, hockey, ..."). No call, no training: a
-full conversation's hierarchy in seconds.
+A category's name is made in code from its children: the tag most of them carry (at least half
+of them, and two), among the tags no child is named and no other category of the batch took, else the names of its
+``NAMED_CHILDREN`` most central children ("tennis / golf"). No call, no training: a full
+conversation's hierarchy in seconds.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ from memlab.stages.categorize.base import (
     NodeCard,
 )
 
-#: Children named in a category name made without a shared tag.
-NAMED_CHILDREN = 3
+#: Children named in a category name made without a shared tag, and the words kept of each
+#: (of a child that is itself such a category, its first child's).
+NAMED_CHILDREN = 2
+NAME_WORDS = 3
 
 
 def card_text(card: NodeCard) -> str:
@@ -113,11 +115,12 @@ class ClusterCategorizer(Categorizer):
         names: list[str] = []
         for cluster in members:
             counts = Counter(tag for row in cluster for tag in dict.fromkeys(nodes[row].tags))
-            tag = next((t for t, c in counts.most_common() if c >= 2 and t.casefold() not in taken), None)
+            carried = max(2, -(-len(cluster) // 2))  # by at least half of the children
+            tag = next((t for t, c in counts.most_common() if c >= carried and t.casefold() not in taken), None)
             if tag is None:
                 centre = normalised(vectors[cluster].mean(0, keepdims=True))[0]
                 central = [cluster[i] for i in np.argsort(-(vectors[cluster] @ centre), kind="stable")[:NAMED_CHILDREN]]
-                tag = ", ".join(nodes[row].name for row in central) + (", ..." if len(cluster) > NAMED_CHILDREN else "")
+                tag = " / ".join(" ".join(nodes[row].name.split(" / ")[0].split()[:NAME_WORDS]) for row in central)
                 while tag.casefold() in taken:
                     tag += "+"
             taken.add(tag.casefold())

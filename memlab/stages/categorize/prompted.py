@@ -12,6 +12,7 @@ from memlab.prompts import load_prompt
 from memlab.stage import PromptedStage
 from memlab.stages.categorize.base import (
     MAX_CATEGORY_SHARE,
+    RULED_BATCH,
     CategorizeIn,
     CategorizeOut,
     Categorizer,
@@ -25,16 +26,23 @@ _ROW = {"type": "object", "properties": {"category": {"type": "string", "maxLeng
         "required": ["category", "indexes"]}
 
 
-def categories_schema(max_categories: int, n_nodes: int | None = None) -> dict:
+def categories_schema(max_categories: int, n_nodes: int | None = None, max_share: float = 1.0) -> dict:
     """The reply's schema; with ``n_nodes``, a category's indexes are among the given nodes'
-    (an enum) and at most that many: the 1.5B model otherwise counts on past the last node
-    ("indexes": [23, 24, ... 188, ...]) until the token limit cuts the reply."""
+    (an enum): the 1.5B model otherwise counts on past the last node ("indexes": [23, 24, ...
+    188, ...]) until the token limit cuts the reply. From ``RULED_BATCH`` nodes on, the share
+    rule is in the grammar too: a category takes at most ``max_share`` of the nodes and a reply
+    names at least two categories (the 1.5B model put all 37 nodes of a conv-26 batch in one)."""
     row = _ROW
+    schema_min = 0
     if n_nodes is not None:
-        indexes = {"type": "array", "items": {"enum": list(range(n_nodes))}, "maxItems": n_nodes}
+        most = n_nodes if n_nodes < RULED_BATCH else max(1, int(max_share * n_nodes))
+        indexes = {"type": "array", "items": {"enum": list(range(n_nodes))}, "minItems": 1, "maxItems": most}
         row = {**_ROW, "properties": {**_ROW["properties"], "indexes": indexes}}
+        schema_min = 2 if n_nodes >= RULED_BATCH else 1
     schema = list_schema(row, key="categories")
     schema["properties"]["categories"]["maxItems"] = max_categories
+    if schema_min:
+        schema["properties"]["categories"]["minItems"] = schema_min
     return schema
 
 
@@ -78,7 +86,7 @@ class PromptedCategorizer(PromptedStage, Categorizer):
             layer=item.layer, previous_layer=item.layer - 1, prev_example=item.previous_example or "(none)")
         return self.request([{"role": "system", "content": self.system_prompt.render()},
                              {"role": "user", "content": user}],
-                            json_schema=categories_schema(self.max_categories, len(item.nodes)))
+                            json_schema=categories_schema(self.max_categories, len(item.nodes), self.max_share))
 
     def parse(self, text: str, item: CategorizeIn) -> CategorizeOut:
         try:
