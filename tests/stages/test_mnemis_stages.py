@@ -152,6 +152,25 @@ def test_categorizer_refuses_a_whole_batch_category_a_count_and_an_and_name():
     assert stage([CategorizeIn(2, nodes[:3])])[0].categories[0].members == (0, 1, 2) and not stage.rejected_replies
 
 
+def test_categorizer_naming_members_reads_names_into_indexes():
+    nodes = tuple(NodeCard(name, (tag,)) for name, tag in (("Rex", "dog"), ("Tom", "cat"), ("Paris", "city"),
+                                                            ("Berlin", "city"), ("Ann", "person")))
+    reply = {"categories": [{"category": "Pets", "members": ["rex", "Tom", "Zeus"]},
+                            {"category": "Cities", "members": ["Paris", "Berlin"]}]}
+    lm = ReplayLM([json.dumps(reply)])
+    stage = PromptedCategorizer(lm=lm, system_prompt="mnemis/category_system_names", refer_by="name")
+    out = stage([CategorizeIn(1, nodes)])[0]
+    assert [(c.name, c.members) for c in out.categories] == [("Pets", (0, 1)), ("Cities", (2, 3))]
+    system, user = lm.requests[0].messages
+    assert "list of node names, written exactly as given" in system["content"] and "indexes" not in system["content"]
+    assert "- Rex: [dog]" in user["content"] and "0. Rex" not in user["content"]
+    members = lm.requests[0].json_schema["properties"]["categories"]["items"]["properties"]["members"]
+    assert members["items"] == {"enum": ["Rex", "Tom", "Paris", "Berlin", "Ann"]} and members["maxItems"] == 2
+    whole = {"categories": [{"category": "Things", "members": ["Rex", "Tom", "Paris", "Berlin"]}]}
+    stage = PromptedCategorizer(lm=ReplayLM([json.dumps(whole)] * 2), refer_by="name")
+    assert stage([CategorizeIn(1, nodes)])[0].categories == () and stage.rejected_replies == 2  # the same rules
+
+
 def test_describer_refuses_one_summary_for_two_people():
     shared = {"entities": [{"name": "Ann", "summary": "Ann and Bob talk about dogs.", "tags": ["friend"]},
                            {"name": "Bob", "summary": "Ann and Bob talk about dogs.", "tags": ["friend"]}]}

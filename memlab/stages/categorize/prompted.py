@@ -1,7 +1,11 @@
 """Mnemis's category prompt (appendix D, ``extract_category_nodes``): the published system
-and user messages, one JSON-constrained call per batch of nodes."""
+and user messages, one JSON-constrained call per batch of nodes; or, with ``refer_by="name"``,
+memlab's variant that names the members instead of indexing them
+(``mnemis/category_system_names``)."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from memlab.bounds import NonNegativeFloat, PositiveInt, UnitFloat
 from memlab.lm.base import LM
@@ -24,6 +28,9 @@ from memlab.stages.categorize.base import (
 _ROW = {"type": "object", "properties": {"category": {"type": "string", "maxLength": 60},
                                          "indexes": {"type": "array", "items": {"type": "integer"}}},
         "required": ["category", "indexes"]}
+_NAMED_ROW = {"type": "object", "properties": {"category": {"type": "string", "maxLength": 60},
+                                               "members": {"type": "array", "items": {"type": "string"}}},
+              "required": ["category", "members"]}
 
 
 def categories_schema(max_categories: int, n_nodes: int | None = None, max_share: float = 1.0) -> dict:
@@ -46,9 +53,21 @@ def categories_schema(max_categories: int, n_nodes: int | None = None, max_share
     return schema
 
 
-def card_line(index: int, card: NodeCard) -> str:
-    """``3. Detroit: [city, travel destination]``: the prompt's "1. dog: [domestic animal]"."""
-    return f"{index}. {card.name}: [{', '.join(card.tags)}]"
+def card_line(index: int | None, card: NodeCard) -> str:
+    """``3. Detroit: [city, travel destination]``: the prompt's "1. dog: [domestic animal]"
+    (``- Detroit: [...]`` for a prompt that refers to nodes by name)."""
+    return f"{'-' if index is None else f'{index}.'} {card.name}: [{', '.join(card.tags)}]"
+
+
+def names_schema(max_categories: int, names: list[str], max_share: float = 1.0) -> dict:
+    """The reply's schema when nodes are referred to by name: members among the batch's names
+    (an enum: a name cannot be counted, only read), the share rule as for indexes."""
+    schema = categories_schema(max_categories, len(names), max_share)
+    row = schema["properties"]["categories"]["items"]
+    members = {**row["properties"]["indexes"], "items": {"enum": list(dict.fromkeys(names))}}
+    row["properties"] = {"category": row["properties"]["category"], "members": members}
+    row["required"] = ["category", "members"]
+    return schema
 
 
 class PromptedCategorizer(PromptedStage, Categorizer):
@@ -67,6 +86,7 @@ class PromptedCategorizer(PromptedStage, Categorizer):
         lm: LM,
         system_prompt: str = "mnemis/category_system",
         prompt: str = "mnemis/category_user",
+        refer_by: Literal["index", "name"] = "index",
         max_categories: PositiveInt = 30,
         max_share: UnitFloat = MAX_CATEGORY_SHARE,
         max_tokens: PositiveInt = 768,
@@ -75,27 +95,43 @@ class PromptedCategorizer(PromptedStage, Categorizer):
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         self.system_prompt = load_prompt(system_prompt)
         self.prompt = load_prompt(prompt)
+        self.refer_by = refer_by
         self.max_categories = max_categories
         self.max_share = max_share
 
     def render(self, item: CategorizeIn) -> ChatRequest:
+        by_name = self.refer_by == "name"
         user = self.prompt.render(
-            content="\n".join(card_line(i, card) for i, card in enumerate(item.nodes)),
+            content="\n".join(card_line(None if by_name else i, card) for i, card in enumerate(item.nodes)),
             existing_categories="\n".join(f"- {card.name}: [{', '.join(card.tags)}]" for card in item.existing)
             or "(none)",
             layer=item.layer, previous_layer=item.layer - 1, prev_example=item.previous_example or "(none)")
         return self.request([{"role": "system", "content": self.system_prompt.render()},
                              {"role": "user", "content": user}],
-                            json_schema=categories_schema(self.max_categories, len(item.nodes), self.max_share))
+                            json_schema=self.schema(item))
+
+    def schema(self, item: CategorizeIn) -> dict:
+        if self.refer_by == "name":
+            return names_schema(self.max_categories, [card.name for card in item.nodes], self.max_share)
+        return categories_schema(self.max_categories, len(item.nodes), self.max_share)
 
     def parse(self, text: str, item: CategorizeIn) -> CategorizeOut:
-        try:
-            rows = parse_json(text, categories_schema(10_000))["categories"]
-        except RefusedReplyError:  # a reply that contradicts itself or runs away is not read another way
-            raise
-        except ParseError:
-            rows = parse_json(text, {"type": "array", "items": _ROW})
-        categories = merged_categories([(row["category"], row["indexes"]) for row in rows], len(item.nodes))
+        if self.refer_by == "name":
+            rows = parse_json(text, list_schema(_NAMED_ROW, key="categories"))["categories"]
+            index = {}
+            for i, card in enumerate(item.nodes):
+                index.setdefault(card.name.casefold(), i)
+            pairs = [(row["category"], [index[m.casefold()] for m in row["members"] if m.casefold() in index])
+                     for row in rows]
+        else:
+            try:
+                rows = parse_json(text, categories_schema(10_000))["categories"]
+            except RefusedReplyError:  # a reply that contradicts itself or runs away is not read another way
+                raise
+            except ParseError:
+                rows = parse_json(text, {"type": "array", "items": _ROW})
+            pairs = [(row["category"], row["indexes"]) for row in rows]
+        categories = merged_categories(pairs, len(item.nodes))
         if not categories:  # the nodes were given to be grouped: no group is no answer
             raise ParseError("no category has a member among the given node indexes" if rows else "no category")
         broken = broken_rules(categories, len(item.nodes), self.max_share)
