@@ -407,6 +407,16 @@ def test_settings_are_checked():
 ABLATIONS = sorted((REPO / "configs" / "ablations").glob("mnemis_*.yaml"))
 
 
+def test_an_episodes_only_configuration_builds_the_episodes_alone(minilm):
+    script = Script()
+    mnemis = pipeline(script, minilm, system2=False, categorizer=None, global_selector=None, context=("episodes",))
+    memory = mnemis.build(history())
+    assert len(memory.episodes) == 2 and not memory.entities.units and not memory.facts.units
+    assert script.kinds == []  # Table 4's "System-1 RAG" reads no graph, so none is extracted
+    answer = mnemis.answer_many(memory, [Query("q1", "Where does Ann live?")])[0]
+    assert answer.retrieved and script.kinds == ["answer"]
+
+
 def _with_lm(pipeline, lm):
     from memlab.lm.base import LM
 

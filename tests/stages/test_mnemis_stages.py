@@ -103,6 +103,9 @@ def test_invalidation_guard_refuses_unquoted_and_close_everything_replies():
     mixed = {"closed": [{"existing": 2, "new": 1, "quote": "moved to Berlin"}, {"existing": 1, "new": 1, "quote": "a dog"}]}
     stage = PromptedContradictionDetector(lm=ReplayLM([json.dumps(mixed)] * 2))
     assert stage([item])[0].contradicted == (1,) and stage.rejected_replies == 2
+    # the unguarded detector (an ablation) takes the first reply as it comes
+    stage = PromptedContradictionDetector(lm=ReplayLM([json.dumps(everything)]), enforce_rules=False)
+    assert stage([item])[0].contradicted == (0, 1, 2) and stage.rejected_replies == 0
 
 
 def test_categorizer_sends_appendix_d_as_system_and_user_and_merges_categories():

@@ -37,6 +37,10 @@ Retrieval (2.3; ``mnemis_search``): ``system1`` and ``system2`` switch the route
 9) and ``context`` lists the types the answerer is shown (Table 4's "RAG": episodes; "Graph":
 entities and facts). The ``answerer`` reads the unified context.
 
+A configuration that reads episodes alone (System-1 only, ``context: [episodes]``: Table 4's
+"System-1 RAG") builds the episodes alone: the graph it would never read costs no call, and its
+structure block says so (no entities, no facts).
+
 ``retrieve`` ranks what the answerer was shown, episodes then facts, then the question's
 dense episode ranking (so recall@k is defined to ``RECALL_DEPTH``). Entities and categories are
 left out of that ranking: an entity's provenance is every episode naming it (a speaker's covers
@@ -147,6 +151,8 @@ class Mnemis(Pipeline):
         self.top_k = top_k
         self.selection_batch = selection_batch
         self.max_candidates = max_candidates
+        #: Whether anything reads the base graph (module docstring: episodes-only builds).
+        self.reads_graph = system2 or set(self.context) != {"episodes"}
 
     # -- base graph ----------------------------------------------------------------------
     def load_memory(self, folder):
@@ -189,6 +195,10 @@ class Mnemis(Pipeline):
     def ingest(self, memory: MnemisMemory, session: Session) -> None:
         """One session: extraction for all its episodes, then integration in order (module docstring)."""
         episodes = self.episodes(session)
+        if not self.reads_graph:
+            for episode in episodes:
+                memory.add_episode(episode)
+            return
         texts = [e.text for e in memory.episodes.units.values()] + [e.text for e in episodes]
         offset = len(texts) - len(episodes)
         contexts = [tuple(texts[max(0, offset + i - self.context_episodes):offset + i]) for i in range(len(episodes))]

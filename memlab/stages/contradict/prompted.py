@@ -37,7 +37,9 @@ def contradict_schema(n_existing: int | None = None, n_new: int | None = None) -
 class PromptedContradictionDetector(PromptedStage, ContradictionDetector):
     """One call on ``prompt`` ({existing} and {new}, each numbered from 1); the reply's numbers
     are mapped back onto indexes (numbers out of range dropped, an existing fact closed once),
-    and a reply that breaks the family's rules is refused and retried (``broken_rules``)."""
+    and a reply that breaks the family's rules is refused and retried (``broken_rules``).
+    ``enforce_rules: false`` takes the first reply as it comes (the unguarded detector, an ablation
+    row of the closure-precision check)."""
 
     def __init__(
         self,
@@ -45,9 +47,11 @@ class PromptedContradictionDetector(PromptedStage, ContradictionDetector):
         prompt: str = "mnemis/invalidate_facts",
         max_tokens: PositiveInt = 160,
         temperature: NonNegativeFloat = 0.0,
+        enforce_rules: bool = True,
     ) -> None:
         super().__init__(lm=lm, max_tokens=max_tokens, temperature=temperature)
         self.prompt = load_prompt(prompt)
+        self.enforce_rules = enforce_rules
 
     def render(self, item: ContradictIn) -> ChatRequest:
         text = self.prompt.render(existing="\n".join(f"{i}. {f}" for i, f in enumerate(item.existing, start=1)),
@@ -62,7 +66,7 @@ class PromptedContradictionDetector(PromptedStage, ContradictionDetector):
             if 0 <= existing < len(item.existing) and 0 <= new < len(item.new) and existing not in closings:
                 closings[existing] = Closing(existing, new, " ".join(row["quote"].split()))
         found = tuple(sorted(closings.values(), key=lambda c: c.existing))
-        broken = broken_rules(item, found)
+        broken = broken_rules(item, found) if self.enforce_rules else []
         if broken:
             refused = {closing for closing, _ in broken}
             kept = () if None in refused else tuple(c for c in found if c not in refused)
