@@ -1,5 +1,5 @@
 """Closure precision of Mnemis's fact invalidation: list every closed fact of a saved memory for
-hand-checking, then score the checked list.
+hand-checking; ``eval/hand_check.py`` scores the checked list.
 
 A closing is right when the new fact, as the conversation says it, makes the old fact no longer
 true at the new fact's date (a move ends "lives in", a break-up ends "is dating", a cancelled
@@ -9,9 +9,9 @@ reads the two facts, the quote and, when in doubt, the episodes they came from; 
 questions or their answers.
 
     # list: one JSON line per closing, "label": null
-    python eval/mnemis_closings.py list memories/mnemis-conv26/conv-26 --out runs/closings.jsonl
+    python eval/mnemis_closings.py memories/mnemis-conv26/conv-26 --out runs/closings.jsonl
     # after setting each "label" to "right" or "wrong" by reading:
-    python eval/mnemis_closings.py score runs/closings.jsonl
+    python eval/hand_check.py runs/closings.jsonl
 """
 
 from __future__ import annotations
@@ -22,10 +22,7 @@ import sys
 from pathlib import Path
 
 from memlab.embed import SentenceTransformerEmbedder
-from memlab.eval.intervals import wilson_interval
 from memlab.pipelines.mnemis.memory import MnemisMemory
-
-LABELS = ("right", "wrong")
 
 
 def closings(memory: MnemisMemory) -> list[dict]:
@@ -39,42 +36,24 @@ def closings(memory: MnemisMemory) -> list[dict]:
         found.append({
             "fact": fact_id, "old": memory.facts.get(fact_id).text, "old_valid_at": str(edge["valid_at"]),
             "closed_at": str(edge["invalid_at"]), "new": memory.facts.get(by).text if by else None,
-            "quote": edge.get("contradiction", ""), "label": None})
+            "quote": edge.get("contradiction", ""),
+            "new_episode": memory.facts.get(by).attributes["episode"] if by else None, "label": None})
     return found
-
-
-def score(rows: list[dict]) -> dict:
-    labelled = [row for row in rows if row.get("label") is not None]
-    unknown = sorted({row["label"] for row in labelled} - set(LABELS))
-    if unknown:
-        raise SystemExit(f"labels must be one of {list(LABELS)}; found {unknown}")
-    right = sum(row["label"] == "right" for row in labelled)
-    low, high = wilson_interval(right, len(labelled)) if labelled else (None, None)
-    return {"closings": len(rows), "checked": len(labelled), "right": right,
-            "precision": right / len(labelled) if labelled else None, "ci": [low, high]}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    listing = commands.add_parser("list", help="the closings of one saved Mnemis memory, to label")
-    listing.add_argument("memory", type=Path, help="a conversation's folder under --save-memory DIR")
-    listing.add_argument("--embedder-path", default=None, help="the embedder the memory was built with (default MiniLM)")
-    listing.add_argument("--out", type=Path, required=True)
-    scoring = commands.add_parser("score", help="closure precision of a labelled listing")
-    scoring.add_argument("labelled", type=Path)
+    parser.add_argument("memory", type=Path, help="a conversation's folder under --save-memory DIR")
+    parser.add_argument("--embedder-path", default=None, help="the embedder the memory was built with (default MiniLM)")
+    parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    if args.command == "list":
-        if args.out.exists():
-            print(f"{args.out} exists: labels are never overwritten", file=sys.stderr)
-            return 2
-        memory = MnemisMemory.load(args.memory, SentenceTransformerEmbedder(path=args.embedder_path))
-        rows = closings(memory)
-        args.out.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-        print(f"{len(rows)} closings of {len(memory.facts)} facts -> {args.out}")
-        return 0
-    rows = [json.loads(line) for line in args.labelled.read_text(encoding="utf-8").splitlines() if line.strip()]
-    print(json.dumps(score(rows), indent=2))
+    if args.out.exists():
+        print(f"{args.out} exists: labels are never overwritten", file=sys.stderr)
+        return 2
+    memory = MnemisMemory.load(args.memory, SentenceTransformerEmbedder(path=args.embedder_path))
+    rows = closings(memory)
+    args.out.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    print(f"{len(rows)} closings of {len(memory.facts)} facts -> {args.out}")
     return 0
 
 

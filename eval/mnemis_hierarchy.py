@@ -8,12 +8,19 @@ categorizers (prompted, LLM-free, other prompts or models) compare on the same e
     memlab run configs/pipelines/mnemis.yaml --data ../shared/data/locomo/locomo10_dev.json --conversations conv-26 \\
         --retrieval-only --save-memory memories/mnemis-conv26
     python eval/mnemis_hierarchy.py memories/mnemis-conv26/conv-26 configs/ablations/mnemis_llm_free_hierarchy.yaml
+
+``--memberships OUT`` also writes a sample of (category, child) pairs to check by reading, one
+JSON line each with ``"label": null``; ``eval/hand_check.py`` scores them once labelled. A pair is
+right when the category's name says something true and specific of the child as its summary
+describes it ("Pets" over "Oliver: Melanie's cat"), wrong when it does not ("Pets" over
+"Pottery class") or says nothing of it ("Things").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -33,13 +40,26 @@ def layers_text(memory: MnemisMemory, shown: int = 8) -> str:
     return "\n".join(lines)
 
 
+def memberships(memory: MnemisMemory, sample: int, seed: int = 0) -> list[dict]:
+    """``sample`` (category, child) pairs drawn at random from every layer, in layer order."""
+    pairs = [(memory.graph.node(c)["layer"], c, child) for c in memory.graph.nodes(CATEGORY) for child in memory.children(c)]
+    chosen = sorted(random.Random(seed).sample(pairs, min(sample, len(pairs))), key=lambda p: (p[0], p[1], p[2]))
+    return [{"layer": layer, "category": memory.node_line(category), "child": memory.node_line(child), "label": None}
+            for layer, category, child in chosen]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("memory", type=Path, help="a conversation's folder under --save-memory DIR")
     parser.add_argument("config", help="a Mnemis config whose categorizer and hierarchy settings to use")
     parser.add_argument("overrides", nargs="*")
     parser.add_argument("--json", type=Path, help="also write the structure block here")
+    parser.add_argument("--memberships", type=Path, help="write a sample of (category, child) pairs to label here")
+    parser.add_argument("--sample", type=int, default=60, help="pairs in --memberships (default 60)")
     args = parser.parse_args(argv)
+    if args.memberships and args.memberships.exists():
+        print(f"{args.memberships} exists: labels are never overwritten", file=sys.stderr)
+        return 2
     pipeline = build_pipeline(args.config, args.overrides)[0]
     if pipeline.categorizer is None:
         print(f"{args.config}: no categorizer (system2 is off)", file=sys.stderr)
@@ -52,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in structure.items() if k not in ("episodes", "facts")}, indent=1))
     if args.json:
         args.json.write_text(json.dumps(structure, indent=1) + "\n", encoding="utf-8")
+    if args.memberships:
+        rows = memberships(memory, args.sample)
+        args.memberships.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return 0
 
 

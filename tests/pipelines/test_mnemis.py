@@ -250,16 +250,20 @@ def test_closings_are_listed_for_hand_checking_and_scored(minilm, tmp_path, caps
     audit = eval_script("mnemis_closings")
     pipeline(Script(), minilm).build(history()).save(tmp_path / "conv")
     listing = tmp_path / "closings.jsonl"
-    assert audit.main(["list", str(tmp_path / "conv"), "--out", str(listing)]) == 0
+    assert audit.main([str(tmp_path / "conv"), "--out", str(listing)]) == 0
     rows = [json.loads(line) for line in listing.read_text().splitlines()]
-    assert [(r["old"], r["new"], r["quote"], r["label"]) for r in rows] == [
-        ("Ann lives in Paris.", "Ann moved to Berlin last week (the week of 5 June 2023).", "moved to Berlin", None)]
-    assert audit.main(["list", str(tmp_path / "conv"), "--out", str(listing)]) == 2  # labels never overwritten
-    listing.write_text(json.dumps({**rows[0], "label": "right"}) + "\n")
+    assert [(r["old"], r["new"], r["quote"], r["new_episode"], r["label"]) for r in rows] == [
+        ("Ann lives in Paris.", "Ann moved to Berlin last week (the week of 5 June 2023).", "moved to Berlin",
+         "episode:session_2:0", None)]
+    assert audit.main([str(tmp_path / "conv"), "--out", str(listing)]) == 2  # labels never overwritten
+    listing.write_text(json.dumps({**rows[0], "label": "right"}) + "\n" + json.dumps({**rows[0], "label": None}) + "\n")
     capsys.readouterr()
-    assert audit.main(["score", str(listing)]) == 0
-    scored = json.loads(capsys.readouterr().out)
-    assert (scored["checked"], scored["precision"]) == (1, 1.0) and scored["ci"][0] < 1.0
+    hand_check = eval_script("hand_check")
+    assert hand_check.main([str(listing)]) == 0
+    scored = json.loads(capsys.readouterr().out)[str(listing)]
+    assert (scored["rows"], scored["checked"], scored["precision"]) == (2, 1, 1.0) and scored["ci"][0] < 1.0
+    listing.write_text(json.dumps({**rows[0], "label": "maybe"}) + "\n")
+    assert hand_check.main([str(listing)]) == 2 and "labels must be one of" in capsys.readouterr().err
 
 
 def test_a_saved_memory_gets_its_hierarchy_made_again_by_another_categorizer(minilm, tmp_path, capsys, monkeypatch):
@@ -268,11 +272,17 @@ def test_a_saved_memory_gets_its_hierarchy_made_again_by_another_categorizer(min
     pipeline(Script(), minilm).build(history()).save(tmp_path / "conv")
     monkeypatch.chdir(REPO)
     out = tmp_path / "structure.json"
-    assert eval_script("mnemis_hierarchy").main([str(tmp_path / "conv"), "configs/ablations/mnemis_llm_free_hierarchy.yaml",
-                                                 "--json", str(out)]) == 0
+    pairs = tmp_path / "memberships.jsonl"
+    remake = eval_script("mnemis_hierarchy")
+    assert remake.main([str(tmp_path / "conv"), "configs/ablations/mnemis_llm_free_hierarchy.yaml",
+                        "--json", str(out), "--memberships", str(pairs), "--sample", "3"]) == 0
     structure = json.loads(out.read_text())
     assert structure["entities"] == 5 and structure["rejected_category_replies"] == 0
     assert structure["layer_sizes"][0] == 5 and "layer 1:" in capsys.readouterr().out
+    rows = [json.loads(line) for line in pairs.read_text().splitlines()]
+    assert len(rows) == 3 and all(r["layer"] >= 1 and r["category"] and r["child"] and r["label"] is None for r in rows)
+    assert remake.main([str(tmp_path / "conv"), "configs/ablations/mnemis_llm_free_hierarchy.yaml",
+                        "--memberships", str(pairs)]) == 2  # labels never overwritten
 
 
 def test_rejected_replies_and_the_hierarchy_shape_are_in_the_structure(minilm):
@@ -316,6 +326,10 @@ def test_the_llm_free_hierarchy_forms_layers_by_the_same_rules(minilm):
     assert len(pure) == len(first) >= 4, [(memory.graph.node(c)["name"], [memory.graph.node(m)["name"]
                                                                            for m in memory.children(c)]) for c in first]
     assert report.rejected_replies == 0 and stage.rejected_replies == 0
+    # coherence: groups of one kind sit closer than the layer; groups mixing the kinds do not
+    coherent = structure["category_coherence_per_layer"][0]
+    mixed = [memory.add_category(f"mixed {i}", 9, [ids[i + 8 * k] for k in range(4)]) for i in range(8)]
+    assert coherent > 0.1 and memory.coherence(mixed, ids) < coherent / 3, (coherent, memory.coherence(mixed, ids))
 
 
 def test_global_selection_descends_layer_by_layer_and_expands_entities(minilm):
