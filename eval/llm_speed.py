@@ -36,7 +36,7 @@ WALKS_SCHEMA = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--threads", type=int, default=None, help="n_threads (default: llama.cpp's choice)")
+    parser.add_argument("--threads", type=int, default=None, help="n_threads (default: every available core, LlamaCppLM's default)")
     args = parser.parse_args()
     lm = LlamaCppLM(model=args.model, cache=None, n_threads=args.threads)
     full = LlamaCppLM(model=args.model, cache=None, n_threads=args.threads, fast_grammar=False)
@@ -47,7 +47,7 @@ def main() -> None:
     prompt_speed = prompt.prompt_tokens / prompt.latency_s
     story = lm.generate([ChatRequest.of(f"Write a 60-word story about {filler(3)[:200]}", max_tokens=64)])[0]
     generation_s = story.latency_s - story.prompt_tokens / prompt_speed
-    print(f"model {args.model}, n_threads {args.threads}: load {load:.1f} s; "
+    print(f"model {args.model}, n_threads {lm.n_threads}: load {load:.1f} s; "
           f"prompt {prompt.prompt_tokens} tokens at {prompt_speed:.0f} tokens/s; "
           f"generation {story.completion_tokens} tokens at {story.completion_tokens / generation_s:.1f} tokens/s")
     for label, model in (("memlab's greedy check", lm), ("llama.cpp's full grammar sampler", full)):

@@ -141,6 +141,23 @@ def test_count_tokens_uses_the_model_tokenizer(lm):
     assert 45 <= lm.count_tokens(long) <= 110
 
 
+def test_greedy_output_does_not_depend_on_the_thread_count(llama_cpp_works):
+    from memlab.lm.llamacpp import available_cores
+
+    assert LlamaCppLM(MODEL, cache=None).n_threads == available_cores() >= 1  # the default: every core
+    requests = [ChatRequest.of("Name three rivers of Europe.", max_tokens=24),
+                ChatRequest.of("List the people and their cities. Text: Ann lives in Oslo; Raj in Pune.",
+                               max_tokens=60, json_schema=PEOPLE_SCHEMA)]
+    texts = []
+    for threads in (1, 2):
+        model = LlamaCppLM(MODEL, n_ctx=2048, n_threads=threads, cache=None)
+        try:
+            texts.append([model.generate([request])[0].text for request in requests])
+        finally:
+            model.close()
+    assert texts[0] == texts[1] and all(texts[0])
+
+
 def test_two_threads_share_one_instance(lm):
     requests = [ChatRequest.of(f"Say the number {i}.", max_tokens=8, seed=i) for i in range(4)]
     expected = [c.text for c in LlamaCppLM(MODEL, n_ctx=2048, cache=None)._generate(requests)]
