@@ -285,6 +285,22 @@ def test_a_saved_memory_gets_its_hierarchy_made_again_by_another_categorizer(min
                         "--memberships", str(pairs)]) == 2  # labels never overwritten
 
 
+def test_thresholds_carry_between_embedders_on_a_saved_memory(minilm, tmp_path, monkeypatch):
+    from tests.eval_scripts import eval_script
+
+    script = eval_script("mnemis_thresholds")
+    memory = pipeline(Script(), minilm).build(history())
+    mnemis = pipeline(Script(), minilm)
+    found = script.carried(memory, mnemis, mnemis)  # the same embedder: a threshold carries onto itself
+    predicate = found["thresholds"]["predicate_similarity"]
+    assert predicate["pairs"] == 3 and found["thresholds"]["entity_threshold"]["pairs"] == 5
+    sample = script.samples(memory, minilm.encode)["predicate_similarity"]
+    assert predicate["target"] is None or min(sample) <= predicate["target"] <= max(sample)
+    # the memory's facts are de-duplicated: no same-pair fact pair reaches 0.9, nothing to carry
+    assert found["thresholds"]["fact_threshold"]["target"] is None
+    assert {p["kind"] for p in found["predicate_pairs"]} == {"conflict", "neighbour"}
+
+
 def test_rejected_replies_and_the_hierarchy_shape_are_in_the_structure(minilm):
     class WholeBatchFirst(Script):
         refused = 0
