@@ -13,9 +13,10 @@ way can differ in the last bits from a fresh evaluation, so a request's greedy c
 can depend on the request before it; memlab's response cache is what makes runs repeatable.
 
 ``n_threads`` defaults to every core this process may run on (``available_cores``), not
-llama.cpp's half of them: generation on the 2-core development machine ran at 41.5 tokens/s
-with 2 threads against 14 with llama.cpp's 1 (``eval/llm_speed.py --threads N``); prompt
-evaluation already used every core. Greedy output is the same whatever the thread count (a
+llama.cpp's half of them: on the idle 2-core development machine the 1.5B model generated
+15.1 tokens/s with 2 threads against 8.2 with llama.cpp's 1 (``eval/llm_speed.py --threads
+1,2``; BENCHMARKS.md, "Local LLM speed"); prompt evaluation already used every core. Beside
+another busy process, two threads wait on each other: pass ``n_threads=1`` there. Greedy output is the same whatever the thread count (a
 test checks it), so the response cache stays valid.
 
 Sampling settings other than the request's (top-p/top-k/min-p/repeat penalty) are fixed and
