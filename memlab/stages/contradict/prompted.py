@@ -18,6 +18,7 @@ from memlab.stages.contradict.base import (
     ContradictOut,
     broken_rules,
 )
+from memlab.stages.extraction import one_line
 
 
 def contradict_schema(n_existing: int | None = None, n_new: int | None = None) -> dict:
@@ -64,7 +65,7 @@ class PromptedContradictionDetector(PromptedStage, ContradictionDetector):
         for row in rows:
             existing, new = row["existing"] - 1, row["new"] - 1
             if 0 <= existing < len(item.existing) and 0 <= new < len(item.new) and existing not in closings:
-                closings[existing] = Closing(existing, new, " ".join(row["quote"].split()))
+                closings[existing] = Closing(existing, new, one_line(row["quote"]))
         found = tuple(sorted(closings.values(), key=lambda c: c.existing))
         broken = broken_rules(item, found) if self.enforce_rules else []
         if broken:

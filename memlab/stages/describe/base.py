@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memlab.stage import Stage
+from memlab.stages.extraction import one_line
 
 #: Appendix D: "each descriptor maximum 3 words, maximum 5 descriptors".
 MAX_TAGS = 5
@@ -63,7 +64,7 @@ def kept_descriptions(item: DescribeIn) -> tuple[EntityDescription, ...]:
 
 
 def _key(summary: str) -> str:
-    return " ".join(summary.casefold().split())
+    return one_line(summary.casefold())
 
 
 def shared_summaries(descriptions: tuple[EntityDescription, ...]) -> dict[str, list[EntityDescription]]:
