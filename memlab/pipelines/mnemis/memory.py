@@ -37,6 +37,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from memlab.embed.base import Embedder
+from memlab.embed.similarity import unit_rows
 from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.store import MemoryStoreError, UnitMemory
@@ -308,18 +309,16 @@ class MnemisMemory:
         if len(below) < 2 or not categories:
             return None
         position = {node: i for i, node in enumerate(below)}
-        vectors = self.node_vectors(below)
-        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        sims = vectors @ vectors.T
-        n = len(below)
-        layer_mean = (sims.sum() - np.trace(sims)) / (n * (n - 1))
-        within = []
-        for category in categories:
-            rows = [position[c] for c in self.children(category) if c in position]
-            if len(rows) >= 2:
-                block = sims[np.ix_(rows, rows)]
-                within.append((block.sum() - np.trace(block)) / (len(rows) * (len(rows) - 1)))
-        return float(np.mean(within) - layer_mean) if within else None
+        unit = unit_rows(self.node_vectors(below))
+        sims = unit @ unit.T
+
+        def mean_pair(rows: list[int]) -> float:  # mean cosine over the distinct pairs of rows
+            block = sims[np.ix_(rows, rows)]
+            return float((block.sum() - np.trace(block)) / (len(rows) * (len(rows) - 1)))
+
+        groups = [[position[c] for c in self.children(category) if c in position] for category in categories]
+        within = [mean_pair(rows) for rows in groups if len(rows) >= 2]
+        return float(np.mean(within)) - mean_pair(list(range(len(below)))) if within else None
 
     # -- saving --------------------------------------------------------------------------
     def save(self, folder) -> None:
