@@ -197,7 +197,7 @@ def test_build_memories_without_a_cached_build_names_the_command(three_conversat
         build_memories(built, conversation)
     live = build_pipeline(REPO / "configs" / "pipelines" / "mnemis.yaml")[0]
     with pytest.raises(ConfigError, match=r"mnemis.yaml: the Mnemis build's entity_extractor, describer, "
-                                          r"fact_extractor, contradiction_detector, categorizer would call a model"):
+                                          r"fact_extractor, categorizer would call a model"):
         build_memories(live, conversation, "mnemis.yaml")
 
 
