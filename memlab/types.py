@@ -227,11 +227,13 @@ class Answer:
     """A pipeline's answer to one query.
 
     ``retrieved`` is the ranked list the pipeline considered (for recall@k); ``context`` is
-    the text actually given to the answering model (for context_tokens).
+    the text actually given to the answering model (for context_tokens); ``shown``, when the
+    pipeline says, how many of ``retrieved`` (a prefix) that text holds (for recall@context).
     """
 
     text: str
     retrieved: list[Retrieved] = field(default_factory=list)
     context: str = ""
+    shown: int | None = None
     error: str | None = None
     trace: Trace = field(default_factory=Trace)

@@ -25,7 +25,7 @@ _SERVER_DEPS = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_c
 # matmul segfaults, so llama-cpp-python must be built without AMX (as README and .ci/run do).
 LLAMA_CPP_BUILD_HINT = (
     'reinstall it without AMX: CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON '
-    '-DGGML_F16C=ON -DGGML_BMI2=ON" pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python'
+    '-DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF" pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python'
 )
 _PROBE = """
 import sys

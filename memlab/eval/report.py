@@ -16,7 +16,9 @@ RETRIEVAL_METRICS = (
     "recall@1", "recall@5", "recall@10", "recall@20",
     "recall@tok500", "recall@tok1000", "recall@tok2000",
 )
-METRICS = ANSWER_METRICS + RETRIEVAL_METRICS + ("context_tokens",)
+#: Evidence recall of the units the answerer read, for pipelines that say which (``Answer.shown``).
+CONTEXT_METRICS = ("recall@context", "context_tokens")
+METRICS = ANSWER_METRICS + RETRIEVAL_METRICS + CONTEXT_METRICS
 USAGE_KEYS = ("llm_calls", "prompt_tokens", "completion_tokens", "llm_seconds")
 
 

@@ -256,6 +256,14 @@ def score_retrieval(ranking: list[Retrieved], gold: tuple[str, ...], count_token
     return scores
 
 
+def context_recall(ranking: list[Retrieved], answer: Answer, gold: tuple[str, ...]) -> float | None:
+    """Evidence recall of the units the answerer read (None when the pipeline does not say which)."""
+    if answer.shown is None:
+        return None
+    shown = [r.unit.source_ids for r in ranking[: answer.shown]]
+    return M.recall_at_k(shown, gold, max(1, answer.shown))  # nothing shown: recall 0
+
+
 def score_answer(prediction: str, question: Question) -> dict[str, float]:
     return {
         "f1_locomo": M.locomo_f1(prediction, question.answer, question.category),
@@ -421,6 +429,7 @@ def _row(question, ranking, answer, error, latency, usage_diff, count_tokens, ju
     }
     row.update(score_retrieval(ranking, question.evidence, count_tokens))
     if answer is not None:
+        row["recall@context"] = context_recall(ranking, answer, question.evidence)
         row.update(score_answer(answer.text, question))
         row["judge"] = _judged(judge, question, question.answer, answer.text, row)
     if question.audited is not None:  # the audit's gold, scored the same way (metrics.json "audited")
@@ -428,6 +437,7 @@ def _row(question, ranking, answer, error, latency, usage_diff, count_tokens, ju
         row["audited"] = {"error_type": gold.error_type, "gold": gold.answer, "evidence": list(gold.evidence),
                           **score_retrieval(ranking, gold.evidence, count_tokens)}
         if answer is not None:
+            row["audited"]["recall@context"] = context_recall(ranking, answer, gold.evidence)
             row["audited"].update(score_answer(answer.text, dataclasses.replace(question, answer=gold.answer)))
             same = gold.answer == question.answer
             row["audited"]["judge"] = row["judge"] if same else _judged(judge, question, gold.answer, answer.text, row)

@@ -12,6 +12,7 @@ from memlab.bounds import NonNegativeInt, PositiveInt
 from memlab.embed.base import Embedder
 from memlab.memory.store import UnitMemory
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline, render_units
+from memlab.pipelines.context_budget import answer_budget, fit_units
 from memlab.stages.answer import Answerer, AnswerIn
 from memlab.stages.rerank import Reranker, RerankIn
 from memlab.stages.segment import Segmenter, SegmentIn
@@ -25,10 +26,14 @@ class RAG(Pipeline):
 
     ``retrieval``: ``dense`` (embedder + faiss), ``bm25``, or ``hybrid`` (both, fused by
     reciprocal-rank fusion over ``candidates`` from each side, constant ``rrf_k``). An optional
-    ``reranker`` re-scores the first ``rerank_depth`` units of the ranking.
+    ``reranker`` re-scores the first ``rerank_depth`` units of the ranking. The answerer reads
+    the first ``top_k`` units, fewer when they do not fit the context budget
+    (``memlab.pipelines.context_budget``: ``max_context_tokens``, else the answering model's
+    window less ``reserve_tokens``).
     """
 
-    query_settings = ("answerer", "retrieval", "top_k", "candidates", "rrf_k", "reranker", "rerank_depth")
+    query_settings = ("answerer", "retrieval", "top_k", "candidates", "rrf_k", "reranker", "rerank_depth",
+                      "max_context_tokens", "reserve_tokens")
 
     def __init__(
         self,
@@ -41,6 +46,8 @@ class RAG(Pipeline):
         rrf_k: NonNegativeInt = 60,
         reranker: Reranker | None = None,
         rerank_depth: PositiveInt = 30,
+        max_context_tokens: PositiveInt | None = None,
+        reserve_tokens: NonNegativeInt = 512,
     ) -> None:
         super().__init__()
         self.segmenter = segmenter
@@ -52,6 +59,8 @@ class RAG(Pipeline):
         self.candidates = candidates
         self.rrf_k = rrf_k
         self.rerank_depth = rerank_depth
+        self.max_context_tokens = max_context_tokens
+        self.reserve_tokens = reserve_tokens
 
     def load_memory(self, folder):
         return UnitMemory.load(folder, self.embedder)
@@ -86,14 +95,18 @@ class RAG(Pipeline):
 
     def answer_many(self, memory: UnitMemory, queries: list[Query]) -> list[Answer]:
         rankings = self.retrieve_many(memory, queries)
-        contexts = [render_units([r.unit for r in ranking[: self.top_k]]) for ranking in rankings]
+        count, budget = answer_budget(self.answerer, self.max_context_tokens, self.reserve_tokens)
+        shown = [fit_units([r.unit for r in ranking[: self.top_k]], count, budget) for ranking in rankings]
+        contexts = [render_units(units) for units in shown]
         outputs = self.answerer([AnswerIn(q.text, context, q.timestamp) for q, context in zip(queries, contexts)])
         answers = []
-        for ranking, context, out in zip(rankings, contexts, outputs):
+        for ranking, units, context, out in zip(rankings, shown, contexts, outputs):
             trace = Trace()
-            trace.add("retrieve", mode=self.retrieval, units=[r.unit.id for r in ranking[: self.top_k]])
+            trace.add("retrieve", mode=self.retrieval, units=[u.id for u in units],
+                      over_budget=len(ranking[: self.top_k]) - len(units), budget=budget)
             trace.add("answer", text=out.text, error=out.error)
-            answers.append(Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=trace))
+            answers.append(Answer(text=out.text, retrieved=ranking, context=context, shown=len(units),
+                                  error=out.error, trace=trace))
         return answers
 
     def answer(self, memory: UnitMemory, query: Query) -> Answer:

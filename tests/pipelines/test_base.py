@@ -54,3 +54,57 @@ def test_build_refuses_a_conversation_with_its_gold_questions():
     assert history.id == conversation.history().id  # stable
     query = conversation.questions[0].as_query()
     assert query.id != "q1" and query.text == "what?"
+
+
+class _CountingLM(ReplayLM):
+    """A replay LM whose tokenizer counts words and records that it was asked."""
+
+    def __init__(self, script, context_window: int) -> None:
+        super().__init__(script)
+        self.context_window = context_window
+        self.counted = 0
+
+    def count_tokens(self, text: str) -> int:
+        self.counted += 1
+        return len(text.split())
+
+
+def _units(texts):
+    from memlab.types import MemoryUnit
+
+    return [MemoryUnit(f"u{i}", text, (f"D1:{i}",)) for i, text in enumerate(texts)]
+
+
+def test_fit_units_keeps_the_prefix_that_fits_and_tokenizes_only_when_the_bytes_do_not():
+    from memlab.pipelines.context_budget import answer_budget, fit_units
+
+    lm = _CountingLM([], context_window=100)
+    count, budget = answer_budget(PromptedAnswerer(lm=lm), None, reserve_tokens=90)
+    assert budget == 10
+    short = _units(["a b", "c"])  # 6 bytes with newlines: cannot exceed 10 tokens
+    assert fit_units(short, count, budget) == short and lm.counted == 0
+    long = _units(["one two three four", "five six seven", "eight", "nine ten"])
+    assert [u.id for u in fit_units(long, count, budget)] == ["u0", "u1"]  # 5 + 4 tokens; "eight" would make 11
+    assert answer_budget(PromptedAnswerer(lm=lm), 7, reserve_tokens=90)[1] == 7  # the config's budget wins
+
+
+def test_rag_cuts_its_top_k_to_the_context_budget_and_says_how_many_it_showed(tmp_path):
+    from memlab.eval.runner import context_recall
+    from memlab.pipelines.rag import RAG
+    from memlab.types import Answer
+    from tests.memory.helpers import HashingEmbedder
+
+    lm = _CountingLM(lambda request: "fact", context_window=512 + 12)
+    rag = RAG(TurnSegmenter(with_date=False), HashingEmbedder(), PromptedAnswerer(lm=lm), retrieval="bm25", top_k=6)
+    memory = rag.build(_conversation().history())
+    answer = rag.answer(memory, Query("q", "fact 1.2"))
+    # each unit "Ann: fact s.i" is 3 words + 1 newline: 3 of the 6 fit in 12 tokens
+    assert answer.shown == 3 and len(answer.context.splitlines()) == 3
+    assert len(answer.retrieved) == 6  # the ranking is kept whole for recall@k
+    gold_first = ("D1:2",)
+    assert context_recall(answer.retrieved, answer, tuple(answer.retrieved[0].unit.source_ids)) == 1.0
+    assert context_recall(answer.retrieved, Answer("x", answer.retrieved, "", shown=0), gold_first) == 0.0
+    assert context_recall(answer.retrieved, Answer("x", answer.retrieved), gold_first) is None
+    unlimited = RAG(TurnSegmenter(with_date=False), HashingEmbedder(), PromptedAnswerer(lm=_CountingLM(
+        lambda request: "fact", context_window=4096)), retrieval="bm25", top_k=6)
+    assert unlimited.answer(unlimited.build(_conversation().history()), Query("q", "fact 1.2")).shown == 6
