@@ -184,3 +184,18 @@ def test_overriding_the_component_drops_the_old_class_settings():
     assert "lm" in tree["answerer"]  # the shared LM is an argument the new answerer takes too
     pipeline, _ = split_runner_keys(tree)
     validate(pipeline)
+
+
+def test_the_unseen_data_config_resolves_dates_and_refuses_every_dev_conversation(tmp_path):
+    from memlab.eval.runner import RunOptions, run_config
+
+    tree = load_config(REPO / "configs" / "pipelines" / "rag_turns_unseen.yaml")
+    assert tree["segmenter"]["normalizer"]["_component_"] == "memlab.stages.temporal.RuleTemporalNormalizer"
+    assert tree["reranker"]["reranker"]["path"] == "checkpoints/reranker-minilm-gemma"
+    assert tree["answerer"]["prompt"] == "compassmem/answer"  # the published prompt: memlab's lost on dev (BENCHMARKS)
+    dev = REPO.parent / "shared" / "data" / "locomo" / "locomo10_dev.json"
+    if not dev.is_file():
+        pytest.skip("needs ../shared/data/locomo")
+    with pytest.raises(ValueError, match=r"trained stages would be scored on conversations they learnt from"):
+        run_config(REPO / "configs" / "pipelines" / "rag_turns_unseen.yaml", data=dev, conversations=["conv-30"],
+                   options=RunOptions(progress=False), out=tmp_path / "run")
