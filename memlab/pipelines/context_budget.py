@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from memlab.lm.base import LM
 from memlab.types import MemoryUnit
 
-#: The window assumed for an answerer without an LM (a trained answerer), as llama.cpp's default.
+#: The window assumed for an answerer without an LM (a trained answerer): LlamaCppLM's default n_ctx.
 DEFAULT_WINDOW = 4096
 
 
