@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 
 from memlab.data.errata import ANSWER_CHANGING, load_errata
+from memlab.types import ANSWERABLE_CATEGORIES
 
 BUCKETS = ("gold disputed", "evidence missing", "evidence read, answer missed")
-CATEGORIES = ("multi-hop", "temporal", "open-domain", "single-hop")
 
 
 def disputed_ids(errata: Path | None) -> set[str]:
@@ -45,8 +45,8 @@ def loss_table(rows: list[dict], disputed: set[str], k: int, metric: str) -> dic
     """Per category and overall (categories 1-4): n, mean ``metric``, and per bucket the
     questions and the F1 lost (a share of the category's loss)."""
     table: dict[str, dict] = {}
-    for name in (*CATEGORIES, "overall"):
-        chosen = [r for r in rows if r["category"] in CATEGORIES and (name == "overall" or r["category"] == name)]
+    for name in (*ANSWERABLE_CATEGORIES, "overall"):
+        chosen = [r for r in rows if r["category"] in ANSWERABLE_CATEGORIES and (name == "overall" or r["category"] == name)]
         if not chosen:
             continue
         lost = {b: 0.0 for b in BUCKETS}

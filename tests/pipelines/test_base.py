@@ -88,7 +88,7 @@ def test_fit_units_keeps_the_prefix_that_fits_and_tokenizes_only_when_the_bytes_
     assert answer_budget(PromptedAnswerer(lm=lm), 7, reserve_tokens=90)[1] == 7  # the config's budget wins
 
 
-def test_rag_cuts_its_top_k_to_the_context_budget_and_says_how_many_it_showed(tmp_path):
+def test_rag_cuts_its_top_k_to_the_context_budget_and_says_how_many_it_showed():
     from memlab.eval.runner import context_recall
     from memlab.pipelines.rag import RAG
     from memlab.types import Answer
