@@ -8,7 +8,9 @@ Each config runs as ``memlab run`` does (``memlab.eval.runner.run_config``) into
 a config whose ``metrics.json`` already exists there is not run again (``--rerun`` forces it),
 and LLM calls go through the response cache, so an interrupted comparison resumes where it stopped.
 The tables (markdown: the overall figures, then A-Mem F1 per question category) are printed
-and written to ``OUT/table.md``.
+and written to ``OUT/table.md``. With ``--workers N`` (or ``--ray ADDRESS``) the configs run side
+by side and every config's conversations are tasks over the same N workers
+(``memlab.eval.workers``): an ablation table is one command that keeps every worker busy.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from memlab.cli import configure_logging
@@ -90,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retrieval-only", action="store_true")
     parser.add_argument("--batch-size", type=int, default=1,
                         help="questions per pipeline call (memlab run --batch-size)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes shared by every config's conversations (memlab run --workers): "
+                        "the configs run side by side, their conversations as tasks over the same workers")
+    parser.add_argument("--ray", metavar="ADDRESS", help="the same tasks on a Ray cluster (memlab run --ray)")
     parser.add_argument("--rerun", action="store_true")
     parser.add_argument("--set", action="append", default=[], help="override applied to every config")
     args = parser.parse_args(argv)
@@ -97,21 +104,45 @@ def main(argv: list[str] | None = None) -> int:
     options = RunOptions(retrieval_only=args.retrieval_only, max_questions=args.max_questions,
                          categories=args.categories or None, batch_size=args.batch_size)
     out = Path(args.out)
+    todo = [config for config in args.configs
+            if args.rerun or not (out / Path(config).stem / "metrics.json").is_file()]
+    executor = None
+    if todo and (args.workers > 1 or args.ray):
+        from memlab.eval.workers import LocalExecutor
+
+        if args.ray:
+            from memlab.eval.ray_executor import RayExecutor
+
+            executor = RayExecutor(args.ray, args.workers)
+        else:
+            executor = LocalExecutor(args.workers)
+
+    def run(config: str) -> None:
+        name = Path(config).stem
+        try:
+            _, metrics = run_config(config, args.set, data=args.data, conversations=args.conversations,
+                                    sessions=args.sessions, options=options, out=out / name, executor=executor)
+        except ValueError as e:  # a bad config or bad data: the others still run
+            print(f"{name}: {e}; continuing with the others", file=sys.stderr)
+        else:
+            if metrics.get("stopped"):
+                print(f"{name}: stopped early ({metrics['stopped']}); continuing with the others", file=sys.stderr)
+
+    try:
+        if executor is None:
+            for config in todo:
+                run(config)
+        else:  # every config's runner in its own thread, all feeding the one executor
+            with ThreadPoolExecutor(max_workers=len(todo)) as threads:
+                list(threads.map(run, todo))
+    finally:
+        if executor is not None:
+            executor.shutdown()
     results: dict[str, dict] = {}
     for config in args.configs:
-        name = Path(config).stem
-        run_dir = out / name
-        if args.rerun or not (run_dir / "metrics.json").is_file():
-            try:
-                _, metrics = run_config(config, args.set, data=args.data, conversations=args.conversations,
-                                        sessions=args.sessions, options=options, out=run_dir)
-            except ValueError as e:  # a bad config or bad data: the others still run
-                print(f"{name}: {e}; continuing with the others", file=sys.stderr)
-            else:
-                if metrics.get("stopped"):
-                    print(f"{name}: stopped early ({metrics['stopped']}); continuing with the others", file=sys.stderr)
+        run_dir = out / Path(config).stem
         if (run_dir / "metrics.json").is_file():
-            results[name] = json.loads((run_dir / "metrics.json").read_text())
+            results[Path(config).stem] = json.loads((run_dir / "metrics.json").read_text())
     text = table(results) + "\n\n" + category_table(results)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(text + "\n")

@@ -3,7 +3,7 @@
   memlab run CONFIG [--data PATH] [--conversations ID,...] [--sessions N] [--max-questions N]
                     [--categories NAMES] [--retrieval-only] [--batch-size N] [--out DIR]
                     [--allow-training-overlap] [--save-memory DIR | --memory DIR] [--errata PATH]
-                    [key=value ...]
+                    [--workers N] [--ray ADDRESS] [key=value ...]
   memlab train RECIPE --config PATH [key=value ...]
   memlab evaluate-stage CHECKPOINT_DIR [--data PATH] [--conversations ID,...] [--sessions N]
                         [--allow-training-overlap] [key=value ...]
@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--categories", type=_names, help="comma-separated category names to keep (e.g. multi-hop,temporal)")
     run.add_argument("--batch-size", type=_positive, default=1,
                      help="questions handed to the pipeline at once (default 1: each one timed alone)")
+    run.add_argument("--workers", type=_positive, default=1,
+                     help="run conversations (LongMemEval: haystacks) in N worker processes (default 1: one after "
+                     "another in this process); pays off against a served model, see README")
+    run.add_argument("--ray", metavar="ADDRESS", type=_path,
+                     help="run the conversations as tasks on a Ray cluster, --workers at a time: 'auto' (the running "
+                     "cluster), 'local' (a private instance) or an address (needs the ray extra)")
     run.add_argument("--allow-training-overlap", action="store_true",
                      help="run a trained stage on conversations its checkpoint learnt from (refused otherwise)")
     run.add_argument("--retrieval-only", action="store_true",
@@ -175,7 +181,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:  # ConfigError and DataError are ValueErrors, as is a bad ``sessions``: bad input, reported
         out, metrics = run_config(args.config, args.overrides, data=args.data, conversations=args.conversations,
                                   sessions=args.sessions, options=options, out=args.out,
-                                  save_memory=args.save_memory, memory=args.memory, errata=args.errata)
+                                  save_memory=args.save_memory, memory=args.memory, errata=args.errata,
+                                  workers=args.workers, ray=args.ray)
     except ValueError as e:
         log.error("%s", e)
         return 2

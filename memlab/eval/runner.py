@@ -98,13 +98,20 @@ def run_config(
     save_memory: str | os.PathLike | None = None,
     memory: str | os.PathLike | None = None,
     errata: str | os.PathLike | None = None,
+    workers: int = 1,
+    ray: str | None = None,
+    executor=None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run the pipeline config ``config`` (with dotted ``overrides``) on ``data`` (None: the
     embedded sample; ``conversations``, ``sessions`` as in ``memlab.data.load_conversations``)
     into ``out`` (default ``runs/<config>-<time>``, with the resolved ``config.yaml``); returns
     the folder and the metrics. ``save_memory`` / ``memory``: a folder to save the built memories
     into / to answer from (module docstring). ``errata``: an errata file whose audited gold is
-    scored beside the original (``memlab.data.errata``; default: the config's ``eval.errata``). Bad input (config, data, categories, ``out``, a trained stage
+    scored beside the original (``memlab.data.errata``; default: the config's ``eval.errata``).
+    ``workers`` > 1: conversations run in that many worker processes; ``ray``: on a Ray cluster
+    (its address, ``auto`` for the running one, ``local`` for a private one) with ``workers``
+    tasks at a time (``memlab.eval.workers``); ``executor``: an ``Executor`` to share with other
+    runs (a sweep), which the caller shuts down. Bad input (config, data, categories, ``out``, a trained stage
     scored on its own training conversations) raises a ``ValueError`` (``ConfigError``,
     ``DataError`` ...) before anything runs."""
     from memlab.config import build_pipeline, dump_config, instantiate, split_runner_keys
@@ -139,14 +146,31 @@ def run_config(
     answered = [c for c in selected if select_questions(c, options)]
     save_to = SavedMemories.for_saving(save_memory, config_of_build) if save_memory is not None else None
     load_from = SavedMemories.for_loading(memory, config_of_build, answered) if memory is not None else None
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
     judge_node = (runner_settings.get("eval") or {}).get("judge")
     judge = instantiate(judge_node) if judge_node and not options.retrieval_only else None
+    runner, own_executor = None, None
+    if executor is None and (workers > 1 or ray is not None):
+        from memlab.eval.workers import LocalExecutor
+
+        if ray is not None:
+            from memlab.eval.ray_executor import RayExecutor
+
+            executor = own_executor = RayExecutor(ray, workers)
+        else:
+            executor = own_executor = LocalExecutor(workers)
+    if executor is not None:
+        from memlab.eval.workers import ParallelRunner
+
+        runner = ParallelRunner(executor, pipeline, split_runner_keys(tree)[0], judge, judge_node, options, folder,
+                                save_to, load_from)
     try:
         with atomic_folder(folder) as staging:
             log.info("writing the run into %s; it replaces %s when the run ends", staging, folder)
             (staging / "config.yaml").write_text(dump_config(tree), encoding="utf-8")
             metrics = run_benchmark(pipeline, selected, staging, options, judge=judge, save_to=save_to,
-                                    load_from=load_from, run_info={
+                                    load_from=load_from, runner=runner, run_info={
                 "pipeline": Path(config).stem,
                 "config": str(config),
                 "overrides": overrides,
@@ -157,8 +181,15 @@ def run_config(
                 "max_questions": options.max_questions,
                 "memory_from": str(memory) if memory is not None else None,
                 "errata": applied,
+                "workers": executor.slots if executor is not None else 1,
+                "ray": ray,
             })
+            if runner is not None:  # what merging the workers' response caches did
+                metrics["cache_merge"] = runner.cache_merge
+                write_json_atomic(staging / "metrics.json", metrics)
     finally:
+        if own_executor is not None:
+            own_executor.shutdown()
         for lm in pipeline.lms() + (judge.lms() if judge is not None else []):
             close = getattr(lm, "close", None)
             if callable(close):
@@ -273,6 +304,110 @@ def score_answer(prediction: str, question: Question) -> dict[str, float]:
     }
 
 
+@dataclass
+class ConversationResult:
+    """What running one conversation gave: its rows, and its share of the run's accounting
+    (summed over conversations into ``metrics.json``). Plain data, so a worker process can
+    hand it back (``memlab.eval.workers``)."""
+
+    conversation_id: str
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    build_seconds: float = 0.0
+    build_usage: dict[str, float] = dataclasses.field(default_factory=dict)
+    build_error: str | None = None
+    save_error: str | None = None
+    memory_stats: dict[str, Any] | None = None
+    #: Why the run must stop after this conversation (a model that is unavailable), or None.
+    stopped: str | None = None
+    #: Unusable LLM outputs during this conversation, per stage (pipeline and judge).
+    failures: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: LLM use of each prompted stage during this conversation (``Pipeline.stage_usage``).
+    stage_usage: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+
+
+def run_conversation(
+    pipeline: Pipeline,
+    conversation: Conversation,
+    options: RunOptions,
+    count_tokens,
+    judge=None,
+    save=None,
+    load_from: SavedMemories | None = None,
+    on_rows=None,
+) -> ConversationResult:
+    """Build (or load) ``conversation``'s memory, answer its selected questions, release the
+    memory and ``save(memory)`` if given. ``on_rows(rows)`` sees each batch's rows as they come
+    (the run writes them out at once, so an interrupted run keeps them)."""
+    result = ConversationResult(conversation.id)
+    questions = select_questions(conversation, options)
+    usage = _Usage(pipeline.lms())
+    failures_before = _failure_counts(pipeline, judge)
+    stages_before = pipeline.stage_usage()
+    before, t0 = usage.snapshot(), active_seconds()
+    try:
+        memory = load_from.load(pipeline, conversation) if load_from else pipeline.build(conversation.history())
+    except LMUnavailableError as e:
+        result.stopped = f"building {conversation.id}: {e}"
+        memory = None
+    except Exception as e:  # one broken conversation must not end the run
+        log_failure(e, "building memory for %s failed", conversation.id)
+        result.build_error = f"{type(e).__name__}: {e}"
+        memory = None
+    finally:
+        result.build_seconds = active_seconds() - t0
+        result.build_usage = UsageMeter.diff(usage.snapshot(), before)
+    if memory is not None:
+        at_build = pipeline.memory_stats(memory)
+        try:
+            for start in range(0, len(questions), options.batch_size):
+                batch = questions[start:start + options.batch_size]
+                try:
+                    batch_rows = _answer_batch(pipeline, memory, batch, options, count_tokens, usage, judge)
+                except LMUnavailableError as e:
+                    result.stopped = f"answering {', '.join(q.id for q in batch)}: {e}"
+                    break
+                result.rows.extend(batch_rows)
+                if on_rows is not None:
+                    on_rows(batch_rows)
+        finally:
+            pipeline.release(memory)
+            if save is not None:
+                try:
+                    save(memory)
+                except Exception as e:  # the answers stand; the run still ends non-zero
+                    log_failure(e, "saving the memory of %s failed", conversation.id)
+                    result.save_error = f"{type(e).__name__}: {e}"
+        # A memory still consolidating while questions ran ends different from how it began.
+        final = pipeline.memory_stats(memory)
+        result.memory_stats = final if final == at_build else {**final, "before_answering": at_build}
+    after = _failure_counts(pipeline, judge)
+    result.failures = {stage: n - failures_before.get(stage, 0) for stage, n in after.items()
+                       if n > failures_before.get(stage, 0)}
+    result.stage_usage = {name: UsageMeter.diff(now, stages_before.get(name, {}))
+                          for name, now in pipeline.stage_usage().items()}
+    return result
+
+
+def _failure_counts(pipeline: Pipeline, judge) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for failure in pipeline.failures() + list(getattr(judge, "failures", [])):
+        counts[failure.stage] = counts.get(failure.stage, 0) + 1
+    return counts
+
+
+def in_process(pipeline: Pipeline, options: RunOptions, count_tokens, judge=None,
+               save_to: SavedMemories | None = None, load_from: SavedMemories | None = None):
+    """The sequential runner: one conversation after another in this process. Takes
+    ``(conversations, on_rows)`` and yields their ``ConversationResult``s in order."""
+
+    def run(conversations: Sequence[Conversation], on_rows):
+        for conversation in conversations:
+            save = (lambda memory, c=conversation: save_to.save(pipeline, c, memory)) if save_to is not None else None
+            yield run_conversation(pipeline, conversation, options, count_tokens, judge, save, load_from, on_rows)
+
+    return run
+
+
 def run_benchmark(
     pipeline: Pipeline,
     conversations: list[Conversation],
@@ -282,103 +417,90 @@ def run_benchmark(
     run_info: dict[str, Any] | None = None,
     save_to: SavedMemories | None = None,
     load_from: SavedMemories | None = None,
+    runner=None,
 ) -> dict[str, Any]:
     """Run ``pipeline`` on every conversation and write predictions and metrics; returns metrics.
-    ``save_to`` / ``load_from``: saved memories to write / to answer from (module docstring)."""
+    ``save_to`` / ``load_from``: saved memories to write / to answer from (module docstring).
+    ``runner``: what runs the conversations (default ``in_process``; ``memlab.eval.workers``
+    runs them in worker processes): ``runner(conversations, on_rows)`` yields one
+    ``ConversationResult`` per conversation, in their order."""
     from memlab.embed import default_token_counter
-    from memlab.eval.report import summarise
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     count_tokens = default_token_counter()
     pipeline.eval()
-    pipeline_usage = _Usage(pipeline.lms())
-    rows: list[dict[str, Any]] = []
-    build_seconds = 0.0
-    build_usage: dict[str, float] = {}
-    build_errors: dict[str, str] = {}
-    save_errors: dict[str, str] = {}
-    memory_stats: dict[str, dict[str, Any]] = {}
-    stopped: str | None = None
+    if runner is None:
+        runner = in_process(pipeline, options, count_tokens, judge, save_to, load_from)
+    answered = [c for c in conversations if select_questions(c, options)]
+    results: list[ConversationResult] = []
     partial = out / "predictions.jsonl.partial"
-    total_questions = sum(len(select_questions(c, options)) for c in conversations)
-    bar = tqdm(total=total_questions, disable=not options.progress, desc="questions", unit="q")
+    bar = tqdm(total=sum(len(select_questions(c, options)) for c in answered), disable=not options.progress,
+               desc="questions", unit="q")
+    shown = {"rows": 0}
+
+    def on_rows(rows: list[dict[str, Any]]) -> None:
+        bar.update(len(rows))
+        shown["rows"] += len(rows)
+
     with partial.open("w") as sink:
-        for conversation in conversations:
-            questions = select_questions(conversation, options)
-            if not questions:
-                continue
-            bar.set_postfix_str(f"building {conversation.id}")
-            before, t0 = pipeline_usage.snapshot(), active_seconds()
-            try:
-                memory = load_from.load(pipeline, conversation) if load_from else pipeline.build(conversation.history())
-            except LMUnavailableError as e:
-                stopped = f"building {conversation.id}: {e}"
+        for result in runner(answered, on_rows):
+            if result.conversation_id != answered[len(results)].id:
+                raise RuntimeError(f"the runner gave {result.conversation_id} in the place of {answered[len(results)].id}")
+            for row in result.rows:  # written conversation by conversation, in the conversations' order
+                sink.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+            sink.flush()
+            results.append(result)
+            if result.stopped:
                 break
-            except Exception as e:  # one broken conversation must not end the run
-                log_failure(e, "building memory for %s failed", conversation.id)
-                build_errors[conversation.id] = f"{type(e).__name__}: {e}"
-                bar.update(len(questions))
-                continue
-            finally:
-                build_seconds += active_seconds() - t0
-                _accumulate(build_usage, UsageMeter.diff(pipeline_usage.snapshot(), before))
-            at_build = pipeline.memory_stats(memory)
-            bar.set_postfix_str(conversation.id)
-            try:
-                for start in range(0, len(questions), options.batch_size):
-                    batch = questions[start:start + options.batch_size]
-                    try:
-                        batch_rows = _answer_batch(pipeline, memory, batch, options, count_tokens, pipeline_usage, judge)
-                    except LMUnavailableError as e:
-                        stopped = f"answering {', '.join(q.id for q in batch)}: {e}"
-                        break
-                    for row in batch_rows:
-                        sink.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-                    sink.flush()
-                    rows.extend(batch_rows)
-                    bar.update(len(batch))
-            finally:
-                pipeline.release(memory)
-                if save_to is not None:
-                    try:
-                        save_to.save(pipeline, conversation, memory)
-                    except Exception as e:  # the answers stand; the run still ends non-zero
-                        log_failure(e, "saving the memory of %s failed", conversation.id)
-                        save_errors[conversation.id] = f"{type(e).__name__}: {e}"
-            # A memory still consolidating while questions ran ends different from how it began.
-            final = pipeline.memory_stats(memory)
-            memory_stats[conversation.id] = final if final == at_build else {**final, "before_answering": at_build}
-            if stopped:
-                break
+            done = sum(len(select_questions(c, options)) for c in answered[:len(results)])
+            bar.update(done - shown["rows"])  # a failed build's questions count as done
+            shown["rows"] = done
     bar.close()
     os.replace(partial, out / "predictions.jsonl")
+    metrics = summarise_results(pipeline, results, options, judge, run_info, conversations)
+    write_json_atomic(out / "metrics.json", metrics)
+    stopped = metrics.get("stopped")
+    if stopped:
+        log.error("run stopped early: %s (results so far are in %s)", stopped, out)
+    return metrics
+
+
+def summarise_results(pipeline: Pipeline, results: Sequence[ConversationResult], options: RunOptions, judge,
+                      run_info: dict[str, Any] | None, conversations: Sequence[Conversation]) -> dict[str, Any]:
+    """``metrics.json`` of a run from its conversations' results (``memlab.eval.report.summarise``)."""
+    from memlab.eval.report import summarise
+
+    rows = [row for result in results for row in result.rows]
+    build_usage: dict[str, float] = {}
+    stage_usage: dict[str, dict[str, float]] = {}
     failures: dict[str, int] = {}
-    for failure in pipeline.failures() + list(getattr(judge, "failures", [])):
-        failures[failure.stage] = failures.get(failure.stage, 0) + 1
-    metrics = summarise(
+    for result in results:
+        _accumulate(build_usage, result.build_usage)
+        for name, usage in result.stage_usage.items():
+            _accumulate(stage_usage.setdefault(name, {}), usage)
+        _accumulate(failures, result.failures)
+    build_seconds = sum(result.build_seconds for result in results)
+    stopped = next((result.stopped for result in results if result.stopped), None)
+    return summarise(
         rows,
         retrieval_only=options.retrieval_only,
         build_seconds=build_seconds + cached_call_seconds(build_usage),
         build_wall_seconds=build_seconds,
-        stage_usage=pipeline.stage_usage(),
+        stage_usage=stage_usage,
         build_usage=build_usage,
         judge_info=judge.judge_info() if judge is not None else None,
         extra={
             **(run_info or {}),
             "failures": failures,
-            "build_errors": build_errors,
-            "memory_save_errors": save_errors,
-            "memory": memory_stats,
+            "build_errors": {r.conversation_id: r.build_error for r in results if r.build_error},
+            "memory_save_errors": {r.conversation_id: r.save_error for r in results if r.save_error},
+            "memory": {r.conversation_id: r.memory_stats for r in results if r.memory_stats is not None},
             "search": pipeline.search_statistics([row["trace"] for row in rows if row.get("trace")]),
             "stopped": stopped,
             "training_overlap": training_overlap(pipeline, conversations),
         },
     )
-    write_json_atomic(out / "metrics.json", metrics)
-    if stopped:
-        log.error("run stopped early: %s (results so far are in %s)", stopped, out)
-    return metrics
 
 
 def _answer_batch(pipeline, memory, questions, options, count_tokens, usage: _Usage, judge) -> list[dict[str, Any]]:

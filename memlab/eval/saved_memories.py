@@ -130,23 +130,38 @@ class SavedMemories:
 
     def save(self, pipeline: Pipeline, conversation: Conversation, memory: Any) -> Path:
         """Save ``conversation``'s built ``memory`` (replacing an earlier one of it) and record it."""
-        entry = self.index["memories"].get(conversation.id)
-        name = entry["folder"] if entry else self._free_name(conversation.id)
+        name = self.folder_names([conversation.id])[conversation.id]
         self.folder.mkdir(parents=True, exist_ok=True)
         pipeline.save_memory(memory, self.folder / name)
+        self.record(conversation, name)
+        return self.folder / name
+
+    def folder_names(self, conversation_ids: list[str]) -> dict[str, str]:
+        """The sub-folder each conversation's memory is saved into: its recorded one, or a free
+        name (distinct among ``conversation_ids``, so workers can save side by side)."""
+        taken = {entry["folder"] for entry in self.index["memories"].values()}
+        names: dict[str, str] = {}
+        for conversation_id in conversation_ids:
+            entry = self.index["memories"].get(conversation_id)
+            names[conversation_id] = entry["folder"] if entry else self._free_name(conversation_id, taken)
+            taken.add(names[conversation_id])
+        return names
+
+    def record(self, conversation: Conversation, name: str) -> None:
+        """Record the memory saved into sub-folder ``name`` as ``conversation``'s (the index is
+        rewritten atomically; in a parallel run only the run's own process records)."""
         self.index["memories"][conversation.id] = {
             "folder": name, "history_sha256": history_digest(conversation),
             "saved": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         write_json_atomic(self.folder / INDEX_FILE, self.index, sort_keys=True)
-        return self.folder / name
 
     def load(self, pipeline: Pipeline, conversation: Conversation) -> Any:
         """``conversation``'s saved memory, checked by the store as it loads (``MemoryStoreError``)."""
         return pipeline.load_memory(self.folder / self.index["memories"][conversation.id]["folder"])
 
-    def _free_name(self, conversation_id: str) -> str:
+    @staticmethod
+    def _free_name(conversation_id: str, taken: set[str]) -> str:
         base = re.sub(r"[^A-Za-z0-9._-]+", "_", conversation_id).strip("._") or "conversation"
-        taken = {entry["folder"] for entry in self.index["memories"].values()}
         name, n = base, 1
         while name in taken or name == INDEX_FILE:
             n += 1

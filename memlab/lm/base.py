@@ -129,6 +129,13 @@ class LM(CheckedArguments, ABC):
             self._cache = ResponseCache.open(self._cache_path)
         return self._cache
 
+    def use_cache(self, cache) -> None:
+        """Read and write ``cache`` (a ``ResponseCache`` or ``AsideCache``) from now on instead of
+        the one ``cache_path`` names: a worker of a parallel run writes beside the shared cache."""
+        if self._cache_path is None:
+            raise ValueError(f"{self.name} runs without a response cache (cache=None): it has none to replace")
+        self._cache = cache
+
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
         results: list[Completion | None] = [None] * len(requests)
         cache = self.cache
