@@ -8,7 +8,10 @@
 temperature, max_tokens, stop, seed and the JSON schema of ``response_format``) and replies with
 the completion ``--source-model`` gave that request, as stored in the response cache: the text a
 real run of that model wrote, so a run against this server makes the same predictions as the run
-that filled the cache. A request the cache does not hold is refused (HTTP 400, counted as a miss).
+that filled the cache. A request the cache does not hold is refused (HTTP 400, counted as a miss),
+or, with ``--synthesize-misses N``, answered "(simulated reply)" as if N tokens were generated,
+with the prompt's tokens estimated at 4 characters each (counted as ``synthesized``): enough to time
+a pipeline whose later calls do not depend on the replies (RAG's answers), never to score it.
 
 Timing: a reply occupies one of ``slots`` (the server's concurrent sequences; a request waits for a
 free one) for ``request_s + prompt_tokens * prompt_token_s + completion_tokens * token_s`` seconds,
@@ -31,22 +34,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from memlab.lm.cache import ResponseCache
-from memlab.lm.types import ChatRequest
+from memlab.lm.types import ChatRequest, Completion
 
 
 class ReplayServer:
     def __init__(self, cache: str | Path, source_model: str, *, host: str = "127.0.0.1", port: int = 0,
                  slots: int = 8, request_s: float = 0.02, prompt_token_s: float = 0.0002, token_s: float = 0.02,
-                 max_requests: int = 100_000, max_seconds: float = 3600.0) -> None:
+                 max_requests: int = 100_000, max_seconds: float = 3600.0,
+                 synthesize_misses: int | None = None) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.cache = ResponseCache.open(cache)
         self.source_model = source_model
         self.timing = (request_s, prompt_token_s, token_s)
         self.max_requests = max_requests
+        self.synthesize_misses = synthesize_misses
         self.max_seconds = max_seconds
         self.slots = threading.BoundedSemaphore(slots)
-        self.counts = {"replies": 0, "misses": 0, "bad_requests": 0, "busy_seconds": 0.0}
+        self.counts = {"replies": 0, "synthesized": 0, "misses": 0, "bad_requests": 0, "busy_seconds": 0.0}
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer((host, port), self._handler())
         self._httpd.daemon_threads = True
@@ -101,14 +106,19 @@ class ReplayServer:
         except (KeyError, TypeError, ValueError) as e:
             return self._count("bad_requests", 400, f"not a chat completion request: {e}")
         completion = self.cache.get(self.source_model, request)
-        if completion is None:
+        if completion is None and self.synthesize_misses is None:
             return self._count("misses", 400, f"the replay cache holds no reply of {self.source_model} to this request")
+        if completion is None:
+            prompt = sum(len(m.get("content") or "") for m in request.messages)
+            completion = Completion(text="(simulated reply)", prompt_tokens=max(1, prompt // 4),
+                                    completion_tokens=self.synthesize_misses, latency_s=0.0)
         request_s, prompt_token_s, token_s = self.timing
         busy = request_s + completion.prompt_tokens * prompt_token_s + completion.completion_tokens * token_s
         with self.slots:
             time.sleep(busy)
         with self._lock:
             self.counts["replies"] += 1
+            self.counts["synthesized"] += int(not completion.cached)
             self.counts["busy_seconds"] += busy
             done = self.counts["replies"] >= self.max_requests
         if done:
@@ -165,10 +175,12 @@ def main() -> int:
     parser.add_argument("--token-s", type=float, default=0.02)
     parser.add_argument("--max-requests", type=int, default=100_000)
     parser.add_argument("--max-seconds", type=float, default=3600.0)
+    parser.add_argument("--synthesize-misses", type=int, metavar="N", help="answer uncached requests with a "
+                        "placeholder of N generated tokens instead of refusing them (timing only)")
     args = parser.parse_args()
     server = ReplayServer(args.cache, args.source_model, port=args.port, slots=args.slots, request_s=args.request_s,
                           prompt_token_s=args.prompt_token_s, token_s=args.token_s, max_requests=args.max_requests,
-                          max_seconds=args.max_seconds).start()
+                          max_seconds=args.max_seconds, synthesize_misses=args.synthesize_misses).start()
     print(f"serving {args.source_model} from {args.cache} at {server.url}", flush=True)
     server._thread.join()
     print(json.dumps(server.counts))

@@ -12,7 +12,8 @@ other part of the pipeline (embedders, indexes, rerankers) runs for real on this
 cell is one ``memlab run`` (``run_config``) into ``OUT/w<workers>-b<batch>``; the table gives its
 wall time, the ideal (the 1-worker, batch-1 time divided by the requests in flight, capped by the
 slots), the server's busy time and whether its predictions equal the first cell's. A request the
-cache lacks is a miss: the run records it as a failed question, and the table counts them.
+cache lacks is a miss: the run records it as a failed question, and the table counts them; with
+``--synthesize-misses N`` the server answers it with a placeholder instead (counted, timing only).
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ def main() -> int:
     parser.add_argument("--prompt-token-s", type=float, default=0.0002)
     parser.add_argument("--token-s", type=float, default=0.02)
     parser.add_argument("--cache", default=str(default_cache_path()), help="the response cache to replay")
+    parser.add_argument("--synthesize-misses", type=int, metavar="N",
+                        help="answer requests the cache lacks with a placeholder of N tokens (replay_server.py)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     configure_logging()
@@ -102,7 +105,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for workers, batch in cells:
             with ReplayServer(args.cache, "", slots=args.slots, request_s=args.request_s,
-                              prompt_token_s=args.prompt_token_s, token_s=args.token_s, max_seconds=7200) as server:
+                              prompt_token_s=args.prompt_token_s, token_s=args.token_s, max_seconds=7200,
+                              synthesize_misses=args.synthesize_misses) as server:
                 config, source = served_config(args.config, args.overrides, server.url, batch, Path(scratch))
                 server.source_model = source
                 folder = out / f"w{workers}-b{batch}"
@@ -118,12 +122,12 @@ def main() -> int:
                             "same_predictions": predictions(folder) == predictions(out / f"w{cells[0][0]}-b{cells[0][1]}")})
             print(json.dumps(results[-1]), flush=True)
     base = results[0]["wall_s"]
-    lines = ["| workers | batch | in flight | wall s | ideal s | speed-up | server busy s | requests | misses | "
-             "same predictions |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| workers | batch | in flight | wall s | ideal s | speed-up | server busy s | requests | synthesized | "
+             "misses | same predictions |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         in_flight = min(r["workers"] * r["batch_size"], args.slots)
         lines.append(f"| {r['workers']} | {r['batch_size']} | {in_flight} | {r['wall_s']:.0f} | {base / in_flight:.0f} | "
-                     f"{base / r['wall_s']:.2f} | {r['busy_seconds']:.0f} | {r['replies']} | {r['misses']} | "
+                     f"{base / r['wall_s']:.2f} | {r['busy_seconds']:.0f} | {r['replies']} | {r['synthesized']} | {r['misses']} | "
                      f"{'yes' if r['same_predictions'] else 'NO'} |")
     table = "\n".join(lines)
     (out / "table.md").write_text(table + "\n", encoding="utf-8")
