@@ -3,6 +3,7 @@
     python eval/scaling.py --config configs/pipelines/rag_turns.yaml \
         --data ../shared/data/locomo/locomo10_dev.json --categories multi-hop,temporal,open-domain,single-hop \
         --workers 1,2,4,8,16 --batch-sizes 1,4 --slots 16 --out runs/scaling [--max-questions N] [--sessions N]
+        [--retrieval-only] [--allow-training-overlap] [--synthesize-misses N] [--request-s S --prompt-token-s S --token-s S]
 
 Every local llama.cpp model of the config is replaced by ``OpenAICompatLM`` pointed at a
 ``ReplayServer`` (``eval/replay_server.py``): a stand-in for a GPU server that replays the local
@@ -84,6 +85,9 @@ def main() -> int:
     parser.add_argument("--categories")
     parser.add_argument("--sessions", type=int)
     parser.add_argument("--max-questions", type=int)
+    parser.add_argument("--retrieval-only", action="store_true", help="no answering call (a build's scaling)")
+    parser.add_argument("--allow-training-overlap", action="store_true",
+                        help="time a trained stage on conversations it learnt from (a timing, never a score)")
     parser.add_argument("--workers", default="1,2,4,8,16")
     parser.add_argument("--batch-sizes", default="1")
     parser.add_argument("--slots", type=int, default=16)
@@ -99,7 +103,8 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     options = dict(categories=tuple(args.categories.split(",")) if args.categories else None,
-                   max_questions=args.max_questions, progress=False)
+                   max_questions=args.max_questions, retrieval_only=args.retrieval_only,
+                   allow_training_overlap=args.allow_training_overlap, progress=False)
     cells = [(int(w), int(b)) for b in args.batch_sizes.split(",") for w in args.workers.split(",")]
     results = []
     with tempfile.TemporaryDirectory() as scratch:

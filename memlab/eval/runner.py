@@ -24,6 +24,11 @@ exits non-zero when anything did.
 saved memories instead of building (``memlab.eval.saved_memories``; build time is then the load
 time, and ``metrics.json`` says where the memories came from).
 
+Conversations run one after another in this process (``in_process``), or as tasks in worker
+processes or on a Ray cluster (``run_config(workers=N, ray=...)``, ``memlab.eval.workers``): either
+way each yields a ``ConversationResult`` and ``run_benchmark`` writes them in the conversations'
+order, so the run folder does not depend on how it was run.
+
 ``run_config`` refuses bad input before anything runs: unknown categories, an ``out`` that is
 a file or holds something other than a run, and a pipeline holding a trained stage whose
 checkpoint learnt from the conversations to be run (unless
@@ -120,6 +125,8 @@ def run_config(
     from memlab.eval.saved_memories import build_config
 
     overrides = list(overrides)
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
     for name, path in (("--out", out), ("--save-memory", save_memory), ("--memory", memory), ("--data", data),
                        ("--errata", errata)):
         if path is not None and not str(path).strip():
@@ -146,8 +153,6 @@ def run_config(
     answered = [c for c in selected if select_questions(c, options)]
     save_to = SavedMemories.for_saving(save_memory, config_of_build) if save_memory is not None else None
     load_from = SavedMemories.for_loading(memory, config_of_build, answered) if memory is not None else None
-    if workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {workers}")
     judge_node = (runner_settings.get("eval") or {}).get("judge")
     judge = instantiate(judge_node) if judge_node and not options.retrieval_only else None
     runner, own_executor = None, None
@@ -337,7 +342,7 @@ def run_conversation(
 ) -> ConversationResult:
     """Build (or load) ``conversation``'s memory, answer its selected questions, release the
     memory and ``save(memory)`` if given. ``on_rows(rows)`` sees each batch's rows as they come
-    (the run writes them out at once, so an interrupted run keeps them)."""
+    (the run's progress)."""
     result = ConversationResult(conversation.id)
     questions = select_questions(conversation, options)
     usage = _Usage(pipeline.lms())

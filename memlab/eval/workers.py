@@ -88,7 +88,12 @@ def _pipeline_and_judge(task: ConversationTask):
 
     key = json.dumps([task.pipeline_node, task.judge_node], sort_keys=True, default=str)
     if key not in _built:
-        _built.clear()  # one configuration at a time per worker: models are large
+        for pipeline, judge in _built.values():  # one configuration at a time per worker: models are large
+            for lm in pipeline.lms() + (judge.lms() if judge is not None else []):
+                close = getattr(lm, "close", None)
+                if callable(close):
+                    close()
+        _built.clear()
         pipeline = instantiate(task.pipeline_node)
         pipeline.eval()
         judge = instantiate(task.judge_node) if task.judge_node and not task.options.retrieval_only else None

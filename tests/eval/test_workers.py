@@ -136,3 +136,11 @@ def test_a_local_ray_instance_runs_the_same_tasks(tmp_path, llama_cpp_works):
                                **kwargs)
     assert rows_of(on_ray) == rows_of(sequential)
     assert {**metrics_of(on_ray), "overrides": None} == {**metrics_of(sequential), "overrides": None}
+
+
+def test_ray_without_its_extra_is_one_clear_error(monkeypatch):
+    from memlab.eval.ray_executor import RayExecutor, RayUnavailableError
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails
+    with pytest.raises(RayUnavailableError, match=r"memlab\[ray\]"):
+        RayExecutor("local", 2)
