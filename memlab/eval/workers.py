@@ -255,7 +255,10 @@ class WorkFolder:
         data = self._read(self.result_file(conversation_id))
         if data is None:
             return None
-        result = ConversationResult(**data["result"])
+        try:
+            result = ConversationResult(**data["result"])
+        except TypeError:  # written by another memlab: run the conversation again
+            return None
         return result if result.conversation_id == conversation_id and not result.stopped else None
 
     def record(self, outcome: TaskOutcome, merged: dict[str, int]) -> None:

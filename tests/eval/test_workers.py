@@ -144,3 +144,20 @@ def test_ray_without_its_extra_is_one_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails
     with pytest.raises(RayUnavailableError, match=r"memlab\[ray\]"):
         RayExecutor("local", 2)
+
+
+def test_another_runs_work_folder_gives_its_cached_replies_back_before_it_goes(tmp_path):
+    from memlab.eval.workers import WorkFolder
+    from memlab.lm.types import ChatRequest, Completion
+
+    shared = tmp_path / "cache.sqlite"
+    work = WorkFolder(tmp_path / ".run.work", "first run", [str(shared)])
+    aside = ResponseCache.open(work.aside_caches("conv-1")[str(shared)])
+    aside.put("m", ChatRequest.of("asked before the kill"), Completion(text="kept", prompt_tokens=1,
+                                                                        completion_tokens=1, latency_s=0.1))
+    aside.close()
+    WorkFolder(tmp_path / ".run.work", "first run", [str(shared)])  # the same run: its work stays
+    assert Path(work.aside_caches("conv-1")[str(shared)]).exists() and len(cached(shared)) == 0
+    WorkFolder(tmp_path / ".run.work", "another run", [str(shared)])
+    assert [row["text"] for row in ResponseCache.open(shared).rows()] == ["kept"]
+    assert not Path(work.aside_caches("conv-1")[str(shared)]).exists()
