@@ -47,7 +47,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from memlab.eval.runner import ConversationResult, RunOptions, run_conversation
+from memlab.eval.conversation import ConversationResult, RunOptions, run_conversation
 from memlab.eval.saved_memories import SavedMemories, history_digest
 from memlab.fileio import write_json_atomic
 from memlab.types import Conversation

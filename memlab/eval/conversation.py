@@ -1,0 +1,289 @@
+"""One conversation of a benchmark run: build (or load) its memory, answer its questions, score them.
+
+``run_conversation`` is what a run does per conversation, in the run's own process
+(``memlab.eval.runner``) or in a worker (``memlab.eval.workers``); it returns a
+``ConversationResult``, plain data that the run sums into ``metrics.json``. The pipeline builds
+from ``Conversation.history()`` and is handed ``Question.as_query()``: the sessions, the question
+text and date under opaque ids, nothing gold. Questions go to ``Pipeline.answer_many``
+(``retrieve_many``) in batches of ``RunOptions.batch_size``; a batch's latency and LLM usage are
+split evenly over its questions (batch size 1, the default, measures each question on its own). A
+batch that raises is answered again question by question, so a question whose answering raises is
+recorded with its error and the run goes on; a model that is unavailable (server down after
+retries) stops the conversation, keeping what was done (``ConversationResult.stopped``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from memlab.clock import active_seconds
+from memlab.errors import MemlabError
+from memlab.eval import metrics as M
+from memlab.eval.abstention import ABSTENTION_GOLD, abstains
+from memlab.eval.saved_memories import SavedMemories
+from memlab.lm.base import LM, UsageMeter
+from memlab.lm.errors import LMUnavailableError
+from memlab.pipelines.base import Pipeline
+from memlab.types import Answer, Conversation, Question, Retrieved
+
+log = logging.getLogger(__name__)
+
+RECALL_KS = (1, 5, 10, 20)
+RECALL_TOKEN_BUDGETS = (500, 1000, 2000)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    retrieval_only: bool = False
+    max_questions: int | None = None
+    categories: tuple[str, ...] | None = None
+    progress: bool = True
+    #: Questions handed to the pipeline at once (``answer_many``); 1 times each question alone.
+    batch_size: int = 1
+    #: Run a trained stage on conversations its checkpoint learnt from (refused otherwise).
+    allow_training_overlap: bool = False
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.max_questions is not None and self.max_questions < 1:
+            raise ValueError(f"max_questions must be >= 1, got {self.max_questions}")
+        if self.categories is not None and not self.categories:
+            raise ValueError("categories is empty: name at least one, or leave it out for all")
+
+
+
+def log_failure(error: BaseException, message: str, *args: Any) -> None:
+    """Log a failure the run survives: a ``MemlabError`` (a saved memory that fails its checks, a
+    stage's own error) names its problem in one line; anything else is a bug and keeps its traceback."""
+    if isinstance(error, MemlabError):
+        log.error(message + ": %s: %s", *args, type(error).__name__, error)
+    else:
+        log.exception(message, *args)
+
+
+def select_questions(conversation: Conversation, options: RunOptions) -> list[Question]:
+    questions = [q for q in conversation.questions if options.categories is None or q.category in options.categories]
+    return questions[: options.max_questions] if options.max_questions is not None else questions
+
+
+class _Usage:
+    """Usage of a set of LMs between two points in time."""
+
+    def __init__(self, lms: Iterable[LM]) -> None:
+        self.lms = list(lms)
+
+    def snapshot(self) -> dict[str, float]:
+        total: dict[str, float] = {}
+        for lm in self.lms:
+            for k, v in lm.usage.snapshot().items():
+                total[k] = total.get(k, 0) + v
+        return total or UsageMeter().snapshot()
+
+
+def cached_call_seconds(usage: dict[str, float]) -> float:
+    """The time the cache saved a phase: its cached calls' model time when they were made."""
+    return usage.get("llm_seconds", 0.0) - usage.get("latency_s", 0.0)
+
+
+def score_retrieval(ranking: list[Retrieved], gold: tuple[str, ...], count_tokens) -> dict[str, float | None]:
+    sources = [r.unit.source_ids for r in ranking]
+    scores: dict[str, float | None] = {f"recall@{k}": M.recall_at_k(sources, gold, k) for k in RECALL_KS}
+    units = [(r.unit.text, r.unit.source_ids) for r in ranking]
+    for budget in RECALL_TOKEN_BUDGETS:
+        scores[f"recall@tok{budget}"] = M.recall_at_tokens(units, gold, budget, count_tokens)
+    return scores
+
+
+def context_recall(ranking: list[Retrieved], answer: Answer, gold: tuple[str, ...]) -> float | None:
+    """Evidence recall of the units the answerer read (None when the pipeline does not say which)."""
+    if answer.shown is None:
+        return None
+    shown = [r.unit.source_ids for r in ranking[: answer.shown]]
+    return M.recall_at_k(shown, gold, max(1, answer.shown))  # nothing shown: recall 0
+
+
+def score_answer(prediction: str, question: Question) -> dict[str, float]:
+    return {
+        "f1_locomo": M.locomo_f1(prediction, question.answer, question.category),
+        "f1_amem": M.amem_f1(prediction, question.answer),
+        "bleu1": M.bleu1(prediction, question.answer),
+        "abstained": float(abstains(prediction)),
+    }
+
+
+@dataclass
+class ConversationResult:
+    """What running one conversation gave: its rows, and its share of the run's accounting
+    (summed over conversations into ``metrics.json``). Plain data, so a worker process can
+    hand it back (``memlab.eval.workers``)."""
+
+    conversation_id: str
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    build_seconds: float = 0.0
+    build_usage: dict[str, float] = dataclasses.field(default_factory=dict)
+    build_error: str | None = None
+    save_error: str | None = None
+    memory_stats: dict[str, Any] | None = None
+    #: Why the run must stop after this conversation (a model that is unavailable), or None.
+    stopped: str | None = None
+    #: Unusable LLM outputs during this conversation, per stage (pipeline and judge).
+    failures: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: LLM use of each prompted stage during this conversation (``Pipeline.stage_usage``).
+    stage_usage: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+
+
+def run_conversation(
+    pipeline: Pipeline,
+    conversation: Conversation,
+    options: RunOptions,
+    count_tokens,
+    judge=None,
+    save=None,
+    load_from: SavedMemories | None = None,
+    on_rows=None,
+) -> ConversationResult:
+    """Build (or load) ``conversation``'s memory, answer its selected questions, release the
+    memory and ``save(memory)`` if given. ``on_rows(rows)`` sees each batch's rows as they come
+    (the run's progress)."""
+    result = ConversationResult(conversation.id)
+    questions = select_questions(conversation, options)
+    usage = _Usage(pipeline.lms())
+    failures_before = _failure_counts(pipeline, judge)
+    stages_before = pipeline.stage_usage()
+    before, t0 = usage.snapshot(), active_seconds()
+    try:
+        memory = load_from.load(pipeline, conversation) if load_from else pipeline.build(conversation.history())
+    except LMUnavailableError as e:
+        result.stopped = f"building {conversation.id}: {e}"
+        memory = None
+    except Exception as e:  # one broken conversation must not end the run
+        log_failure(e, "building memory for %s failed", conversation.id)
+        result.build_error = f"{type(e).__name__}: {e}"
+        memory = None
+    finally:
+        result.build_seconds = active_seconds() - t0
+        result.build_usage = UsageMeter.diff(usage.snapshot(), before)
+    if memory is not None:
+        at_build = pipeline.memory_stats(memory)
+        try:
+            for start in range(0, len(questions), options.batch_size):
+                batch = questions[start:start + options.batch_size]
+                try:
+                    batch_rows = _answer_batch(pipeline, memory, batch, options, count_tokens, usage, judge)
+                except LMUnavailableError as e:
+                    result.stopped = f"answering {', '.join(q.id for q in batch)}: {e}"
+                    break
+                result.rows.extend(batch_rows)
+                if on_rows is not None:
+                    on_rows(batch_rows)
+        finally:
+            pipeline.release(memory)
+            if save is not None:
+                try:
+                    save(memory)
+                except Exception as e:  # the answers stand; the run still ends non-zero
+                    log_failure(e, "saving the memory of %s failed", conversation.id)
+                    result.save_error = f"{type(e).__name__}: {e}"
+        # A memory still consolidating while questions ran ends different from how it began.
+        final = pipeline.memory_stats(memory)
+        result.memory_stats = final if final == at_build else {**final, "before_answering": at_build}
+    after = _failure_counts(pipeline, judge)
+    result.failures = {stage: n - failures_before.get(stage, 0) for stage, n in after.items()
+                       if n > failures_before.get(stage, 0)}
+    result.stage_usage = {name: UsageMeter.diff(now, stages_before.get(name, {}))
+                          for name, now in pipeline.stage_usage().items()}
+    return result
+
+
+def _failure_counts(pipeline: Pipeline, judge) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for failure in pipeline.failures() + list(getattr(judge, "failures", [])):
+        counts[failure.stage] = counts.get(failure.stage, 0) + 1
+    return counts
+
+
+
+def _answer_batch(pipeline, memory, questions, options, count_tokens, usage: _Usage, judge) -> list[dict[str, Any]]:
+    """One row per question of ``questions``, answered (or retrieved for) in one pipeline call."""
+    queries = [question.as_query() for question in questions]
+    before, t0 = usage.snapshot(), active_seconds()
+    try:
+        if options.retrieval_only:
+            results: list[tuple[list[Retrieved], Answer | None, str | None]] = [
+                (ranking, None, None) for ranking in pipeline.retrieve_many(memory, queries)]
+        else:
+            results = [(answer.retrieved, answer, answer.error) for answer in pipeline.answer_many(memory, queries)]
+    except LMUnavailableError:
+        raise
+    except Exception as e:  # recorded on the row; the run goes on
+        if len(questions) > 1:  # the others must not pay for one question's failure
+            return [row for q in questions
+                    for row in _answer_batch(pipeline, memory, [q], options, count_tokens, usage, judge)]
+        log_failure(e, "question %s failed", questions[0].id)
+        results = [([], None, f"{type(e).__name__}: {e}")]
+    if len(results) != len(questions):
+        raise RuntimeError(f"{type(pipeline).__name__} gave {len(results)} results for {len(questions)} questions")
+    latency = (active_seconds() - t0) / len(questions)
+    usage_diff = UsageMeter.diff(usage.snapshot(), before)
+    if len(questions) > 1:
+        usage_diff = {k: v / len(questions) for k, v in usage_diff.items()}
+    return [_row(question, ranking, answer, error, latency, usage_diff, count_tokens, judge)
+            for question, (ranking, answer, error) in zip(questions, results)]
+
+
+def _row(question, ranking, answer, error, latency, usage_diff, count_tokens, judge) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "conversation_id": question.conversation_id,
+        "question_id": question.id,
+        "category": question.category,
+        "question": question.text,
+        "gold": question.answer,
+        "prediction": answer.text if answer is not None else None,
+        "evidence": list(question.evidence),
+        "retrieved": [list(r.unit.source_ids) for r in ranking],
+        "retrieved_units": [r.unit.id for r in ranking],
+        "context_tokens": None if answer is None else count_tokens(answer.context) if answer.context else 0,
+        "usage": usage_diff,
+        "latency_s": latency,
+        "cold_latency_s": latency + cached_call_seconds(usage_diff),
+        "error": error,
+        "trace": answer.trace.steps if answer is not None else None,  # the pipeline's steps, for error analysis
+    }
+    row.update(score_retrieval(ranking, question.evidence, count_tokens))
+    if answer is not None:
+        row["recall@context"] = context_recall(ranking, answer, question.evidence)
+        row.update(score_answer(answer.text, question))
+        row["judge"] = _judged(judge, question, question.answer, answer.text, row)
+    if question.audited is not None:  # the audit's gold, scored the same way (metrics.json "audited")
+        gold = question.audited
+        row["audited"] = {"error_type": gold.error_type, "gold": gold.answer, "evidence": list(gold.evidence),
+                          **score_retrieval(ranking, gold.evidence, count_tokens)}
+        if answer is not None:
+            row["audited"]["recall@context"] = context_recall(ranking, answer, gold.evidence)
+            row["audited"].update(score_answer(answer.text, dataclasses.replace(question, answer=gold.answer)))
+            same = gold.answer == question.answer
+            row["audited"]["judge"] = row["judge"] if same else _judged(judge, question, gold.answer, answer.text, row)
+    return row
+
+
+def _judged(judge, question: Question, gold: str, prediction: str, row: dict[str, Any]) -> float | None:
+    """The judge's verdict on ``prediction`` against ``gold`` (None without a judge, or when
+    judging raised: then the row's error says why)."""
+    if judge is None:
+        return None
+    # An adversarial question's gold is a planted wrong answer; what it tests is abstaining.
+    if question.category == "adversarial":
+        gold = ABSTENTION_GOLD
+    try:
+        return judge.metric(judge.run_one(judge.In(question.text, gold, prediction)))
+    except LMUnavailableError:
+        raise
+    except Exception as e:  # a judge that breaks costs this question's verdict, not the run
+        log_failure(e, "judging %s failed", question.id)
+        row["error"] = row["error"] or f"judge: {type(e).__name__}: {e}"
+        return None
