@@ -108,14 +108,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.rerun or not (out / Path(config).stem / "metrics.json").is_file()]
     executor = None
     if todo and (args.workers > 1 or args.ray):
-        from memlab.eval.workers import LocalExecutor
+        from memlab.eval.workers import make_executor
 
-        if args.ray:
-            from memlab.eval.ray_executor import RayExecutor
-
-            executor = RayExecutor(args.ray, args.workers)
-        else:
-            executor = LocalExecutor(args.workers)
+        executor = make_executor(args.workers, args.ray)
 
     def run(config: str) -> None:
         name = Path(config).stem

@@ -287,3 +287,16 @@ def _judged(judge, question: Question, gold: str, prediction: str, row: dict[str
         log_failure(e, "judging %s failed", question.id)
         row["error"] = row["error"] or f"judge: {type(e).__name__}: {e}"
         return None
+
+
+def run_lms(pipeline: Pipeline, judge=None) -> list[LM]:
+    """The LMs a run uses: the pipeline's and the judge's."""
+    return pipeline.lms() + (judge.lms() if judge is not None else [])
+
+
+def close_lms(pipeline: Pipeline, judge=None) -> None:
+    """Free the run's models now: llama.cpp frees its model noisily if left to interpreter shutdown."""
+    for lm in run_lms(pipeline, judge):
+        close = getattr(lm, "close", None)
+        if callable(close):
+            close()

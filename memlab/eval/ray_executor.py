@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from memlab.eval.workers import Executor
+from memlab.eval.executors import Executor
 
 
 class RayUnavailableError(ValueError):

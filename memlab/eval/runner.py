@@ -50,6 +50,7 @@ from memlab.eval.conversation import (  # noqa: F401 - RunOptions and context_re
     ConversationResult,
     RunOptions,
     cached_call_seconds,
+    close_lms,
     context_recall,
     run_conversation,
     select_questions,
@@ -129,14 +130,9 @@ def run_config(
     judge = instantiate(judge_node) if judge_node and not options.retrieval_only else None
     runner, own_executor = None, None
     if executor is None and (workers > 1 or ray is not None):
-        from memlab.eval.workers import LocalExecutor
+        from memlab.eval.workers import make_executor
 
-        if ray is not None:
-            from memlab.eval.ray_executor import RayExecutor
-
-            executor = own_executor = RayExecutor(ray, workers)
-        else:
-            executor = own_executor = LocalExecutor(workers)
+        executor = own_executor = make_executor(workers, ray)
     if executor is not None:
         from memlab.eval.workers import ParallelRunner
 
@@ -167,10 +163,7 @@ def run_config(
     finally:
         if own_executor is not None:
             own_executor.shutdown()
-        for lm in pipeline.lms() + (judge.lms() if judge is not None else []):
-            close = getattr(lm, "close", None)
-            if callable(close):
-                close()  # llama.cpp frees its model noisily if left to interpreter shutdown
+        close_lms(pipeline, judge)
     return folder, metrics
 
 

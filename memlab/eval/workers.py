@@ -21,7 +21,7 @@ ones the cache files they wrote, so nothing answered is asked again. It is remov
 ends without stopping early. Another run into the same ``--out`` first merges what the old
 work folder's caches hold, then starts afresh.
 
-Executors (``Executor``). ``LocalExecutor`` is a process pool (spawned processes: a forked
+Executors (``memlab.eval.executors``). ``LocalExecutor`` is a process pool (spawned processes: a forked
 llama.cpp or torch is not safe); ``memlab.eval.ray_executor.RayExecutor`` sends the same tasks to
 a Ray cluster. A run submits its tasks in the conversations' order as slots free up; one executor
 can serve several runs at once (``eval/compare.py --workers N``: configs x conversations).
@@ -36,18 +36,16 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
-import threading
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from memlab.eval.conversation import ConversationResult, RunOptions, run_conversation
+from memlab.eval.conversation import ConversationResult, RunOptions, close_lms, run_conversation, run_lms
+from memlab.eval.executors import Executor, LocalExecutor
 from memlab.eval.saved_memories import SavedMemories, history_digest
 from memlab.fileio import write_json_atomic
 from memlab.types import Conversation
@@ -89,10 +87,7 @@ def _pipeline_and_judge(task: ConversationTask):
     key = json.dumps([task.pipeline_node, task.judge_node], sort_keys=True, default=str)
     if key not in _built:
         for pipeline, judge in _built.values():  # one configuration at a time per worker: models are large
-            for lm in pipeline.lms() + (judge.lms() if judge is not None else []):
-                close = getattr(lm, "close", None)
-                if callable(close):
-                    close()
+            close_lms(pipeline, judge)
         _built.clear()
         pipeline = instantiate(task.pipeline_node)
         pipeline.eval()
@@ -109,7 +104,7 @@ def run_task(task: ConversationTask) -> TaskOutcome:
 
     pipeline, judge = _pipeline_and_judge(task)
     asides: dict[str, AsideCache] = {}
-    for lm in pipeline.lms() + (judge.lms() if judge is not None else []):
+    for lm in run_lms(pipeline, judge):
         if lm.cache_path is None:
             continue
         if lm.cache_path not in asides:
@@ -131,69 +126,13 @@ def run_task(task: ConversationTask) -> TaskOutcome:
     return TaskOutcome(result, rows)
 
 
-def _limit_threads(threads: int) -> None:
-    import torch
+def make_executor(workers: int, ray: str | None = None) -> Executor:
+    """``workers`` local processes, or ``workers`` tasks at a time on the Ray cluster ``ray``."""
+    if ray is not None:
+        from memlab.eval.ray_executor import RayExecutor
 
-    torch.set_num_threads(threads)
-
-
-class Executor:
-    """Runs tasks somewhere with at most ``slots`` in flight. ``submit(fn, task)`` returns a
-    ``concurrent.futures.Future`` and blocks while every slot is taken; ``has_free_slot`` says
-    whether it would not block. One executor may serve several runs at once (a sweep: each
-    run's ``ParallelRunner`` in its own thread); its owner calls ``shutdown``. Subclasses
-    implement ``_submit``."""
-
-    def __init__(self, slots: int) -> None:
-        if slots < 1:
-            raise ValueError(f"workers must be >= 1, got {slots}")
-        self.slots = slots
-        self._free = threading.BoundedSemaphore(slots)
-        self._in_flight = 0
-        self._lock = threading.Lock()
-
-    def has_free_slot(self) -> bool:
-        with self._lock:
-            return self._in_flight < self.slots
-
-    def submit(self, fn, task) -> Future:
-        self._free.acquire()
-        with self._lock:
-            self._in_flight += 1
-        try:
-            future = self._submit(fn, task)
-        except BaseException:
-            self._release(None)
-            raise
-        future.add_done_callback(self._release)
-        return future
-
-    def _release(self, _future) -> None:
-        with self._lock:
-            self._in_flight -= 1
-        self._free.release()
-
-    def _submit(self, fn, task) -> Future:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def shutdown(self) -> None:
-        """Stop the workers (running tasks end first; queued ones are cancelled)."""
-
-
-class LocalExecutor(Executor):
-    """``workers`` spawned processes on this machine (module docstring)."""
-
-    def __init__(self, workers: int) -> None:
-        super().__init__(workers)
-        threads = max(1, (os.cpu_count() or 1) // workers)
-        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                                         initializer=_limit_threads, initargs=(threads,))
-
-    def _submit(self, fn, task) -> Future:
-        return self._pool.submit(fn, task)
-
-    def shutdown(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        return RayExecutor(ray, workers)
+    return LocalExecutor(workers)
 
 
 def _slug(text: str) -> str:
@@ -310,8 +249,7 @@ class ParallelRunner:
         self.out = Path(out)
         self.save_to = save_to
         self.load_from = load_from
-        lms = pipeline.lms() + (judge.lms() if judge is not None else [])
-        self.cache_paths = sorted({lm.cache_path for lm in lms if lm.cache_path is not None})
+        self.cache_paths = sorted({lm.cache_path for lm in run_lms(pipeline, judge) if lm.cache_path is not None})
         self.cache_merge = {"added": 0, "already_present": 0, "conflicting": 0}
 
     def __call__(self, conversations: Sequence[Conversation], on_rows):
