@@ -199,19 +199,30 @@ def run_recipe(name: str, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def training_conversations(path: str | os.PathLike, ids: list[str] | tuple[str, ...] | None = None,
-                       sessions: int | None = None):
+                           sessions: int | dict[str, int | None] | None = None):
     """The conversations of the LoCoMo file ``path``; with ``ids``, only those (in the file's order),
     and a ConfigError naming any id the file does not hold and the ones it does; with ``sessions``,
-    each cut to its first ``sessions`` sessions (``memlab.data.prefix.first_sessions``)."""
+    each cut to its first ``sessions`` sessions (``memlab.data.prefix.first_sessions``), or, when
+    ``sessions`` maps conversation ids to counts, each cut to its own count (an id it does not
+    name, or names with null, is kept whole: a full build beside prefixes), and a ConfigError for a
+    mapped id that is not among the chosen conversations."""
     from memlab.data import DataError, load_dataset, select_conversations
     from memlab.data.prefix import first_sessions
 
     conversations = load_dataset(path)
     try:
         chosen = select_conversations(conversations, ids, source=path)
-        return chosen if sessions is None else [first_sessions(c, sessions) for c in chosen]
     except DataError as e:  # a config's mistake, reported like the config's others
         raise ConfigError(str(e)) from None
+    if sessions is None:
+        return chosen
+    if not isinstance(sessions, dict):
+        return [first_sessions(c, sessions) for c in chosen]
+    unknown = sorted(set(sessions) - {c.id for c in chosen})
+    if unknown:
+        raise ConfigError(f"data.sessions names {unknown}, which are not among the conversations "
+                          f"{[c.id for c in chosen]}")
+    return [c if sessions.get(c.id) is None else first_sessions(c, sessions[c.id]) for c in chosen]
 
 
 @dataclass
@@ -233,7 +244,7 @@ class DataSettings:
     validation_ids: list[str] | None = None
     conversations: list[str] | None = None
     max_questions: PositiveInt | None = None
-    sessions: PositiveInt | None = None
+    sessions: PositiveInt | dict[str, PositiveInt | None] | None = None
     final_fit: bool = False
 
 
@@ -308,8 +319,9 @@ def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False
 
     ``data.path``: a LoCoMo file, required (the embedded sample holds a single conversation, which
     cannot be split three ways); ``data.conversations`` keeps only those ids, ``data.max_questions``
-    the first questions of each, ``data.sessions`` the first sessions of each (and the questions
-    whose evidence lies in them: an LLM-built memory is affordable on a prefix). ``data.eval_ids``:
+    the first questions of each, ``data.sessions`` the first sessions of each, or a mapping of ids to
+    their own counts (and the questions whose evidence lies in them: an LLM-built memory is
+    affordable on a prefix). ``data.eval_ids``:
     the held-out evaluation conversations (default ``FIXED_EVAL_IDS``, the fixed 5/2 split). ``data.validation_ids``: training conversations set
     aside for early stopping (default: the last training one), so model selection never looks at
     the evaluation conversations, which are scored once, at the end. A config that names

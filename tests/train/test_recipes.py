@@ -318,3 +318,26 @@ def test_adamw_gives_heads_their_own_rate_when_asked():
     assert [(g["lr"], len(g["params"])) for g in one.param_groups] == [(1e-3, 3)]
     two = adamw(stage, {"lr": 0.0, "head_lr": 1e-2, "weight_decay": 0.0})
     assert [(g["lr"], len(g["params"])) for g in two.param_groups] == [(0.0, 1), (1e-2, 2)]
+
+
+def test_data_sessions_cut_every_conversation_or_each_to_its_own_count(three_conversations):
+    from memlab.training.recipes import ConversationSettings, DataSettings
+
+    whole = {c.id: len(c.sessions) for part in recipe_conversations(tiny_data(three_conversations)) for c in part}
+    assert min(whole.values()) >= 2
+    # one count for all, or a mapping: a conversation it names with null, or does not name, stays whole
+    train, validation, evaluation = recipe_conversations({**tiny_data(three_conversations), "sessions": 1})
+    assert {len(c.sessions) for c in train + validation + evaluation} == {1}
+    mapped = {**tiny_data(three_conversations), "sessions": {"tiny-a": 1, "tiny-b": None}}
+    recipe_settings({"recipe": "r", "output_dir": "o", "data": mapped}, ConversationSettings())  # the setting's type admits it
+    parts = recipe_conversations(mapped)
+    sessions = {c.id: len(c.sessions) for part in parts for c in part}
+    assert sessions == {"tiny-a": 1, "tiny-b": whole["tiny-b"], "tiny-c": whole["tiny-c"]}
+    cut = next(c for c in parts.train + parts.validation + parts.evaluation if c.id == "tiny-a")
+    kept_turns = {t.id for s in cut.sessions for t in s.turns}
+    assert all(set(q.evidence) <= kept_turns for q in cut.questions)
+    with pytest.raises(ConfigError, match=r"data.sessions names \['tiny-x'\], which are not among"):
+        recipe_conversations({**tiny_data(three_conversations), "sessions": {"tiny-x": 1}})
+    with pytest.raises(ConfigError, match=r"data.sessions=\{...\} must be"):
+        recipe_settings({"recipe": "r", "output_dir": "o", "data": {"sessions": {"tiny-a": 0}}}, ConversationSettings())
+    assert DataSettings().sessions is None
