@@ -10,6 +10,11 @@ three ways, so a gain can be looked for where the loss is.
 Questions without gold evidence count as "evidence read". The first that applies wins, in that
 order.
 
+With ``--data`` (the LoCoMo file the runs answered), the last bucket also counts the questions
+whose gold answer is a span of one of their evidence turns (both under LoCoMo's answer
+normalisation, whole words): what an extractive answerer could reach, and the F1 lost there is
+the most a perfect one, routed perfectly, could win back.
+
     python eval/answer_loss.py eval/runs/conv26/rag_turns_best --errata ../shared/data/locomo/audit/errata_dev.json
 """
 
@@ -21,9 +26,11 @@ import sys
 from pathlib import Path
 
 from memlab.data.errata import ANSWER_CHANGING, load_errata
+from memlab.eval.metrics import normalize_answer
 from memlab.types import ANSWERABLE_CATEGORIES
 
 BUCKETS = ("gold disputed", "evidence missing", "evidence read, answer missed")
+SPAN = "of which gold is a span of an evidence turn"
 
 
 def disputed_ids(errata: Path | None) -> set[str]:
@@ -41,9 +48,19 @@ def bucket(row: dict, disputed: set[str], k: int) -> str:
     return BUCKETS[1] if recall is not None and recall < 1 else BUCKETS[2]
 
 
-def loss_table(rows: list[dict], disputed: set[str], k: int, metric: str) -> dict[str, dict]:
+def gold_is_evidence_span(row: dict, turn_texts: dict[tuple[str, str], str]) -> bool:
+    """Whether ``row``'s gold answer, normalised, is a run of whole words of one of its evidence
+    turns (``turn_texts``: (conversation id, turn id) -> text)."""
+    gold = normalize_answer(row.get("gold", ""))
+    texts = (turn_texts.get((row.get("conversation_id"), turn), "") for turn in row.get("evidence") or ())
+    return bool(gold) and any(f" {gold} " in f" {normalize_answer(text)} " for text in texts)
+
+
+def loss_table(rows: list[dict], disputed: set[str], k: int, metric: str,
+               turn_texts: dict[tuple[str, str], str] | None = None) -> dict[str, dict]:
     """Per category and overall (categories 1-4): n, mean ``metric``, and per bucket the
-    questions and the F1 lost (a share of the category's loss)."""
+    questions and the F1 lost (a share of the category's loss); with ``turn_texts`` ((conversation
+    id, turn id) -> text), the read bucket's questions whose gold is a span of an evidence turn (``SPAN``)."""
     table: dict[str, dict] = {}
     for name in (*ANSWERABLE_CATEGORIES, "overall"):
         chosen = [r for r in rows if r["category"] in ANSWERABLE_CATEGORIES and (name == "overall" or r["category"] == name)]
@@ -59,14 +76,24 @@ def loss_table(rows: list[dict], disputed: set[str], k: int, metric: str) -> dic
         table[name] = {"n": len(chosen), metric: sum(r.get(metric) or 0.0 for r in chosen) / len(chosen),
                        "lost": total, **{b: {"questions": count[b], "lost": lost[b],
                                               "share": lost[b] / total if total else 0.0} for b in BUCKETS}}
+        if turn_texts is not None:
+            spans = [r for r in chosen if bucket(r, disputed, k) == BUCKETS[2] and gold_is_evidence_span(r, turn_texts)]
+            span_lost = sum(1.0 - (r.get(metric) or 0.0) for r in spans)
+            table[name][SPAN] = {"questions": len(spans), "lost": span_lost,
+                                 "share": span_lost / total if total else 0.0,
+                                 "ceiling": (sum(r.get(metric) or 0.0 for r in chosen) + span_lost) / len(chosen)}
     return table
 
 
 def markdown(table: dict[str, dict], metric: str) -> str:
+    spans = any(SPAN in block for block in table.values())
     head = f"| category | n | {metric} | F1 lost | " + " | ".join(f"{b}: questions, share of loss" for b in BUCKETS)
-    lines = [head + " |", "|" + "---|" * (4 + len(BUCKETS))]
+    head += f" | {SPAN}: questions, share of loss, {metric} if all right" if spans else ""
+    lines = [head + " |", "|" + "---|" * (4 + len(BUCKETS) + spans)]
     for name, block in table.items():
         cells = [f"{block[b]['questions']}, {block[b]['share']:.2f}" for b in BUCKETS]
+        if spans:
+            cells.append(f"{block[SPAN]['questions']}, {block[SPAN]['share']:.2f}, {block[SPAN]['ceiling']:.3f}")
         lines.append(f"| {name} | {block['n']} | {block[metric]:.3f} | {block['lost']:.1f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -77,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--errata", type=Path, help="an errata file in the LoCoMo audit's format")
     parser.add_argument("--k", type=int, default=10, help="units read, for runs without recall@context (default 10)")
     parser.add_argument("--metric", default="f1_amem", help="the per-question score (default f1_amem)")
+    parser.add_argument("--data", type=Path, help="the LoCoMo file the runs answered: count the answer-missed "
+                        "questions whose gold is a span of an evidence turn")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     args = parser.parse_args(argv)
     rows = []
@@ -86,7 +115,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run}: no predictions.jsonl", file=sys.stderr)
             return 2
         rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    table = loss_table(rows, disputed_ids(args.errata), args.k, args.metric)
+    turn_texts = None
+    if args.data is not None:
+        from memlab.data import load_dataset
+
+        turn_texts = {(conversation.id, turn.id): turn.text for conversation in load_dataset(args.data)
+                      for session in conversation.sessions for turn in session.turns}
+    table = loss_table(rows, disputed_ids(args.errata), args.k, args.metric, turn_texts)
     print(json.dumps(table, indent=2) if args.json else markdown(table, args.metric))
     return 0
 

@@ -40,3 +40,18 @@ def test_the_command_reads_runs_and_the_errata(tmp_path, capsys):
     assert table["open-domain"]["gold disputed"]["questions"] == 1
     assert table["overall"]["evidence read, answer missed"]["lost"] == pytest.approx(0.5)
     assert answer_loss.main([str(tmp_path / "missing")]) == 2
+
+
+def test_the_read_bucket_counts_golds_that_are_spans_of_their_evidence():
+    texts = {("c", "D1:1"): "I adopted a dog named Luna, in May.", ("c", "D1:2"): "We went hiking."}
+    rows = [{**_row("c:q0", "single-hop", 0.25), "gold": "Luna", "evidence": ["D1:1"], "conversation_id": "c"},
+            {**_row("c:q1", "single-hop", 0.0), "gold": "a dog", "evidence": ["D1:2", "D1:1"], "conversation_id": "c"},
+            {**_row("c:q2", "single-hop", 0.0), "gold": "Lun", "evidence": ["D1:1"], "conversation_id": "c"},  # part of a word
+            {**_row("c:q3", "single-hop", 0.0, context=0.5), "gold": "Luna", "evidence": ["D1:1"], "conversation_id": "c"},
+            {**_row("d:q0", "single-hop", 0.0), "gold": "Luna", "evidence": ["D1:1"], "conversation_id": "d"}]  # other conversation
+    table = answer_loss.loss_table(rows, set(), k=10, metric="f1_amem", turn_texts=texts)
+    spans = table["single-hop"][answer_loss.SPAN]
+    assert spans["questions"] == 2 and spans["lost"] == pytest.approx(0.75 + 1.0)  # q3's evidence was not all read
+    assert spans["ceiling"] == pytest.approx((0.25 + 0.75 + 1.0) / 5)
+    assert answer_loss.SPAN not in answer_loss.loss_table(rows, set(), k=10, metric="f1_amem")["single-hop"]
+    assert answer_loss.SPAN in answer_loss.markdown(table, "f1_amem")
