@@ -68,20 +68,23 @@ def loss_table(rows: list[dict], disputed: set[str], k: int, metric: str,
             continue
         lost = {b: 0.0 for b in BUCKETS}
         count = {b: 0 for b in BUCKETS}
+        read = []  # the last bucket's rows, for the span count
         for row in chosen:
             b = bucket(row, disputed, k)
             count[b] += 1
             lost[b] += 1.0 - (row.get(metric) or 0.0)
+            if b == BUCKETS[2]:
+                read.append(row)
         total = sum(lost.values())
-        table[name] = {"n": len(chosen), metric: sum(r.get(metric) or 0.0 for r in chosen) / len(chosen),
+        mean = sum(r.get(metric) or 0.0 for r in chosen) / len(chosen)
+        table[name] = {"n": len(chosen), metric: mean,
                        "lost": total, **{b: {"questions": count[b], "lost": lost[b],
                                               "share": lost[b] / total if total else 0.0} for b in BUCKETS}}
         if turn_texts is not None:
-            spans = [r for r in chosen if bucket(r, disputed, k) == BUCKETS[2] and gold_is_evidence_span(r, turn_texts)]
-            span_lost = sum(1.0 - (r.get(metric) or 0.0) for r in spans)
-            table[name][SPAN] = {"questions": len(spans), "lost": span_lost,
-                                 "share": span_lost / total if total else 0.0,
-                                 "ceiling": (sum(r.get(metric) or 0.0 for r in chosen) + span_lost) / len(chosen)}
+            span_lost = [1.0 - (r.get(metric) or 0.0) for r in read if gold_is_evidence_span(r, turn_texts)]
+            table[name][SPAN] = {"questions": len(span_lost), "lost": sum(span_lost),
+                                 "share": sum(span_lost) / total if total else 0.0,
+                                 "ceiling": mean + sum(span_lost) / len(chosen)}
     return table
 
 
