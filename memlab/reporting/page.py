@@ -76,7 +76,9 @@ def _metrics_table(runs: list[RunResult]) -> Table:
                               "query s p50"],
                   note="Overall over LoCoMo categories 1-4 (all questions on other data), with 95% intervals "
                        "(metrics.json ci: bootstrap over questions; Wilson for a 0/1 judge). Seconds are model "
-                       "time from a cold response cache.")
+                       "time from a cold response cache."
+                       + (" The judge column mixes judges (the run list names each run's): those scores are not "
+                          "comparable across runs." if len({run.judge for run in runs if run.judge}) > 1 else ""))
     for run in runs:
         o, usage, timing = run.metrics["overall"], run.metrics["usage"], run.metrics["timing"]
         table.rows.append([run.name, o.get("n"), with_interval(o, "f1_locomo"), with_interval(o, "f1_amem"),
@@ -196,7 +198,12 @@ def _paired_tables(a: RunResult, b: RunResult) -> list[Table]:
                    note="Percentile bootstrap over questions (10,000 resamples, seed 0): a difference is "
                         "distinguishable from 0 when its interval leaves 0 out; two-sided sign test over the "
                         "questions whose score differs.")
-    for metric in PAIRED_METRICS:
+    different_judges = a.judge is not None and b.judge is not None and a.judge != b.judge
+    compared = [m for m in PAIRED_METRICS if m != "judge" or not different_judges]
+    if different_judges:
+        paired.note += (f" The judge is not compared: different judges scored the runs ({a.name}: {a.judge or 'none'}; "
+                        f"{b.name}: {b.judge or 'none'}).")
+    for metric in compared:
         d = paired_difference(a, b, metric)
         if d is not None:
             paired.rows.append([metric, d.n, d.mean_a, d.mean_b, f"{d.difference:+.3f}",
@@ -208,7 +215,7 @@ def _paired_tables(a: RunResult, b: RunResult) -> list[Table]:
                        note="n, then the smallest difference of means those questions would detect with 80% "
                             "power in a two-sided 5% test, from the spread of both runs' per-question scores "
                             "taken as independent (conservative: pairing can only lower it; '-': no spread).")
-    for metric in PAIRED_METRICS:
+    for metric in compared:
         found = detectable_by_category(a, b, metric)
         if found:
             detectable.rows.append([metric, *(f"n={n}: {_fmt(mde)}" if (n, mde) != (None, None) else "-"
@@ -251,7 +258,8 @@ def _fmt(value: Any) -> str:
 def _runs_list(runs: list[RunResult]) -> list[str]:
     return [f"{run.name}: {run.folder} (config {run.metrics.get('config', '?')}, data {run.metrics.get('data', '?')}, "
             f"conversations {', '.join(run.metrics.get('conversations') or [])}"
-            + (f", sessions {run.metrics['sessions']}" if run.metrics.get("sessions") else "") + ")" for run in runs]
+            + (f", sessions {run.metrics['sessions']}" if run.metrics.get("sessions") else "")
+            + (f", judge {run.judge}" if run.judge else "") + ")" for run in runs]
 
 
 def _html(title: str, runs: list[RunResult], tables: list[Table], drawn: dict[str, str]) -> str:

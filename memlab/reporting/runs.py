@@ -35,6 +35,15 @@ class RunResult:
     def overall(self, metric: str) -> float | None:
         return self.metrics.get("overall", {}).get(metric)
 
+    @property
+    def judge(self) -> str | None:
+        """The judge that scored the run, as ``prompt (model)``; None when no judge ran. Two runs'
+        judge columns measure the same thing only when this is the same."""
+        info = self.metrics.get("judge_info")
+        if not isinstance(info, dict):
+            return None
+        return f"{info.get('prompt_id', '?')} ({info.get('judge_model', '?')})"
+
 
 def load_run(folder: str | os.PathLike, name: str | None = None) -> RunResult:
     """The run in ``folder``; ``ReportError`` naming the folder and the file when it is not a

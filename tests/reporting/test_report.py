@@ -188,3 +188,31 @@ def test_the_detectable_difference_per_category_comes_from_the_scores_spread():
     assert n == 4 and mde == pytest.approx(2.8016 * (2 / 3 / 4) ** 0.5, abs=1e-3)
     flat = _result("flat", [0.5] * 4)
     assert detectable_by_category(flat, flat, "f1_locomo") == {"single-hop": (4, None)}  # no spread
+
+
+def _judged_copy(run, folder, prompt_id, verdict):
+    """``run`` copied into ``folder`` as if ``prompt_id`` had judged every answer ``verdict``."""
+    import shutil
+
+    shutil.copytree(run, folder)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    metrics["judge_info"] = {"judge_model": "llamacpp:some-model", "prompt_id": prompt_id}
+    metrics["overall"]["judge"] = verdict
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    rows = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines()]
+    (folder / "predictions.jsonl").write_text("".join(json.dumps({**row, "judge": verdict}) + "\n" for row in rows))
+    return folder
+
+
+def test_the_judge_is_compared_only_between_runs_the_same_judge_scored(two_runs, tmp_path):
+    strict = _judged_copy(two_runs[0], tmp_path / "strict", "simplemem/judge_correct_wrong", 0.0)
+    lenient = _judged_copy(two_runs[1], tmp_path / "lenient", "magma/judge_semantic", 1.0)
+    also_strict = _judged_copy(two_runs[1], tmp_path / "also_strict", "simplemem/judge_correct_wrong", 1.0)
+    markdown = (write_report([strict, lenient, also_strict], tmp_path / "r").parent / "report.md").read_text()
+    against_lenient = markdown.split("## lenient against strict, question by question")[1].split("## ")[0]
+    against_strict = markdown.split("## also_strict against strict, question by question")[1].split("## ")[0]
+    assert "| judge |" not in against_lenient and "The judge is not compared" in against_lenient
+    assert "magma/judge_semantic (llamacpp:some-model)" in against_lenient
+    assert "| judge |" in against_strict and "The judge is not compared" not in against_strict
+    assert "The judge column mixes judges" in markdown
+    assert "judge simplemem/judge_correct_wrong (llamacpp:some-model)" in markdown  # the run list names it
