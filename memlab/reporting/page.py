@@ -201,8 +201,8 @@ def _paired_tables(a: RunResult, b: RunResult) -> list[Table]:
     different_judges = a.judge is not None and b.judge is not None and a.judge != b.judge
     compared = [m for m in PAIRED_METRICS if m != "judge" or not different_judges]
     if different_judges:
-        paired.note += (f" The judge is not compared: different judges scored the runs ({a.name}: {a.judge or 'none'}; "
-                        f"{b.name}: {b.judge or 'none'}).")
+        paired.note += (f" The judge is not compared: different judges scored the runs ({a.name}: {a.judge}; "
+                        f"{b.name}: {b.judge}).")
     for metric in compared:
         d = paired_difference(a, b, metric)
         if d is not None:
