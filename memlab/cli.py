@@ -1,6 +1,6 @@
 """The ``memlab`` command.
 
-  memlab run CONFIG [--data PATH] [--conversations ID,...] [--sessions N] [--max-questions N]
+  memlab run CONFIG [--data PATH] [--conversations ID,...] [--sessions N] [--max-questions N | --sample-questions N]
                     [--categories NAMES] [--retrieval-only] [--batch-size N] [--out DIR]
                     [--allow-training-overlap] [--save-memory DIR | --memory DIR] [--errata PATH]
                     [--workers N] [--ray ADDRESS] [key=value ...]
@@ -49,7 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--conversations", type=_names, help="comma-separated conversation ids to keep")
     run.add_argument("--sessions", type=_positive,
                      help="keep each conversation's first N sessions and the questions whose evidence lies in them")
-    run.add_argument("--max-questions", type=_positive, help="at most N questions per conversation")
+    choose = run.add_mutually_exclusive_group()
+    choose.add_argument("--max-questions", type=_positive, help="at most N questions per conversation (the first N)")
+    choose.add_argument("--sample-questions", type=_positive, metavar="N",
+                     help="a seeded sample of N questions per conversation, each category keeping its share "
+                     "(instead of --max-questions' first N, whose category mix is the conversation's start)")
+    run.add_argument("--sample-seed", type=int, default=0, help="the seed of --sample-questions (default 0)")
     run.add_argument("--categories", type=_names, help="comma-separated category names to keep (e.g. multi-hop,temporal)")
     run.add_argument("--batch-size", type=_positive, default=1,
                      help="questions handed to the pipeline at once (default 1: each one timed alone)")
@@ -173,6 +178,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = RunOptions(
         retrieval_only=args.retrieval_only,
         max_questions=args.max_questions,
+        sample_questions=args.sample_questions,
+        sample_seed=args.sample_seed,
         categories=args.categories,
         progress=not args.no_progress,
         batch_size=args.batch_size,

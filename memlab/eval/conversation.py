@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,10 @@ RECALL_TOKEN_BUDGETS = (500, 1000, 2000)
 class RunOptions:
     retrieval_only: bool = False
     max_questions: int | None = None
+    #: A seeded sample of N questions per conversation, each category (after ``categories``) keeping its
+    #: share of them: a smaller row whose mix is the full set's, where ``max_questions`` takes the first N.
+    sample_questions: int | None = None
+    sample_seed: int = 0
     categories: tuple[str, ...] | None = None
     progress: bool = True
     #: Questions handed to the pipeline at once (``answer_many``); 1 times each question alone.
@@ -52,6 +57,10 @@ class RunOptions:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.max_questions is not None and self.max_questions < 1:
             raise ValueError(f"max_questions must be >= 1, got {self.max_questions}")
+        if self.sample_questions is not None and self.sample_questions < 1:
+            raise ValueError(f"sample_questions must be >= 1, got {self.sample_questions}")
+        if self.sample_questions is not None and self.max_questions is not None:
+            raise ValueError("max_questions and sample_questions both choose the questions: give one")
         if self.categories is not None and not self.categories:
             raise ValueError("categories is empty: name at least one, or leave it out for all")
 
@@ -68,7 +77,31 @@ def log_failure(error: BaseException, message: str, *args: Any) -> None:
 
 def select_questions(conversation: Conversation, options: RunOptions) -> list[Question]:
     questions = [q for q in conversation.questions if options.categories is None or q.category in options.categories]
+    if options.sample_questions is not None:
+        return stratified_sample(questions, options.sample_questions, f"{options.sample_seed}:{conversation.id}")
     return questions[: options.max_questions] if options.max_questions is not None else questions
+
+
+def stratified_sample(questions: list[Question], n: int, seed: str) -> list[Question]:
+    """``n`` of ``questions`` (all when there are no more), each category's quota its share of ``n``
+    rounded by largest remainder, drawn by a generator seeded per category, kept in their order. The
+    draw depends on the seed, the ids and the categories only, so two configs sample the same
+    questions. Category is the harness's choice of questions, as with ``--categories``: the pipeline
+    never sees it."""
+    if n >= len(questions):
+        return list(questions)
+    by_category: dict[str, list[Question]] = {}
+    for q in questions:
+        by_category.setdefault(q.category, []).append(q)
+    exact = {c: n * len(qs) / len(questions) for c, qs in by_category.items()}
+    quota = {c: int(share) for c, share in exact.items()}
+    # largest remainders first; ties by category name, so the quota never depends on dict order
+    for c in sorted(exact, key=lambda c: (quota[c] - exact[c], c))[: n - sum(quota.values())]:
+        quota[c] += 1
+    chosen: set[str] = set()
+    for c, qs in by_category.items():
+        chosen.update(q.id for q in random.Random(f"{seed}:{c}").sample(qs, quota[c]))
+    return [q for q in questions if q.id in chosen]
 
 
 class _Usage:

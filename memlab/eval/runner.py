@@ -152,6 +152,8 @@ def run_config(
                 "sessions": sessions,
                 "categories": list(options.categories) if options.categories else None,
                 "max_questions": options.max_questions,
+                "sample_questions": options.sample_questions,
+                "sample_seed": options.sample_seed if options.sample_questions is not None else None,
                 "memory_from": str(memory) if memory is not None else None,
                 "errata": applied,
                 "workers": executor.slots if executor is not None else 1,
