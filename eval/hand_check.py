@@ -2,9 +2,11 @@
 "wrong" (null: not checked). What a row is and when it is right is the listing's script's rule
 (``eval/mnemis_closings.py``: a closed fact; ``eval/mnemis_hierarchy.py --memberships``: a
 category's child). Prints, per file, the rows, how many were checked, the right ones and their
-share with Wilson's 95% interval.
+share with Wilson's 95% interval; with ``--pool``, also the files' rows taken together (one variant's
+listings from several conversations).
 
     python eval/hand_check.py runs/closings.jsonl runs/memberships.jsonl
+    python eval/hand_check.py --pool eval/runs/mnemis-conv26/closings_guarded.jsonl eval/runs/mnemis-conv30/closings_guarded.jsonl
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ def score(rows: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("labelled", type=Path, nargs="+")
+    parser.add_argument("--pool", action="store_true", help="also score every file's rows together, as 'pooled'")
     args = parser.parse_args(argv)
-    scores = {}
+    scores, pooled = {}, []
     for path in args.labelled:
         try:
             rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -42,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as error:
             print(f"{path}: {error}", file=sys.stderr)
             return 2
+        pooled += rows
+    if args.pool:
+        scores["pooled"] = score(pooled)
     print(json.dumps(scores, indent=2))
     return 0
 

@@ -262,6 +262,11 @@ def test_closings_are_listed_for_hand_checking_and_scored(minilm, tmp_path, caps
     assert hand_check.main([str(listing)]) == 0
     scored = json.loads(capsys.readouterr().out)[str(listing)]
     assert (scored["rows"], scored["checked"], scored["precision"]) == (2, 1, 1.0) and scored["ci"][0] < 1.0
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({**rows[0], "label": "wrong"}) + "\n")
+    assert hand_check.main(["--pool", str(listing), str(other)]) == 0
+    pooled = json.loads(capsys.readouterr().out)["pooled"]
+    assert (pooled["rows"], pooled["checked"], pooled["right"], pooled["precision"]) == (3, 2, 1, 0.5)
     listing.write_text(json.dumps({**rows[0], "label": "maybe"}) + "\n")
     assert hand_check.main([str(listing)]) == 2 and "labels must be one of" in capsys.readouterr().err
 
