@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as error:
             print(f"{path}: {error}", file=sys.stderr)
             return 2
-        pooled += rows
+        if args.pool:
+            pooled += rows
     if args.pool:
         scores["pooled"] = score(pooled)
     print(json.dumps(scores, indent=2))

@@ -1,7 +1,8 @@
 """The ``memlab`` command.
 
-  memlab run CONFIG [--data PATH] [--conversations ID,...] [--sessions N] [--max-questions N | --sample-questions N]
-                    [--categories NAMES] [--retrieval-only] [--batch-size N] [--out DIR]
+  memlab run CONFIG [--data PATH] [--conversations ID,...] [--sessions N]
+                    [--max-questions N | --sample-questions N [--sample-seed S]] [--categories NAMES]
+                    [--retrieval-only] [--batch-size N] [--out DIR]
                     [--allow-training-overlap] [--save-memory DIR | --memory DIR] [--errata PATH]
                     [--workers N] [--ray ADDRESS] [key=value ...]
   memlab train RECIPE --config PATH [key=value ...]
