@@ -467,7 +467,7 @@ def test_config_and_each_ablation_run_on_the_sample(config, minilm, monkeypatch)
     from memlab.data import load_sample
     from tests.pipelines.test_no_label_in_prompts import plausible
 
-    assert len(ABLATIONS) == 10
+    assert len(ABLATIONS) == 11
     monkeypatch.chdir(REPO)
     lm = ReplayLM(plausible)
     mnemis = _with_lm(build_pipeline(config)[0], lm)
