@@ -353,6 +353,18 @@ def test_the_llm_free_hierarchy_forms_layers_by_the_same_rules(minilm):
     assert coherent > 0.1 and memory.coherence(mixed, ids) < coherent / 3, (coherent, memory.coherence(mixed, ids))
 
 
+def test_the_llm_free_selector_trains_on_the_hierarchy_its_ablation_descends():
+    # The replay config (training) and the ablation (running) each spell out the categorizer; a config has one
+    # _base_, so nothing else keeps the two from drifting apart.
+    from memlab.config import load_config
+    trained_on = load_config(REPO / "configs/pipelines/mnemis_llm_free_replay.yaml")
+    runs_on = load_config(REPO / "configs/ablations/mnemis_llm_free_trained_selector.yaml")
+    shaping = ("embedder", "categorizer", "category_batch", "category_cluster", "compression_ratio", "max_layers",
+               "rebuild_every", "selection_batch")
+    assert trained_on["categorizer"]["_component_"].endswith("ClusterCategorizer")
+    assert {key: trained_on.get(key) for key in shaping} == {key: runs_on.get(key) for key in shaping}
+
+
 def test_global_selection_descends_layer_by_layer_and_expands_entities(minilm):
     script = Script()
     # n = 1: Rex gets a category of its own, and the three layer-1 categories a root, "Everything"
