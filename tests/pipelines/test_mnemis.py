@@ -12,7 +12,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from memlab.config import build_pipeline
+from memlab.config import build_pipeline, load_config
 from memlab.embed import SentenceTransformerEmbedder
 from memlab.memory.store import MemoryStoreError
 from memlab.pipelines.mnemis.hierarchy import build_hierarchy
@@ -356,7 +356,6 @@ def test_the_llm_free_hierarchy_forms_layers_by_the_same_rules(minilm):
 def test_the_llm_free_selector_trains_on_the_hierarchy_its_ablation_descends():
     # The replay config (training) and the ablation (running) each spell out the categorizer; a config has one
     # _base_, so nothing else keeps the two from drifting apart.
-    from memlab.config import load_config
     trained_on = load_config(REPO / "configs/pipelines/mnemis_llm_free_replay.yaml")
     runs_on = load_config(REPO / "configs/ablations/mnemis_llm_free_trained_selector.yaml")
     shaping = ("embedder", "categorizer", "category_batch", "category_cluster", "compression_ratio", "max_layers",
