@@ -353,6 +353,26 @@ def test_the_llm_free_hierarchy_forms_layers_by_the_same_rules(minilm):
     assert coherent > 0.1 and memory.coherence(mixed, ids) < coherent / 3, (coherent, memory.coherence(mixed, ids))
 
 
+def test_one_group_under_several_names_is_counted_and_flagged_when_it_is_half_a_layer(minilm):
+    memory = MnemisMemory(minilm)
+    ids = memory.add_entities(["dog", "cat", "parrot", "hamster", "Paris", "Rome", "Oslo", "Vienna"])
+    memory.describe([(e, "", ()) for e in ids])
+    pets, cities = ids[:4], ids[4:]
+    memory.layers = [ids, [memory.add_category("Pets", 1, pets),
+                           memory.add_category("Animals", 1, pets),             # the same four: repeated
+                           memory.add_category("Cities", 1, cities),
+                           memory.add_category("Capitals", 1, cities[:3]),      # 3 of the 4: Jaccard 0.75
+                           memory.add_category("Places", 1, [*cities, ids[0]])]]  # 4 of 5: Jaccard 0.8
+    structure = memory.structure()
+    assert structure["repeated_categories_per_layer"] == [2] and structure["repeated_category_share"] == 0.4
+    assert not structure["degenerate"]
+    memory.layers.append([memory.add_category("Things", 2, memory.layers[1][:2]),
+                          memory.add_category("Stuff", 2, memory.layers[1][:2])])
+    structure = memory.structure()
+    assert structure["repeated_categories_per_layer"] == [2, 1]
+    assert structure["degenerate"] == ["layer 2: 1 of its 2 categories repeat another's children"], structure
+
+
 def test_the_llm_free_selector_trains_on_the_hierarchy_its_ablation_descends():
     # The replay config (training) and the ablation (running) each spell out the categorizer; a config has one
     # _base_, so nothing else keeps the two from drifting apart.

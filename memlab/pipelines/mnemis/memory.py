@@ -51,6 +51,10 @@ FACT, EPISODIC, CHILD = "fact", "episodic", "category_child"
 FORMAT = "memlab.Mnemis.Memory"
 FORMAT_VERSION = 1
 _PARTS = ("episodes", "entities", "names", "facts")
+#: Two categories of a layer whose children sets overlap this much (Jaccard) are one group under
+#: two names: the 1.5B model lists one run of names under several categories ("Pet", "Animal",
+#: "Plant" ... over the same 20 entities), which no rule of section 2.2 refuses.
+REPEATED_CHILDREN = 0.8
 
 
 class MnemisMemory:
@@ -290,13 +294,31 @@ class MnemisMemory:
             "rejected_category_replies": self.counts["rejected_category_replies"],
             "category_coherence_per_layer": [self.coherence(c, below_nodes) for c, below_nodes
                                              in zip(layers, self.layers[:-1])],
+            "repeated_categories_per_layer": [self.repeated(categories) for categories in layers],
         }
+        found["repeated_category_share"] = share(sum(found["repeated_categories_per_layer"]),
+                                                 sum(found["categories_per_layer"]))
         found["category_coherence"] = mean(c for c in found["category_coherence_per_layer"] if c is not None)
         problems = [f"layer {i}: one category holds {w} of the {n} nodes below it"
                     for i, (w, n) in enumerate(zip(widest, below), start=1) if n > 2 and w >= 0.9 * n]
+        problems += [f"layer {i}: {r} of its {n} categories repeat another's children"
+                     for i, (r, n) in enumerate(zip(found["repeated_categories_per_layer"],
+                                                    found["categories_per_layer"]), start=1) if r and 2 * r >= n]
         if facts >= 5 and found["invalidated_fact_share"] >= 0.5:
             problems.append(f"{found['invalidated_fact_share']:.0%} of facts are closed as contradicted")
         return {**found, "degenerate": problems}
+
+    def repeated(self, categories: list[str]) -> int:
+        """How many of ``categories`` have children that overlap those of an earlier one of them
+        by ``REPEATED_CHILDREN`` or more (Jaccard): the same group under another name."""
+        seen: list[set[str]] = []
+        count = 0
+        for category in categories:
+            children = set(self.children(category))
+            count += bool(children) and any(len(children & other) >= REPEATED_CHILDREN * len(children | other)
+                                            for other in seen)
+            seen.append(children)
+        return count
 
     def coherence(self, categories: list[str], below: list[str]) -> float | None:
         """How much closer a category's children are to each other than two nodes of the layer
