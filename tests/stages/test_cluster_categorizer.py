@@ -9,9 +9,10 @@ import math
 import numpy as np
 
 from memlab.embed.base import Embedder
-from memlab.memory.clustering import balanced_groups, spherical_kmeans
+from memlab.memory.clustering import balanced_groups, normalised, spherical_kmeans
 from memlab.stages.categorize import CategorizeIn, ClusterCategorizer, NodeCard
 from memlab.stages.categorize.base import broken_rules
+from memlab.stages.categorize.clustered import most_central
 
 
 class AngleEmbedder(Embedder):
@@ -86,3 +87,16 @@ def test_kmeans_separates_three_kinds_and_batches_keep_kinds_together():
     mixed = balanced_groups(vectors[order], 9, cluster_size=3)
     assert sorted(len(g) for g in mixed) == [9, 9] and all(len({kinds[i] for i in g}) >= 2 for g in mixed)
     assert all(sum(kinds[i] == k for i in g) % 3 == 0 for g in mixed for k in range(3))
+
+
+def test_equally_central_children_keep_their_listing_order_in_a_name():
+    """Two children are equally central by construction; which one rounding favoured depended on the
+    numeric libraries, so a name (and the next layer's clusters) flipped between machines."""
+    vectors = normalised(np.array([[1.0, 0.0], [0.6, 0.8], [1.0, 1e-6]], dtype=np.float32))
+    assert most_central(vectors, [0, 1]) == [0, 1] and most_central(vectors, [1, 0]) == [1, 0]
+    assert most_central(vectors, [1, 0, 2]) == [0, 2, 1] and most_central(vectors, [1, 2, 0]) == [2, 0, 1]
+    angles = {"oak": 0, "elm": 37, "Rome": 180, "Oslo": 217}
+    for listed in (("oak", "elm", "Rome", "Oslo"), ("elm", "oak", "Oslo", "Rome")):
+        out = ClusterCategorizer(AngleEmbedder(angles), children_per_category=2, margin=0.0)(
+            [CategorizeIn(1, cards({name: () for name in listed}))])[0]
+        assert sorted(c.name for c in out.categories) == sorted([f"{listed[0]} / {listed[1]}", f"{listed[2]} / {listed[3]}"])

@@ -13,13 +13,14 @@ every categorizer: clusters with too few children dissolve there.
 
 A category's name is made in code from its children: the tag most of them carry (at least half
 of them, and two), among the tags no child is named and no other category of the batch took, else the names of its
-``NAMED_CHILDREN`` most central children ("tennis / golf"). No call, no training: a full
-conversation's hierarchy in seconds.
+``NAMED_CHILDREN`` most central children ("tennis / golf"; equally central ones in their listed order, so that
+rounding never picks a name). No call, no training: a full conversation's hierarchy in seconds.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from functools import cmp_to_key
 
 import numpy as np
 
@@ -40,6 +41,10 @@ from memlab.stages.categorize.base import (
 #: (of a child that is itself such a category, its first child's).
 NAMED_CHILDREN = 2
 NAME_WORDS = 3
+#: Cosines closer than this are a tie, broken by the children's order: the two children of a
+#: cluster are equally central by construction, and which one rounding favours depends on the
+#: numeric libraries (a name that flips changes the next layer's embeddings and clusters).
+CENTRALITY_TIE = 1e-5
 
 
 def card_text(card: NodeCard) -> str:
@@ -118,11 +123,23 @@ class ClusterCategorizer(Categorizer):
             carried = max(2, -(-len(cluster) // 2))  # by at least half of the children
             tag = next((t for t, c in counts.most_common() if c >= carried and t.casefold() not in taken), None)
             if tag is None:
-                centre = normalised(vectors[cluster].mean(0, keepdims=True))[0]
-                central = [cluster[i] for i in np.argsort(-(vectors[cluster] @ centre), kind="stable")[:NAMED_CHILDREN]]
+                central = most_central(vectors, cluster)[:NAMED_CHILDREN]
                 tag = " / ".join(" ".join(nodes[row].name.split(" / ")[0].split()[:NAME_WORDS]) for row in central)
                 while tag.casefold() in taken:
                     tag += "+"
             taken.add(tag.casefold())
             names.append(tag)
         return names
+
+
+def most_central(vectors: np.ndarray, rows: list[int]) -> list[int]:
+    """``rows`` by cosine to their centroid, highest first; a tie (``CENTRALITY_TIE``) keeps their order."""
+    centre = normalised(vectors[rows].mean(0, keepdims=True))[0]
+    closeness = dict(zip(rows, (vectors[rows] @ centre).tolist()))
+
+    def before(a: int, b: int) -> int:
+        if abs(closeness[a] - closeness[b]) <= CENTRALITY_TIE:
+            return rows.index(a) - rows.index(b)
+        return -1 if closeness[a] > closeness[b] else 1
+
+    return sorted(rows, key=cmp_to_key(before))
