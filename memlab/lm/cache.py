@@ -36,6 +36,7 @@ from memlab.lm.types import ChatRequest, Completion
 #: Bumped when the table layout changes; an older file is refused with a clear message.
 SCHEMA_VERSION = 1
 _BUSY_TIMEOUT_MS = 60_000
+_SETUP_ATTEMPTS = 5
 #: The columns of a stored row, in table order (``rows`` yields them, ``merge_rows`` takes them).
 COLUMNS = ("key", "model", "request", "text", "prompt_tokens", "completion_tokens", "latency_s",
            "completion_model", "finish_reason", "created_at")
@@ -60,11 +61,16 @@ class CacheError(LMError):
     """The cache file cannot be used (busy, corrupt, not SQLite, newer layout); names the file."""
 
 
+def _is_busy(exc: sqlite3.DatabaseError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc) or "busy" in str(exc)
+
+
 def _problem(path: Path, exc: sqlite3.DatabaseError) -> CacheError:
     """The ``CacheError`` for an SQLite error on the cache file: busy (another process holds the
     lock past the busy timeout) and broken files are told apart, as their remedies differ."""
     code = getattr(exc, "sqlite_errorcode", None)
-    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc) or "busy" in str(exc):
+    if _is_busy(exc):
         return CacheError(
             f"response cache {path} is busy: another process (another memlab run?) has held its write lock "
             f"for over {_BUSY_TIMEOUT_MS / 1000:g} s. Nothing is wrong with the file: run again when that "
@@ -139,6 +145,21 @@ class ResponseCache:
             return cache
 
     def _connect(self) -> sqlite3.Connection:
+        # Two processes opening a new file at once can meet in SQLite's lock upgrade, where it answers
+        # busy at once instead of waiting (the busy timeout does not apply): try the setup again.
+        for attempt in range(_SETUP_ATTEMPTS):
+            started = time.monotonic()
+            try:
+                return self._connect_once()
+            except sqlite3.DatabaseError as exc:
+                waited_out = time.monotonic() - started >= _BUSY_TIMEOUT_MS / 1000  # a real hold: no retry
+                if attempt + 1 == _SETUP_ATTEMPTS or not _is_busy(exc) or waited_out:
+                    raise _problem(self.path, exc) from None
+                time.sleep(0.1 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _connect_once(self) -> sqlite3.Connection:
+        conn = None
         try:
             conn = sqlite3.connect(
                 str(self.path), timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
@@ -157,8 +178,10 @@ class ResponseCache:
             if version < SCHEMA_VERSION:
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             conn.execute("SELECT count(*) FROM responses LIMIT 1").fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise _problem(self.path, exc) from None
+        except sqlite3.DatabaseError:
+            if conn is not None:
+                conn.close()
+            raise
         return conn
 
     def _execute(self, sql: str, params: tuple = ()) -> list[tuple]:

@@ -76,6 +76,30 @@ def test_corrupt_file_gives_clear_error_naming_it(tmp_path):
         ResponseCache(path)
 
 
+def test_a_busy_answer_while_opening_is_tried_again_and_a_lasting_one_is_reported(tmp_path, monkeypatch):
+    """Two processes creating one file can get SQLite's immediate busy (no busy timeout applies):
+    opening tries again; a file that stays busy is reported as busy, not as broken."""
+    import sqlite3
+
+    real = ResponseCache._connect_once
+    answers = iter([sqlite3.OperationalError("database is locked")])
+
+    def busy_once(self):
+        for exc in answers:
+            raise exc
+        return real(self)
+
+    monkeypatch.setattr(ResponseCache, "_connect_once", busy_once)
+    assert ResponseCache(tmp_path / "c.sqlite").get("m", _request()) is None  # opened on the second try
+
+    def always_busy(self):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(ResponseCache, "_connect_once", always_busy)
+    with pytest.raises(CacheError, match="is busy"):
+        ResponseCache(tmp_path / "d.sqlite")
+
+
 def test_entries_round_trip_requests_and_filter_by_model(tmp_path):
     cache = ResponseCache(tmp_path / "c.sqlite")
     stored = []
