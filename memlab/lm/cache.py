@@ -147,16 +147,17 @@ class ResponseCache:
     def _connect(self) -> sqlite3.Connection:
         # Two processes opening a new file at once can meet in SQLite's lock upgrade, where it answers
         # busy at once instead of waiting (the busy timeout does not apply): try the setup again.
-        for attempt in range(_SETUP_ATTEMPTS):
+        attempt = 0
+        while True:
+            attempt += 1
             started = time.monotonic()
             try:
                 return self._connect_once()
             except sqlite3.DatabaseError as exc:
                 waited_out = time.monotonic() - started >= _BUSY_TIMEOUT_MS / 1000  # a real hold: no retry
-                if attempt + 1 == _SETUP_ATTEMPTS or not _is_busy(exc) or waited_out:
+                if attempt == _SETUP_ATTEMPTS or not _is_busy(exc) or waited_out:
                     raise _problem(self.path, exc) from None
-                time.sleep(0.1 * (attempt + 1))
-        raise AssertionError("unreachable")
+                time.sleep(0.1 * attempt)
 
     def _connect_once(self) -> sqlite3.Connection:
         conn = None

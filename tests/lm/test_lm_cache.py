@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 import threading
 
 import pytest
@@ -79,8 +80,6 @@ def test_corrupt_file_gives_clear_error_naming_it(tmp_path):
 def test_a_busy_answer_while_opening_is_tried_again_and_a_lasting_one_is_reported(tmp_path, monkeypatch):
     """Two processes creating one file can get SQLite's immediate busy (no busy timeout applies):
     opening tries again; a file that stays busy is reported as busy, not as broken."""
-    import sqlite3
-
     real = ResponseCache._connect_once
     answers = iter([sqlite3.OperationalError("database is locked")])
 
