@@ -4,8 +4,9 @@
 ``run_benchmark`` (what ``memlab run`` and ``eval/compare.py`` call), which writes into ``out_dir``:
 
 * ``predictions.jsonl`` — one line per question (gold data next to what the pipeline did);
-  written as ``predictions.jsonl.partial`` while running and renamed when the run ends, so a
-  complete file is never confused with an interrupted one;
+  written as ``predictions.jsonl.partial`` while running (a batch's rows as soon as they are
+  answered, in the conversations' order) and renamed when the run ends, so a complete file is
+  never confused with an interrupted one;
 * ``metrics.json`` — the aggregate (see ``memlab.eval.report.summarise``), written atomically.
 
 Each conversation is built and answered by ``memlab.eval.conversation.run_conversation`` (what
@@ -260,18 +261,29 @@ def run_benchmark(
     bar = tqdm(total=sum(len(select_questions(c, options)) for c in answered), disable=not options.progress,
                desc="questions", unit="q")
     shown = {"rows": 0}
+    written = {"rows": 0}  # rows of the conversation in front already in the file
+
+    def write(rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            sink.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        sink.flush()
 
     def on_rows(rows: list[dict[str, Any]]) -> None:
         bar.update(len(rows))
         shown["rows"] += len(rows)
+        # Rows of the conversation in front are written as they come, so a run of one long
+        # conversation shows its answers on disk; any other's wait for its result (file order).
+        front = answered[len(results)].id if len(results) < len(answered) else None
+        if rows and all(row.get("conversation_id") == front for row in rows):
+            write(rows)
+            written["rows"] += len(rows)
 
     with partial.open("w") as sink:
         for result in runner(answered, on_rows):
             if result.conversation_id != answered[len(results)].id:
                 raise RuntimeError(f"the runner gave {result.conversation_id} in the place of {answered[len(results)].id}")
-            for row in result.rows:  # written conversation by conversation, in the conversations' order
-                sink.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-            sink.flush()
+            write(result.rows[written["rows"]:])  # the conversations' order, whatever the runner
+            written["rows"] = 0
             results.append(result)
             if result.stopped:
                 break

@@ -46,6 +46,20 @@ def test_run_writes_predictions_and_metrics_without_gold_reaching_the_pipeline(t
     assert set(saved["memory"]) == {conversations[0].id}
 
 
+def test_answered_rows_reach_the_partial_file_before_the_conversation_ends(tmp_path):
+    on_disk = []
+
+    def respond(request):  # each call sees what is in the file: the batches answered before it
+        partial = tmp_path / "predictions.jsonl.partial"
+        on_disk.append(len(partial.read_text().splitlines()) if partial.exists() else None)
+        return "an answer"
+
+    run_benchmark(_pipeline(respond), load_sample()[:1], tmp_path, RunOptions(max_questions=3, progress=False))
+    assert on_disk == [0, 1, 2]
+    rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 == len({row["question_id"] for row in rows})  # each row once
+
+
 def test_retrieval_only_makes_no_answering_call(tmp_path):
     lm = ReplayLM([])  # any call would raise: the script is empty
     pipeline = FullContext(answerer=PromptedAnswerer(lm=lm))
