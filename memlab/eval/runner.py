@@ -54,8 +54,10 @@ from memlab.eval.conversation import (  # noqa: F401 - RunOptions and context_re
     close_lms,
     context_recall,
     run_conversation,
+    run_lms,
     select_questions,
 )
+from memlab.eval.machine import machine_info
 from memlab.eval.saved_memories import SavedMemories
 from memlab.fileio import atomic_folder, refuse_writing_into, replaceable_folder_problem, write_json_atomic
 from memlab.pipelines.base import Pipeline
@@ -158,6 +160,7 @@ def run_config(
                 "memory_from": str(memory) if memory is not None else None,
                 "errata": applied,
                 "workers": executor.slots if executor is not None else 1,
+                "machine": machine_info(run_lms(pipeline, judge)),
                 "ray": ray,
             })
             if runner is not None:  # what merging the workers' response caches did

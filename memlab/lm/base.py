@@ -112,6 +112,11 @@ class LM(CheckedArguments, ABC):
     def warm_up(self) -> None:
         """Load the model now instead of on first use."""
 
+    def runtime(self) -> dict[str, Any]:
+        """What runs this LM's calls where it runs, for a run's record of its timings (a local
+        backend's build and threads); nothing that changes outputs, which ``name`` holds."""
+        return {}
+
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` for this model; backends with a tokenizer override this."""
         return max(1, len(text) // 4)

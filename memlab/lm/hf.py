@@ -77,6 +77,12 @@ class HFLM(LM):
             return gguf.parent, gguf.name
         raise LMUnavailableError(f"HFLM: {self.model!r} is neither a model folder, a .gguf file nor a known model name")
 
+    def runtime(self) -> dict[str, Any]:
+        """The device the model runs on and torch's CPU threads (its speed, not its output)."""
+        import torch
+
+        return {"backend": "transformers", "device": self.device, "torch_threads": torch.get_num_threads()}
+
     @property
     def name(self) -> str:
         if self._name is None:

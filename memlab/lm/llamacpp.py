@@ -126,6 +126,18 @@ class LlamaCppLM(LM):
             self.load_time_s = active_seconds() - start
             return self._llm
 
+    def runtime(self) -> dict[str, Any]:
+        """llama.cpp's version and the CPU features it was built for (an AVX2 and an AVX-512
+        build of the same version differ 1.46x in prompt speed: BENCHMARKS.md, "Local LLM speed")."""
+        try:
+            import llama_cpp
+        except ImportError:
+            return {"backend": "llama.cpp", "n_threads": self.n_threads, "llama_cpp_python": None}
+        features = llama_cpp.llama_print_system_info()
+        return {"backend": "llama.cpp", "n_threads": self.n_threads, "llama_cpp_python": llama_cpp.__version__,
+                "built_for": features.decode(errors="replace").strip(" |") if isinstance(features, bytes)
+                else str(features).strip(" |")}
+
     def count_tokens(self, text: str) -> int:
         llm = self._load()
         # Tokenizing reads only the vocabulary, which llama.cpp never mutates: no lock, so

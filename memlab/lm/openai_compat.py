@@ -86,6 +86,10 @@ class OpenAICompatLM(LM):
         # writes the same text. How the schema is sent changes the output, so it is.
         return f"openai-compat:{self.model}:json={self.json_mode}"
 
+    def runtime(self) -> dict[str, Any]:
+        """The server the calls went to and how many at once: its timings are that server's."""
+        return {"backend": "openai-compatible server", "base_url": self.base_url, "max_concurrency": self.max_concurrency}
+
     @property
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
