@@ -42,7 +42,6 @@ def machine_info(lms: Iterable[LM]) -> dict[str, Any]:
     (not its ``name``, which hashes the model file: a retrieval-only run never resolves it)."""
     import torch
 
-    runtimes = {repr(lm): lm.runtime() for lm in lms}
     return {"cpu": cpu_description(), "cores": available_cores(), "platform": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__,
-            "lms": {name: runtime for name, runtime in runtimes.items() if runtime}}
+            "lms": {repr(lm): runtime for lm in lms if (runtime := lm.runtime())}}

@@ -129,14 +129,15 @@ class LlamaCppLM(LM):
     def runtime(self) -> dict[str, Any]:
         """llama.cpp's version and the CPU features it was built for (an AVX2 and an AVX-512
         build of the same version differ 1.46x in prompt speed: BENCHMARKS.md, "Local LLM speed")."""
+        runtime: dict[str, Any] = {"backend": "llama.cpp", "n_threads": self.n_threads, "llama_cpp_python": None}
         try:
             import llama_cpp
         except ImportError:
-            return {"backend": "llama.cpp", "n_threads": self.n_threads, "llama_cpp_python": None}
-        features = llama_cpp.llama_print_system_info()
-        return {"backend": "llama.cpp", "n_threads": self.n_threads, "llama_cpp_python": llama_cpp.__version__,
-                "built_for": features.decode(errors="replace").strip(" |") if isinstance(features, bytes)
-                else str(features).strip(" |")}
+            return runtime
+        features = llama_cpp.llama_print_system_info()  # bytes from the C library
+        if isinstance(features, bytes):
+            features = features.decode(errors="replace")
+        return {**runtime, "llama_cpp_python": llama_cpp.__version__, "built_for": features.strip(" |")}
 
     def count_tokens(self, text: str) -> int:
         llm = self._load()
