@@ -180,8 +180,8 @@ def render(rows: list[dict[str, str]], root: Path) -> str:
                          f"{'-' if tokens is None else f'{tokens:,.0f}'} | {'-' if calls is None else f'{calls:,.0f}'} | "
                          f"`{row['run']}` |")
         lines.append("")
-    lines += ["The commands that made them (their model replies are in `eval/caches/responses.jsonl.gz`; "
-              "`memlab cache import` it first):",
+    lines += ["The commands that made them (their model replies are in the shards of `eval/caches/`; "
+              "`memlab cache import eval/caches` first):",
               "", "```bash", *(row["command"] for row in rows), "```", "", END]
     return "\n".join(lines)
 

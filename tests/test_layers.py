@@ -12,7 +12,8 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parents[1] / "memlab"
 #: Lowest first. A top-level module or package of memlab belongs to exactly one layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("", "errors", "bounds", "components", "types", "text", "clock", "dates", "versions", "fileio", "prompts"),
+    ("", "errors", "bounds", "components", "types", "text", "clock", "dates", "versions", "fileio", "prompts",
+     "llama_build_flags"),
     ("data",),
     ("lm", "embed"),
     ("stage", "checkpoint", "memory"),

@@ -1,24 +1,34 @@
-"""Moving response-cache entries between machines: a portable, self-checking export file.
+"""Moving response-cache entries between machines: append-only folders of self-checking shards.
 
-An export is gzip-compressed JSON lines (UTF-8)::
+An export is a folder of shards (``eval/caches/`` in this repository). ``export_shards`` writes
+only the entries that no shard in the folder holds yet, into new shards; a shard, once written,
+never changes, so a folder under git grows by new files and never rewrites an old one (a gzip
+stream does not delta: a rewritten 14 MB file added 14 MB to the history per commit). An export
+with nothing new writes nothing.
+
+A shard is gzip-compressed JSON lines (UTF-8)::
 
     {"format": "memlab.response-cache", "version": 1, "schema_version": 1, "entries": N,
      "filter": {"model": M or null, "contains": TEXT or null}, "memlab_version": "..."}
     {"key": ..., "model": ..., "request": ..., "text": ..., ...every column of the row}    N lines
     {"trailer": "memlab.response-cache", "entries": N, "sha256": digest of every line above}
 
+* It is named by its content: ``responses-<sha256 of its entry lines, 16 hex>.jsonl.gz``.
 * Entries are in key order and the gzip header carries no time or name, so two exports of the
-  same entries are the same bytes.
-* The file is written to a temporary sibling and renamed over ``path``: an interrupted or
-  failed export leaves the previous file (or none), never half of one.
-* ``import_cache`` reads the whole file and checks it before it writes anything: the header's
-  format, export version and cache layout version (``SCHEMA_VERSION``); every row's columns and
-  its key, recomputed from its model and request (an altered row does not match); keys strictly
-  increasing (no row twice); the trailer's count and digest (a truncated or shortened file has
-  no trailer or the wrong one). It then adds the rows in one transaction that rolls back if the
-  file changed in between. A row already stored is never replaced: one with another text is
-  counted as conflicting and the stored one kept.
-* Every problem with the file is a ``CacheTransferError`` (a ``CacheError``) naming it.
+  same entries are the same bytes under the same name.
+* A shard holds at most ``MAX_SHARD_BYTES`` of entry lines and compresses to at most
+  ``MAX_SHARD_GZ_BYTES`` (a larger export is split), so no tracked file passes 5 MB.
+* Each shard is written to a temporary sibling and renamed into place: an interrupted export
+  leaves whole shards only, and running it again writes the rest.
+* ``import_cache`` takes a folder (every ``*.jsonl.gz`` in it) or one shard. It reads every
+  shard whole and checks it before it writes anything: the header's format, export version and
+  cache layout version (``SCHEMA_VERSION``); every row's columns and its key, recomputed from
+  its model and request (an altered row does not match); keys strictly increasing (no row
+  twice); the trailer's count and digest (a truncated or shortened file has no trailer or the
+  wrong one). It then adds the rows in one transaction that rolls back if a file changed in
+  between. A row already stored is never replaced: one with another text is counted as
+  conflicting and the stored one kept.
+* Every problem with a file is a ``CacheTransferError`` (a ``CacheError``) naming it.
 """
 
 from __future__ import annotations
@@ -29,11 +39,9 @@ import json
 import math
 import os
 import re
-import shutil
 import tempfile
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -47,16 +55,20 @@ FORMAT_VERSION = 1
 _KEY = re.compile(r"[0-9a-f]{64}")
 #: The longest latency an imported entry may record: one LLM call of a day is a corrupted value.
 MAX_LATENCY_S = 86_400.0
-_SPOOL_BYTES = 64 << 20  # entry lines kept in memory before the spool goes to a temporary file
+SHARD_PREFIX, SHARD_SUFFIX = "responses-", ".jsonl.gz"
+#: Entry lines per shard, uncompressed: about 3.5 MB of gzip for LLM replies (ratio 4.7 measured).
+MAX_SHARD_BYTES = 16 << 20
+#: The most a shard may compress to; a larger one is split (the repository keeps files under 5 MB).
+MAX_SHARD_GZ_BYTES = 4_500_000
 
 
 class CacheTransferError(CacheError):
-    """An export file that cannot be written, or read back and trusted; names the file."""
+    """A shard or export folder that cannot be written, or read back and trusted; names it."""
 
 
 @dataclass(frozen=True)
 class ImportReport:
-    """What ``import_cache`` did with the file's entries."""
+    """What ``import_cache`` did with the shards' entries."""
 
     added: int
     already_present: int  # stored already, with the same text
@@ -72,41 +84,81 @@ def _line(payload: dict[str, Any]) -> bytes:
     return (json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def export_cache(cache: ResponseCache, path: str | os.PathLike, model: str | None = None,
-                 contains: str | None = None) -> int:
-    """Write the entries of ``cache`` (only ``model``'s; only those whose request JSON contains
-    ``contains``, case-sensitive) to ``path`` (module docstring); returns how many. No match
-    still writes a valid file, of 0 entries."""
+@dataclass(frozen=True)
+class ExportReport:
+    """What ``export_shards`` wrote: the new shards, and how many selected entries went into
+    them or were held by the folder's shards already."""
+
+    shards: tuple[Path, ...]
+    exported: int
+    already_exported: int
+
+
+def shard_paths(path: str | os.PathLike) -> list[Path]:
+    """The shards ``path`` names: a folder's ``*.jsonl.gz`` files in name order (hidden
+    temporary files left out), or ``path`` itself when it is not a folder."""
     path = Path(path)
-    digest, count = hashlib.sha256(), 0
-    # The header states the count, so the entries go to a spool first: counting them with a
-    # query beforehand would race with a run adding entries meanwhile.
-    with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as spool:
-        for row in cache.rows(model=model, contains=contains):
-            spool.write(_line(row))
-            count += 1
-        first = _line({"format": FORMAT, "version": FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
-                       "entries": count, "filter": {"model": model, "contains": contains},
-                       "memlab_version": __version__})
-        digest.update(first)
-        spool.seek(0)
-        for block in iter(lambda: spool.read(1 << 20), b""):
-            digest.update(block)
-        spool.seek(0)
-        trailer = _line({"trailer": FORMAT, "entries": count, "sha256": digest.hexdigest()})
-        with _atomic_gzip(path) as out:
-            out.write(first)
-            shutil.copyfileobj(spool, out)
-            out.write(trailer)
-    return count
+    if not path.is_dir():
+        return [path]
+    return sorted(p for p in path.glob(f"*{SHARD_SUFFIX}") if not p.name.startswith(".") and p.is_file())
 
 
-@contextmanager
-def _atomic_gzip(path: Path) -> Iterator[IO[bytes]]:
-    """A gzip stream into a temporary sibling of ``path``, made durable and renamed over ``path``
-    on a clean exit, removed on an error; an ``OSError`` becomes a ``CacheTransferError``."""
-    if path.is_dir():
-        raise CacheTransferError(f"cannot write the cache export {path}: it is a directory")
+def export_shards(cache: ResponseCache, folder: str | os.PathLike, model: str | None = None,
+                  contains: str | None = None) -> ExportReport:
+    """Write the entries of ``cache`` (only ``model``'s; only those whose request JSON contains
+    ``contains``, case-sensitive) that no shard in ``folder`` holds into new shards there
+    (module docstring). The folder's shards are checked whole first; one that cannot be trusted
+    is a ``CacheTransferError`` and nothing is written."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise CacheTransferError(f"cannot export into {folder}: it is a file; an export is a folder of shards "
+                                 "(e.g. eval/caches)")
+    held = {row["key"] for shard in (shard_paths(folder) if folder.is_dir() else [])
+            for row in _verified_rows(shard)}
+    shards: list[Path] = []
+    chunk: list[bytes] = []
+    exported = already = size = 0
+    for row in cache.rows(model=model, contains=contains):
+        if row["key"] in held:
+            already += 1
+            continue
+        line = _line(row)
+        if chunk and size + len(line) > MAX_SHARD_BYTES:
+            shards += _write_shards(folder, chunk, model, contains)
+            chunk, size = [], 0
+        chunk.append(line)
+        size += len(line)
+        exported += 1
+    if chunk:
+        shards += _write_shards(folder, chunk, model, contains)
+    return ExportReport(shards=tuple(shards), exported=exported, already_exported=already)
+
+
+def _write_shards(folder: Path, lines: list[bytes], model: str | None, contains: str | None) -> list[Path]:
+    """``lines`` (entry lines in key order) as one shard in ``folder``, or as two halves, each
+    split again, where one shard would compress to more than ``MAX_SHARD_GZ_BYTES``."""
+    header = _line({"format": FORMAT, "version": FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
+                    "entries": len(lines), "filter": {"model": model, "contains": contains},
+                    "memlab_version": __version__})
+    digest, name = hashlib.sha256(header), hashlib.sha256()
+    for line in lines:
+        digest.update(line)
+        name.update(line)
+    trailer = _line({"trailer": FORMAT, "entries": len(lines), "sha256": digest.hexdigest()})
+    # no file name or time in the gzip header: the same entries make the same bytes
+    data = gzip.compress(header + b"".join(lines) + trailer, compresslevel=6, mtime=0)
+    if len(data) > MAX_SHARD_GZ_BYTES and len(lines) > 1:
+        half = len(lines) // 2
+        return _write_shards(folder, lines[:half], model, contains) + _write_shards(folder, lines[half:], model,
+                                                                                       contains)
+    path = folder / f"{SHARD_PREFIX}{name.hexdigest()[:16]}{SHARD_SUFFIX}"
+    _write_atomic(path, data)
+    return [path]
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """``data`` written to a temporary sibling of ``path``, made durable and renamed over it;
+    removed on an error. An ``OSError`` becomes a ``CacheTransferError``."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
@@ -115,9 +167,7 @@ def _atomic_gzip(path: Path) -> Iterator[IO[bytes]]:
                                  f"({e.filename or path.parent})") from None
     try:
         with open(fd, "wb") as raw:
-            # no file name or time in the gzip header: the same entries make the same bytes
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as out:
-                yield out
+            raw.write(data)
             raw.flush()
             os.fsync(raw.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private; an export is meant to be shared
@@ -130,14 +180,17 @@ def _atomic_gzip(path: Path) -> Iterator[IO[bytes]]:
 
 
 def import_cache(cache: ResponseCache, path: str | os.PathLike) -> ImportReport:
-    """Add the entries of the export file ``path`` to ``cache``: the file is checked whole
-    first, then the entries not yet stored are added in one transaction (module docstring).
-    Importing the same file again adds nothing."""
-    path = Path(path)
-    for _ in _verified_rows(path):  # check it all before the first write
-        pass
+    """Add the entries of the shards ``path`` names (a folder of them, or one) to ``cache``:
+    every shard is checked whole first, then the entries not yet stored are added in one
+    transaction (module docstring). Importing the same shards again adds nothing."""
+    shards = shard_paths(path)
+    if not shards:
+        raise CacheTransferError(f"{path} holds no response-cache shard (*{SHARD_SUFFIX})")
+    for shard in shards:  # check them all before the first write
+        for _ in _verified_rows(shard):
+            pass
     # Read again to insert, checked again as it goes: a file changed meanwhile rolls it back.
-    added, same, other = cache.merge_rows(_verified_rows(path))
+    added, same, other = cache.merge_rows(row for shard in shards for row in _verified_rows(shard))
     return ImportReport(added=added, already_present=same, conflicting=other)
 
 

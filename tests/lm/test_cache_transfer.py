@@ -1,17 +1,28 @@
 """Response-cache export and import (``memlab.lm.cache_transfer``, ``memlab cache``): real
-SQLite files on tmp_path, no model."""
+SQLite files and folders of shards on tmp_path (and a real git repository), no model."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import logging
+import shutil
+import subprocess
 
 import pytest
 
 from memlab.cli import main
+from memlab.lm import cache_transfer
 from memlab.lm.cache import CacheError, ResponseCache
-from memlab.lm.cache_transfer import FORMAT_VERSION, CacheTransferError, ImportReport, export_cache, import_cache
+from memlab.lm.cache_transfer import (
+    FORMAT_VERSION,
+    CacheTransferError,
+    ExportReport,
+    ImportReport,
+    export_shards,
+    import_cache,
+    shard_paths,
+)
 from memlab.lm.types import ChatRequest, Completion
 
 
@@ -53,10 +64,11 @@ def _write_lines(path, lines: list[bytes]) -> None:
         f.write(b"".join(lines))
 
 
-def _exported(source, tmp_path, name="export.jsonl.gz"):
-    path = tmp_path / name
-    assert export_cache(source, path) == len(ENTRIES)
-    return path
+def _exported(source, tmp_path, name="export"):
+    """The one shard an export of the whole ``source`` into a new folder ``name`` writes."""
+    report = export_shards(source, tmp_path / name)
+    assert report.exported == len(ENTRIES) and report.already_exported == 0 and len(report.shards) == 1
+    return report.shards[0]
 
 
 # -- round trip ------------------------------------------------------------------------------
@@ -81,12 +93,73 @@ def test_the_file_is_a_header_the_entries_in_key_order_and_a_trailer(source, tmp
                                "latency_s", "completion_model", "finish_reason", "created_at"}
 
 
-def test_two_exports_of_the_same_cache_are_the_same_bytes(source, tmp_path):
-    first = _exported(source, tmp_path, "one.jsonl.gz").read_bytes()
-    assert _exported(source, tmp_path, "two.jsonl.gz").read_bytes() == first
-    # an export replaces the file whole and leaves no temporary file behind
-    assert _exported(source, tmp_path, "one.jsonl.gz").read_bytes() == first
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+def test_two_exports_of_the_same_cache_are_the_same_bytes_under_a_name_from_their_content(source, tmp_path):
+    first = _exported(source, tmp_path, "one")
+    second = _exported(source, tmp_path, "two")
+    assert first.name == second.name and first.read_bytes() == second.read_bytes()
+    assert first.name.startswith("responses-") and first.name.endswith(".jsonl.gz") and len(first.name) == 35
+    assert [p.name for p in (tmp_path / "one").iterdir()] == [first.name]  # no temporary file left behind
+
+
+def test_an_export_adds_only_what_the_folder_lacks_and_never_changes_a_shard(source, tmp_path):
+    folder = tmp_path / "caches"
+    first = _exported(source, tmp_path, "caches")
+    before = first.read_bytes()
+    assert export_shards(source, folder) == ExportReport(shards=(), exported=0, already_exported=5)
+    assert shard_paths(folder) == [first]  # nothing new: nothing written
+    source.put("model-c", ChatRequest.of("A new question"), _completion("a new reply"))
+    report = export_shards(source, folder)
+    assert report.exported == 1 and report.already_exported == 5 and len(report.shards) == 1
+    assert first.read_bytes() == before and len(shard_paths(folder)) == 2
+    assert [json.loads(line)["text"] for line in _read_lines(report.shards[0])[1:-1]] == ["a new reply"]
+    target = ResponseCache(tmp_path / "target.sqlite")
+    assert import_cache(target, folder) == ImportReport(added=6, already_present=0, conflicting=0)
+    assert _rows(target) == _rows(source)
+
+
+def test_a_large_export_is_split_into_shards_under_the_size_limits(source, tmp_path, monkeypatch):
+    monkeypatch.setattr(cache_transfer, "MAX_SHARD_BYTES", 1200)  # about two entry lines
+    report = export_shards(source, tmp_path / "caches")
+    assert report.exported == 5 and len(report.shards) >= 3
+    counts = [len(_read_lines(shard)) - 2 for shard in report.shards]
+    assert sum(counts) == 5 and max(counts) <= 2
+    monkeypatch.setattr(cache_transfer, "MAX_SHARD_BYTES", 1 << 20)
+    monkeypatch.setattr(cache_transfer, "MAX_SHARD_GZ_BYTES", 500)  # a compressed shard over it is halved
+    split = export_shards(source, tmp_path / "halved")
+    assert len(split.shards) > 1 and all(shard.stat().st_size <= 500 or len(_read_lines(shard)) == 3
+                                         for shard in split.shards)
+    for folder in ("caches", "halved"):
+        target = ResponseCache(tmp_path / f"{folder}.sqlite")
+        assert import_cache(target, tmp_path / folder) == ImportReport(added=5, already_present=0, conflicting=0)
+        assert _rows(target) == _rows(source)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_two_exports_with_no_new_call_leave_git_status_clean(source, tmp_path):
+    repo = tmp_path / "repo"
+
+    def git(*args) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+    repo.mkdir()
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    export_shards(source, repo / "eval" / "caches")
+    git("add", "-A")
+    git("commit", "-q", "-m", "export")
+    for _ in range(2):
+        assert export_shards(source, repo / "eval" / "caches").shards == ()
+        assert git("status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_an_export_refuses_a_folder_whose_shards_cannot_be_trusted(source, tmp_path):
+    shard = _exported(source, tmp_path, "caches")
+    shard.write_bytes(shard.read_bytes()[:-30])
+    source.put("model-c", ChatRequest.of("A new question"), _completion("a new reply"))
+    with pytest.raises(CacheTransferError, match=f"{shard}.*truncated"):
+        export_shards(source, tmp_path / "caches")
+    assert shard_paths(tmp_path / "caches") == [shard]
 
 
 def test_a_second_import_adds_nothing(source, tmp_path):
@@ -103,31 +176,35 @@ def test_importing_into_the_source_itself_adds_nothing(source, tmp_path):
 
 
 # -- filters ---------------------------------------------------------------------------------
+def _export(source, folder, **filters) -> int:
+    return export_shards(source, folder, **filters).exported
+
+
 def test_model_filter_is_the_exact_name(source, tmp_path):
-    path = tmp_path / "b.jsonl.gz"
-    assert export_cache(source, path, model="model-b") == 2
-    assert export_cache(source, tmp_path / "none.jsonl.gz", model="model") == 0
+    assert _export(source, tmp_path / "b", model="model-b") == 2
+    assert _export(source, tmp_path / "none", model="model") == 0
     target = ResponseCache(tmp_path / "target.sqlite")
-    import_cache(target, path)
+    import_cache(target, tmp_path / "b")
     assert target.models() == ["model-b"] and len(target) == 2
 
 
 def test_contains_filter_is_a_case_sensitive_substring_of_the_request(source, tmp_path):
-    assert export_cache(source, tmp_path / "rex.jsonl.gz", contains="Rex") == 2
-    assert export_cache(source, tmp_path / "lower.jsonl.gz", contains="rex") == 0
-    assert export_cache(source, tmp_path / "both.jsonl.gz", model="model-a", contains="Summarise") == 1
-    assert export_cache(source, tmp_path / "accent.jsonl.gz", contains="\u00e9t\u00e9") == 1  # not \\u-escaped
+    assert _export(source, tmp_path / "rex", contains="Rex") == 2
+    assert _export(source, tmp_path / "lower", contains="rex") == 0
+    assert _export(source, tmp_path / "both", model="model-a", contains="Summarise") == 1
+    assert _export(source, tmp_path / "accent", contains="\u00e9t\u00e9") == 1  # not \\u-escaped
     target = ResponseCache(tmp_path / "target.sqlite")
-    import_cache(target, tmp_path / "both.jsonl.gz")
+    import_cache(target, tmp_path / "both")
     assert [(e.model, e.completion.text) for e in target.entries()] == [("model-a", "They met.")]
 
 
-def test_an_export_of_no_entries_is_a_valid_file(source, tmp_path):
-    path = tmp_path / "empty.jsonl.gz"
-    assert export_cache(source, path, contains="no such text") == 0
-    assert len(_read_lines(path)) == 2
+def test_an_export_of_no_entries_writes_nothing_and_an_empty_folder_is_no_import(source, tmp_path):
+    assert export_shards(source, tmp_path / "empty", contains="no such text") == ExportReport((), 0, 0)
+    assert not (tmp_path / "empty").exists() or shard_paths(tmp_path / "empty") == []
+    (tmp_path / "empty").mkdir(exist_ok=True)
     target = ResponseCache(tmp_path / "target.sqlite")
-    assert import_cache(target, path) == ImportReport(0, 0, 0) and len(target) == 0
+    with pytest.raises(CacheTransferError, match="holds no response-cache shard"):
+        import_cache(target, tmp_path / "empty")
 
 
 # -- conflicts -------------------------------------------------------------------------------
@@ -219,7 +296,6 @@ def test_another_format_or_cache_version_is_refused(field, value, match, source,
     ("empty gzip", "is empty"),
     ("plain text", "not a readable gzip file"),
     ("missing", "No such file"),
-    ("folder", "Is a directory"),
 ])
 def test_a_missing_empty_or_plain_file_is_refused(kind, match, target, tmp_path):
     path = tmp_path / "input.jsonl.gz"
@@ -229,18 +305,23 @@ def test_a_missing_empty_or_plain_file_is_refused(kind, match, target, tmp_path)
         _write_lines(path, [])
     elif kind == "plain text":
         path.write_bytes(b'{"format": "memlab.response-cache"}\n')
-    elif kind == "folder":
-        path.mkdir()
     _refused(target, path, match)
 
 
 def test_an_unwritable_output_folder_is_an_error_and_leaves_nothing(source, tmp_path):
     (tmp_path / "file.txt").write_text("not a folder\n")
-    with pytest.raises(CacheTransferError, match="cannot write the cache export .*file.txt/out.jsonl.gz"):
-        export_cache(source, tmp_path / "file.txt" / "out.jsonl.gz")
-    with pytest.raises(CacheTransferError, match="it is a directory"):
-        export_cache(source, tmp_path)
+    with pytest.raises(CacheTransferError, match="cannot write the cache export .*file.txt/sub/responses-"):
+        export_shards(source, tmp_path / "file.txt" / "sub")
+    with pytest.raises(CacheTransferError, match="file.txt: it is a file; an export is a folder of shards"):
+        export_shards(source, tmp_path / "file.txt")
     assert (tmp_path / "file.txt").read_text() == "not a folder\n"
+
+
+def test_a_folder_import_checks_every_shard_before_it_adds_any(source, target, tmp_path, monkeypatch):
+    monkeypatch.setattr(cache_transfer, "MAX_SHARD_BYTES", 1200)
+    shards = export_shards(source, tmp_path / "caches").shards
+    shards[-1].write_bytes(shards[-1].read_bytes()[:-30])
+    _refused(target, tmp_path / "caches", "truncated")
 
 
 def test_a_merge_is_all_or_nothing(source, target):
@@ -274,36 +355,41 @@ def _one_error_line(argv, capsys, caplog) -> str:
 
 
 def test_cli_round_trip(source, tmp_path, capsys):
-    path = tmp_path / "out" / "a.jsonl.gz"  # a missing folder is made
-    assert main(["cache", "export", "--cache", str(source.path), "--model", "model-a", str(path)]) == 0
-    assert f"exported 3 entries from {source.path} to {path}" in capsys.readouterr().out
+    folder = tmp_path / "out" / "caches"  # a missing folder is made
+    assert main(["cache", "export", "--cache", str(source.path), "--model", "model-a", str(folder)]) == 0
+    [shard] = shard_paths(folder)
+    assert f"exported 3 entries from {source.path} (0 already in {folder}'s shards) to {shard}" \
+        in capsys.readouterr().out
+    assert main(["cache", "export", "--cache", str(source.path), "--model", "model-a", str(folder)]) == 0
+    assert f"nothing new to export from {source.path}: 3 already in {folder}'s shards; wrote nothing" \
+        in capsys.readouterr().out
     target = tmp_path / "target.sqlite"
-    assert main(["cache", "import", "--cache", str(target), str(path)]) == 0
-    assert "3 added, 0 already present, 0 conflicting" in capsys.readouterr().out
-    assert main(["cache", "import", "--cache", str(target), str(path)]) == 0
-    assert "0 added, 3 already present, 0 conflicting" in capsys.readouterr().out
-    assert main(["cache", "export", "--cache", str(source.path), "--contains", "nothing like it", str(path)]) == 0
-    assert "exported 0 entries" in capsys.readouterr().out
+    for path in (folder, shard):  # the folder, or any shard
+        assert main(["cache", "import", "--cache", str(target), str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "3 added, 0 already present, 0 conflicting" in out and "0 added, 3 already present" in out
 
 
 def test_cli_uses_the_default_cache(source, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MEMLAB_CACHE", str(source.path))
-    assert main(["cache", "export", str(tmp_path / "a.jsonl.gz")]) == 0
+    assert main(["cache", "export", str(tmp_path / "caches")]) == 0
     assert f"exported 5 entries from {source.path}" in capsys.readouterr().out
 
 
 def test_cli_bad_input_is_one_error_line(source, tmp_path, capsys, caplog):
     (tmp_path / "file.txt").write_text("not a folder\n")
     export = ["cache", "export", "--cache", str(source.path)]
-    assert "file.txt" in _one_error_line([*export, str(tmp_path / "file.txt" / "a.jsonl.gz")], capsys, caplog)
-    line = _one_error_line(["cache", "export", "--cache", str(tmp_path / "nope.sqlite"), str(tmp_path / "a.gz")],
+    assert "file.txt" in _one_error_line([*export, str(tmp_path / "file.txt" / "caches")], capsys, caplog)
+    assert "it is a file" in _one_error_line([*export, str(tmp_path / "file.txt")], capsys, caplog)
+    line = _one_error_line(["cache", "export", "--cache", str(tmp_path / "nope.sqlite"), str(tmp_path / "c")],
                            capsys, caplog)
     assert "no response cache at" in line and not (tmp_path / "nope.sqlite").exists()
-    path = tmp_path / "a.jsonl.gz"
-    assert main([*export, str(path)]) == 0
+    folder = tmp_path / "caches"
+    assert main([*export, str(folder)]) == 0
+    [path] = shard_paths(folder)
     path.write_bytes(path.read_bytes()[:-30])
     target = tmp_path / "target.sqlite"
-    assert "truncated" in _one_error_line(["cache", "import", "--cache", str(target), str(path)], capsys, caplog)
+    assert "truncated" in _one_error_line(["cache", "import", "--cache", str(target), str(folder)], capsys, caplog)
     assert "nope.gz" in _one_error_line(["cache", "import", "--cache", str(target), str(tmp_path / "nope.gz")],
                                         capsys, caplog)
     assert len(ResponseCache(target)) == 0

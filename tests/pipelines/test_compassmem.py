@@ -270,6 +270,8 @@ def test_config_and_each_ablation_run_on_the_sample(config, minilm, monkeypatch)
     assert len(ABLATIONS) == 6  # the five of Figure 4 and the EmbeddingGemma swap
     script = Script(action="EXPAND", satisfy="[1]")
     cm = _with_lm(build_pipeline(config)[0], ReplayLM(script))
+    if "embedder" in cm._modules:  # compassmem_gemma's CachedEmbedder is a child module: unregister it first
+        del cm.embedder
     cm.embedder = minilm
     sample = load_sample()[0]
     memory = cm.build(sample.history())

@@ -39,7 +39,7 @@ def test_the_mnemis_sample_row_replays_from_the_committed_cache(tmp_path, monkey
 
     monkeypatch.setattr(LlamaCppLM, "_load", no_model)
     monkeypatch.chdir(REPO)
-    assert main(["cache", "import", "eval/caches/responses.jsonl.gz"]) == 0
+    assert main(["cache", "import", "eval/caches"]) == 0
     out = tmp_path / "run"
     assert main([*COMMAND.split()[1:], "--out", str(out), "--no-progress"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
