@@ -10,6 +10,7 @@
                         [--allow-training-overlap] [key=value ...]
   memlab compare-stages CONFIG [--data PATH] [--conversations ID,...] [--sessions N] [--loco]
                         [--allow-training-overlap] [--out FILE] [key=value ...]
+  memlab sweep FILE [--out DIR] [--status] [--workers N] [--ray ADDRESS] [--no-progress]
   memlab report RUN_DIR [RUN_DIR ...] --out DIR
   memlab export-memory DIR --format graphml|jsonl|html [--out PATH]
   memlab models [install NAME [--wheels DIR]]
@@ -106,6 +107,17 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--allow-training-overlap", action="store_true",
                          help="score stages on conversations their checkpoints learnt from (refused otherwise)")
     compare.add_argument("--out", type=_path, help="write the results as JSON to this file")
+
+    sweep = commands.add_parser("sweep", help="run the rows of a sweep file (a table's configs) on one question "
+                                "set, resuming what is not complete, into one report")
+    sweep.add_argument("file", type=_path, help="a sweep YAML (configs/sweeps/*.yaml)")
+    sweep.add_argument("--out", type=_path, help="the sweep's folder: a run folder per row and report/ "
+                       "(default: runs/sweeps/<file name>)")
+    sweep.add_argument("--status", action="store_true", help="say which rows are complete, and run nothing")
+    sweep.add_argument("--workers", type=_positive, default=1, help="worker processes shared by every row's "
+                       "conversations (memlab run --workers): the rows run side by side")
+    sweep.add_argument("--ray", metavar="ADDRESS", help="the same tasks on a Ray cluster (memlab run --ray)")
+    sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     report = commands.add_parser("report", help="compare finished runs over the same questions in an HTML page "
                                  "with plots, and its markdown twin")
@@ -207,6 +219,40 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{failed} (see {out / 'predictions.jsonl'}, {out / 'metrics.json'})", file=sys.stderr)
         return 1
     return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from memlab.eval.sweep import best_row, load_sweep, run_sweep, sweep_status
+
+    out = Path(args.out) if args.out else Path("runs") / "sweeps" / Path(args.file).stem
+    try:  # a bad file, its questions, a row folder over other questions: bad input, reported
+        sweep = load_sweep(args.file)
+        statuses = sweep_status(sweep, out) if args.status else \
+            run_sweep(sweep, out, workers=args.workers, ray=args.ray, progress=not args.no_progress)
+    except ValueError as e:
+        log.error("%s", e)
+        return 2
+    except KeyboardInterrupt:  # the rows already finished are kept; the same command resumes the rest
+        statuses = sweep_status(sweep, out)
+        _print_sweep(sweep, statuses, out)
+        print("interrupted: run the same command to resume", file=sys.stderr)
+        return 130
+    _print_sweep(sweep, statuses, out)
+    best = best_row(sweep, statuses)
+    if best:
+        print(f"best row by {sweep.primary}: {best}")
+    if not args.status and (out / "report" / "report.html").is_file():
+        print(f"wrote {out / 'report' / 'report.html'} and {out / 'report' / 'report.md'}")
+    if args.status:
+        return 0
+    return 0 if all(s.state == "complete" for s in statuses) else 1
+
+
+def _print_sweep(sweep, statuses, out: Path) -> None:
+    for status in statuses:
+        print(f"{status.name}: {status.state}{f' ({status.detail})' if status.detail else ''}")
+    done = sum(s.state == "complete" for s in statuses)
+    print(f"{done} of {len(statuses)} rows complete in {out}")
 
 
 def _failure_summary(metrics: dict) -> str | None:
@@ -409,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     # keeps its traceback.
     try:
         commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage,
-                    "compare-stages": cmd_compare_stages, "report": cmd_report,
+                    "compare-stages": cmd_compare_stages, "report": cmd_report, "sweep": cmd_sweep,
                     "export-memory": cmd_export_memory,
                     "models": cmd_models, "cache": cmd_cache}
         return commands[args.command](args)

@@ -35,6 +35,7 @@ import dataclasses
 import inspect
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +65,21 @@ _Loader.add_implicit_resolver(
 )
 
 
-def load_config(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """Load a YAML config (resolving ``_base_``) and apply dotted ``key=value`` overrides."""
+#: Overrides: command-line ``key=value`` strings, or a mapping of dotted keys to values (a sweep
+#: file's, where a value may be a whole node).
+Overrides = Sequence[str] | Mapping[str, Any]
+
+
+def load_config(path: str | os.PathLike, overrides: Overrides = ()) -> dict[str, Any]:
+    """Load a YAML config (resolving ``_base_``) and apply the overrides: dotted ``key=value``
+    strings, or a mapping of dotted keys to values, applied in order."""
     tree = _load_with_base(Path(path), seen=())
-    for override in overrides:
-        apply_override(tree, override)
+    if isinstance(overrides, Mapping):
+        for key, value in overrides.items():
+            set_key(tree, key, copy.deepcopy(value), f"override {key}")
+    else:
+        for override in overrides:
+            apply_override(tree, override)
     return tree
 
 
@@ -133,6 +144,7 @@ def _arguments_accepted(base: dict[str, Any], component: str) -> dict[str, Any]:
 
 
 def apply_override(tree: dict[str, Any], override: str) -> None:
+    """Apply one command-line override, ``dotted.key=value`` (the value read as YAML)."""
     key, sep, raw = override.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"override {override!r} must look like dotted.key=value")
@@ -140,6 +152,15 @@ def apply_override(tree: dict[str, Any], override: str) -> None:
         value = yaml.load(raw, Loader=_Loader) if raw.strip() else None
     except yaml.YAMLError as e:
         raise ConfigError(f"override {override!r}: value is not valid YAML ({' '.join(str(e).split())})") from None
+    set_key(tree, key, value, f"override {override!r}")
+
+
+def set_key(tree: dict[str, Any], key: str, value: Any, what: str) -> None:
+    """Set the dotted ``key`` of ``tree`` to ``value`` (module docstring: a key under a null node
+    creates it; a new ``_component_`` keeps only the arguments the new class takes); ``what``
+    names the override in an error."""
+    if not key.strip():
+        raise ConfigError(f"{what}: the key is empty")
     parts = key.strip().split(".")
     node = tree
     for i, part in enumerate(parts[:-1]):
@@ -148,7 +169,7 @@ def apply_override(tree: dict[str, Any], override: str) -> None:
             child = {}
             node[part] = child
         if not isinstance(child, dict):
-            raise ConfigError(f"override {override!r}: {'.'.join(parts[: i + 1])} is not a mapping")
+            raise ConfigError(f"{what}: {'.'.join(parts[: i + 1])} is not a mapping")
         node = child
     if parts[-1] == COMPONENT and node.get(COMPONENT) not in (None, value):
         # Swapping the class: keep only the arguments the new one takes, as a ``_base_`` merge does.
@@ -306,7 +327,7 @@ def _build(node: Any, built: dict[int, Any]) -> Any:
     return obj
 
 
-def build_pipeline(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()):
+def build_pipeline(path: str | os.PathLike, overrides: Overrides = ()):
     """Load, override, validate and build a pipeline config. Returns (pipeline, runner settings, tree)."""
     tree = load_config(path, overrides)
     pipeline_node, runner = split_runner_keys(tree)

@@ -11,6 +11,7 @@ from memlab.config import (
     split_runner_keys,
     validate,
 )
+from memlab.eval.sweep import load_sweep
 from memlab.training.comparison import check_comparison
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,6 +27,8 @@ def test_every_config_validates(path):
         validate(tree)
     elif path.parent.name == "compare":
         check_comparison(tree)
+    elif path.parent.name == "sweeps":
+        load_sweep(path)  # every row's config and overrides validated
     else:
         pipeline, _ = split_runner_keys(tree)
         assert "_component_" in pipeline

@@ -39,7 +39,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 
 def run_config(
     config: str | os.PathLike,
-    overrides: Sequence[str] = (),
+    overrides: Sequence[str] | Mapping[str, Any] = (),
     *,
     data: str | os.PathLike | None = None,
     conversations: Sequence[str] | None = None,
@@ -83,7 +83,8 @@ def run_config(
     ray: str | None = None,
     executor=None,
 ) -> tuple[Path, dict[str, Any]]:
-    """Run the pipeline config ``config`` (with dotted ``overrides``) on ``data`` (None: the
+    """Run the pipeline config ``config`` (with ``overrides``: ``key=value`` strings or a mapping of
+    dotted keys to values, ``memlab.config.load_config``) on ``data`` (None: the
     embedded sample; ``conversations``, ``sessions`` as in ``memlab.data.load_conversations``)
     into ``out`` (default ``runs/<config>-<time>``, with the resolved ``config.yaml``); returns
     the folder and the metrics. ``save_memory`` / ``memory``: a folder to save the built memories
@@ -100,7 +101,7 @@ def run_config(
     from memlab.data.prefix import first_sessions
     from memlab.eval.saved_memories import build_config
 
-    overrides = list(overrides)
+    overrides = dict(overrides) if isinstance(overrides, Mapping) else list(overrides)
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     for name, path in (("--out", out), ("--save-memory", save_memory), ("--memory", memory), ("--data", data),

@@ -1,0 +1,380 @@
+"""A sweep: the rows of one table, each a pipeline config, run on exactly the same questions
+(``memlab sweep FILE``). The file (YAML; relative paths are relative to it)::
+
+    questions:                 # the one question set every row answers
+      data: ../../../shared/data/locomo/locomo10_dev.json
+      conversations: [conv-26, conv-30]
+      categories: [multi-hop, temporal, open-domain, single-hop, adversarial]
+      sessions: null           # a prefix of each conversation (memlab run --sessions)
+      sample: null             # or {questions: N, seed: S} per conversation (--sample-questions)
+      max_questions: null      # each conversation's first N (--max-questions)
+      errata: ../../../shared/data/locomo/audit/errata_dev.json   # audited gold scored beside the original
+    judge: {_component_: memlab.eval.judge.CorrectWrongJudge, lm: {...}}   # or null: set on every row
+    primary: judge             # the metric that names the best row (default: judge if any, else f1_amem)
+    rows:
+      rag_turns:               # the row's name: its run folder is OUT/rag_turns
+        label: Turn RAG, published recipe (`rag_turns.yaml`)
+        config: ../pipelines/rag_turns.yaml
+        overrides: {answerer.lm.n_threads: 2}     # dotted keys and their values (nodes allowed)
+        allow_training_overlap: false
+
+A row names a config and its overrides, never its questions: a key that would choose questions
+is refused, and so is a finished row folder whose questions differ from the file's.
+
+``run_sweep`` runs every row that is not complete, in the file's order (with ``workers`` > 1 or
+``ray``, side by side over one shared pool of workers), each as ``memlab run`` does into
+``OUT/<name>``. A row is complete when its folder holds a clean finished run (no failed question
+or build, not stopped) of the row's present resolved config over the file's questions; anything
+else runs again, and the response cache replays every model call the earlier attempt made, so an
+interrupted sweep (Ctrl-C, a killed machine) resumes where it stopped. A row that fails does not
+stop the others. Once the rows have run, ``OUT/report/`` holds one ``memlab report`` of the
+complete rows, the best row (by ``primary``) first, so each other row carries its paired
+difference against it; ``sweep_status`` says which rows are complete at any time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memlab.config import COMPONENT, ConfigError, dump_config, load_config
+from memlab.errors import MemlabError
+from memlab.eval.conversation import RunOptions
+
+log = logging.getLogger(__name__)
+
+QUESTION_KEYS = ("data", "conversations", "categories", "sessions", "sample", "max_questions", "errata")
+ROW_KEYS = ("label", "config", "overrides", "allow_training_overlap")
+FILE_KEYS = ("questions", "judge", "primary", "rows")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: Metrics a sweep may rank its rows by (``overall`` of metrics.json).
+PRIMARY_METRICS = ("judge", "f1_amem", "f1_locomo", "recall@10")
+
+
+class SweepError(MemlabError, ValueError):
+    """A sweep file that cannot be run, or a row folder that does not belong to it; names which and why."""
+
+
+@dataclass(frozen=True)
+class QuestionSet:
+    """The questions every row answers (``memlab run``'s data options)."""
+
+    data: str | None
+    conversations: tuple[str, ...] | None
+    categories: tuple[str, ...] | None
+    sessions: int | None
+    sample: tuple[int, int] | None  # (questions per conversation, seed)
+    max_questions: int | None
+    errata: str | None
+
+    def options(self, allow_training_overlap: bool = False, progress: bool = False) -> RunOptions:
+        return RunOptions(categories=self.categories, max_questions=self.max_questions,
+                          sample_questions=self.sample[0] if self.sample else None,
+                          sample_seed=self.sample[1] if self.sample else 0, progress=progress,
+                          allow_training_overlap=allow_training_overlap)
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    name: str
+    label: str
+    config: Path
+    overrides: Mapping[str, Any]
+    allow_training_overlap: bool
+
+
+@dataclass(frozen=True)
+class Sweep:
+    path: Path
+    questions: QuestionSet
+    judge: Mapping[str, Any] | None
+    primary: str
+    rows: tuple[SweepRow, ...]
+
+    def row_overrides(self, row: SweepRow) -> dict[str, Any]:
+        """The row's overrides with the file's judge set on it (the judge is the file's, not the row's)."""
+        return {**row.overrides, "eval.judge": self.judge}
+
+    def resolved_config(self, row: SweepRow) -> str:
+        """The row's config as its run folder's ``config.yaml`` will hold it."""
+        return dump_config(load_config(row.config, self.row_overrides(row)))
+
+
+@dataclass
+class RowStatus:
+    """Where one row stands: ``complete``, ``failed`` (finished with failures), ``stale`` (finished
+    with another config), ``partial`` (interrupted: ``answered`` of its questions on disk),
+    ``not started``."""
+
+    name: str
+    state: str
+    detail: str = ""
+    answered: int | None = None
+    metrics: dict[str, Any] | None = field(default=None, repr=False)
+
+
+def load_sweep(path: str | os.PathLike) -> Sweep:
+    """The sweep file ``path``, checked whole (unknown keys, row names, configs and overrides
+    validated without building anything); ``SweepError`` naming the file and the problem."""
+    path = Path(path)
+    try:
+        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SweepError(f"sweep file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SweepError(f"{path}: cannot read the sweep file ({e})") from None
+    except yaml.YAMLError as e:
+        raise SweepError(f"{path}: invalid YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(tree, dict):
+        raise SweepError(f"{path}: a sweep file is a mapping with the keys {list(FILE_KEYS)}")
+    _no_unknown_keys(path, "the file", tree, FILE_KEYS)
+    questions = _questions(path, tree.get("questions") or {})
+    judge = tree.get("judge")
+    if judge is not None and not (isinstance(judge, dict) and COMPONENT in judge):
+        raise SweepError(f"{path}: judge must be null or a judge component node ({COMPONENT}: ...)")
+    primary = tree.get("primary") or ("judge" if judge is not None else "f1_amem")
+    if primary not in PRIMARY_METRICS:
+        raise SweepError(f"{path}: primary is {primary!r}; it must be one of {list(PRIMARY_METRICS)}")
+    if primary == "judge" and judge is None:
+        raise SweepError(f"{path}: primary is judge, but the file sets no judge")
+    rows_node = tree.get("rows")
+    if not isinstance(rows_node, dict) or not rows_node:
+        raise SweepError(f"{path}: rows must be a mapping of row names to rows (at least one)")
+    rows = tuple(_row(path, name, node) for name, node in rows_node.items())
+    sweep = Sweep(path=path, questions=questions, judge=judge, primary=primary, rows=rows)
+    for row in rows:  # every row's config loads and validates now, not hours into the sweep
+        try:
+            _validate_row(sweep, row)
+        except ConfigError as e:
+            raise SweepError(f"{path}: row {row.name!r}: {e}") from None
+    return sweep
+
+
+def _no_unknown_keys(path: Path, where: str, node: Mapping[str, Any], allowed: Sequence[str],
+                     hint: str = "") -> None:
+    unknown = sorted(set(node) - set(allowed))
+    if unknown:
+        raise SweepError(f"{path}: {where} has no key {unknown[0]!r} (it takes {list(allowed)}){hint}")
+
+
+def _questions(path: Path, node: Any) -> QuestionSet:
+    if not isinstance(node, dict):
+        raise SweepError(f"{path}: questions must be a mapping with the keys {list(QUESTION_KEYS)}")
+    _no_unknown_keys(path, "questions", node, QUESTION_KEYS)
+
+    def names(key: str) -> tuple[str, ...] | None:
+        value = node.get(key)
+        if value is None:
+            return None
+        if not (isinstance(value, list) and value and all(isinstance(v, str) and v for v in value)):
+            raise SweepError(f"{path}: questions.{key} must be a non-empty list of names")
+        return tuple(value)
+
+    def count(key: str) -> int | None:
+        value = node.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise SweepError(f"{path}: questions.{key} must be a whole number >= 1 or null, got {value!r}")
+        return value
+
+    sample = node.get("sample")
+    if sample is not None:
+        if not (isinstance(sample, dict) and set(sample) <= {"questions", "seed"} and "questions" in sample
+                and isinstance(sample["questions"], int) and sample["questions"] >= 1
+                and isinstance(sample.get("seed", 0), int)):
+            raise SweepError(f"{path}: questions.sample must be {{questions: N, seed: S}} with N >= 1")
+        sample = (sample["questions"], sample.get("seed", 0))
+    if sample is not None and node.get("max_questions") is not None:
+        raise SweepError(f"{path}: questions sets sample and max_questions; choose one")
+    return QuestionSet(data=_file(path, node.get("data"), "questions.data"), conversations=names("conversations"),
+                       categories=names("categories"), sessions=count("sessions"), sample=sample,
+                       max_questions=count("max_questions"), errata=_file(path, node.get("errata"), "questions.errata"))
+
+
+def _file(path: Path, value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise SweepError(f"{path}: {where} must be a path")
+    return str((path.parent / value).resolve()) if not Path(value).is_absolute() else value
+
+
+def _row(path: Path, name: Any, node: Any) -> SweepRow:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise SweepError(f"{path}: row name {name!r} must be a folder name (letters, digits, '.', '_', '-')")
+    if not isinstance(node, dict):
+        raise SweepError(f"{path}: row {name!r} must be a mapping with the keys {list(ROW_KEYS)}")
+    chooses = sorted(set(node) & set(QUESTION_KEYS))
+    if chooses:
+        raise SweepError(f"{path}: row {name!r} sets {chooses[0]!r}: a row cannot choose its questions, which "
+                         "are the file's (questions:) so that every row answers the same ones")
+    _no_unknown_keys(path, f"row {name!r}", node, ROW_KEYS)
+    config = node.get("config")
+    if not isinstance(config, str) or not config.strip():
+        raise SweepError(f"{path}: row {name!r} needs config: the path of a pipeline config")
+    overrides = node.get("overrides") or {}
+    if not isinstance(overrides, dict) or not all(isinstance(k, str) and k.strip() for k in overrides):
+        raise SweepError(f"{path}: row {name!r}: overrides must map dotted keys to values")
+    if any(key == "eval.judge" or key.startswith("eval.judge.") or key == "eval" for key in overrides):
+        raise SweepError(f"{path}: row {name!r} overrides the judge; the judge is the file's (judge:), "
+                         "so that every row is scored by the same one")
+    allow = node.get("allow_training_overlap", False)
+    if not isinstance(allow, bool):
+        raise SweepError(f"{path}: row {name!r}: allow_training_overlap must be true or false")
+    label = node.get("label", name)
+    if not isinstance(label, str) or not label.strip():
+        raise SweepError(f"{path}: row {name!r}: label must be a text")
+    return SweepRow(name=name, label=label, config=(path.parent / config).resolve(), overrides=dict(overrides),
+                    allow_training_overlap=allow)
+
+
+def _validate_row(sweep: Sweep, row: SweepRow) -> None:
+    from memlab.config import split_runner_keys, validate, validate_runner_keys
+
+    tree = load_config(row.config, sweep.row_overrides(row))
+    pipeline, runner = split_runner_keys(tree)
+    if COMPONENT not in pipeline:
+        raise ConfigError(f"{row.config}: the top level must be a pipeline node with {COMPONENT}")
+    validate(pipeline)
+    validate_runner_keys(runner)
+
+
+def expected_question_ids(sweep: Sweep) -> tuple[str, ...]:
+    """The file's questions, in run order, as ``memlab run`` selects them."""
+    from memlab.data import load_conversations
+    from memlab.data.errata import apply_errata, load_errata
+    from memlab.data.prefix import first_sessions
+    from memlab.eval.conversation import select_questions
+    from memlab.eval.runner import check_categories
+
+    q = sweep.questions
+    conversations = load_conversations(q.data, q.conversations)
+    if q.errata is not None:
+        conversations, _ = apply_errata(conversations, load_errata(q.errata), q.errata)
+    if q.sessions is not None:
+        conversations = [first_sessions(c, q.sessions) for c in conversations]
+    check_categories(conversations, q.categories, q.data or "the embedded sample")
+    options = q.options()
+    return tuple(question.id for c in conversations for question in select_questions(c, options))
+
+
+def row_status(sweep: Sweep, row: SweepRow, out: Path, expected: Sequence[str]) -> RowStatus:
+    """Where ``row`` stands in ``out`` (``RowStatus``); ``SweepError`` when its folder holds a
+    finished run of this row's config over other questions than the file's."""
+    folder = out / row.name
+    partial = sorted(out.glob(f".{row.name}.tmp-*/predictions.jsonl.partial"))
+    if not (folder / "metrics.json").is_file():
+        if partial:
+            answered = max(sum(1 for line in p.open(encoding="utf-8") if line.strip()) for p in partial)
+            return RowStatus(row.name, "partial", f"{answered} of {len(expected)} questions on disk", answered)
+        return RowStatus(row.name, "not started")
+    try:
+        metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+        config = (folder / "config.yaml").read_text(encoding="utf-8")
+        ids = tuple(json.loads(line)["question_id"] for line in
+                    (folder / "predictions.jsonl").read_text(encoding="utf-8").splitlines() if line.strip())
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return RowStatus(row.name, "stale", f"its folder cannot be read ({type(e).__name__}: {e}); it runs again")
+    if config != sweep.resolved_config(row):
+        return RowStatus(row.name, "stale", "finished with another config than the file's; it runs again")
+    if ids != tuple(expected):
+        missing, extra = sorted(set(expected) - set(ids)), sorted(set(ids) - set(expected))
+        raise SweepError(f"row {row.name!r} ({folder}) is a finished run over other questions than the sweep's "
+                         f"({len(ids)} against {len(expected)}; {len(missing)} missing, e.g. "
+                         f"{', '.join(missing[:3]) or '-'}; {len(extra)} extra, e.g. {', '.join(extra[:3]) or '-'}): "
+                         "a table holds one question set. Move the folder away to run the row again")
+    problems = _failures(metrics)
+    if problems:
+        return RowStatus(row.name, "failed", f"{problems}; it runs again", metrics=metrics)
+    return RowStatus(row.name, "complete", metrics=metrics)
+
+
+def _failures(metrics: Mapping[str, Any]) -> str:
+    parts = []
+    if metrics.get("failed_questions"):
+        parts.append(f"{metrics['failed_questions']} questions failed")
+    if metrics.get("build_errors"):
+        parts.append(f"builds failed ({', '.join(sorted(metrics['build_errors']))})")
+    if metrics.get("stopped"):
+        parts.append(f"stopped early ({metrics['stopped']})")
+    return "; ".join(parts)
+
+
+def sweep_status(sweep: Sweep, out: str | os.PathLike) -> list[RowStatus]:
+    """Every row's ``RowStatus`` in ``out``, in the file's order."""
+    expected = expected_question_ids(sweep)
+    return [row_status(sweep, row, Path(out), expected) for row in sweep.rows]
+
+
+def run_sweep(sweep: Sweep, out: str | os.PathLike, workers: int = 1, ray: str | None = None,
+              progress: bool = False, report: bool = True) -> list[RowStatus]:
+    """Run every row of ``sweep`` that is not complete into ``out`` (module docstring), then
+    write ``out/report`` over the complete rows; returns every row's status afterwards. Bad input
+    (the file's questions, a row folder over other questions) raises before any row runs."""
+    from memlab.eval.runner import run_config
+
+    out = Path(out)
+    expected = expected_question_ids(sweep)
+    if not expected:
+        raise SweepError(f"{sweep.path}: the file's questions select no question")
+    before = [row_status(sweep, row, out, expected) for row in sweep.rows]
+    todo = [row for row, status in zip(sweep.rows, before) if status.state != "complete"]
+    for row, status in zip(sweep.rows, before):
+        log.info("row %s: %s%s", row.name, status.state, f" ({status.detail})" if status.detail else "")
+    executor = None
+    if todo and (workers > 1 or ray is not None):
+        from memlab.eval.workers import make_executor
+
+        executor = make_executor(workers, ray)
+    q = sweep.questions
+
+    def run(row: SweepRow) -> None:
+        try:
+            run_config(row.config, sweep.row_overrides(row), data=q.data, conversations=q.conversations,
+                       sessions=q.sessions, options=q.options(row.allow_training_overlap, progress),
+                       out=out / row.name, errata=q.errata, executor=executor)
+        except ValueError as e:  # this row's config or checkpoints: the other rows still run
+            log.error("row %s: %s; continuing with the others", row.name, e)
+
+    try:
+        if executor is None:
+            for row in todo:
+                run(row)
+        else:  # every row's runner in its own thread, all feeding the one pool of workers
+            with ThreadPoolExecutor(max_workers=len(todo)) as threads:
+                list(threads.map(run, todo))
+    finally:
+        if executor is not None:
+            executor.shutdown()
+    after = [row_status(sweep, row, out, expected) for row in sweep.rows]
+    if report:
+        write_sweep_report(sweep, after, out)
+    return after
+
+
+def best_row(sweep: Sweep, statuses: Sequence[RowStatus]) -> str | None:
+    """The complete row with the highest ``primary`` (the first of equals, in the file's order)."""
+    scored = [(s.metrics["overall"].get(sweep.primary), -i, s.name) for i, s in enumerate(statuses)
+              if s.state == "complete" and s.metrics["overall"].get(sweep.primary) is not None]
+    return max(scored)[2] if scored else None
+
+
+def write_sweep_report(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> Path | None:
+    """``out/report`` (``memlab report``) over the complete rows, the best row first; None (and
+    nothing written) when no row is complete."""
+    from memlab.reporting import write_report
+
+    complete = [s.name for s in statuses if s.state == "complete"]
+    if not complete:
+        return None
+    best = best_row(sweep, statuses)
+    ordered = ([best] if best else []) + [name for name in complete if name != best]
+    return write_report([out / name for name in ordered], out / "report")

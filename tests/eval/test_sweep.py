@@ -1,0 +1,137 @@
+"""``memlab sweep``: rows of one table on one question set, resumable, one report (real SmolLM2-135M
+answering through a response cache on tmp_path, the embedded sample's first questions)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+import memlab.eval.runner as runner
+from memlab.cli import main
+from memlab.eval.sweep import SweepError, load_sweep, run_sweep, sweep_status
+
+REPO = Path(__file__).resolve().parents[2]
+PIPELINES = REPO / "configs" / "pipelines"
+
+
+@pytest.fixture(scope="module")
+def small_lm(tmp_path_factory, llama_cpp_works) -> dict:
+    """SmolLM2-135M through one response cache for the module: later tests replay the earlier ones' calls."""
+    return {"_component_": "memlab.lm.llamacpp.LlamaCppLM", "model": "smollm2-135m-instruct-q4_1", "n_ctx": 2048,
+            "n_threads": 1, "cache": str(tmp_path_factory.mktemp("sweep-cache") / "cache.sqlite")}
+
+
+def sweep_file(tmp_path: Path, lm: dict, questions: dict | None = None, **rows) -> Path:
+    """Two rows by default: RAG over turns with top 3 and top 5, answered and judged by ``lm``."""
+    tree = {
+        "questions": questions or {"categories": ["single-hop", "temporal"], "max_questions": 3},
+        "judge": {"_component_": "memlab.eval.judge.CorrectWrongJudge", "lm": lm, "max_tokens": 8},
+        "rows": rows or {
+            "top3": {"label": "turn RAG, top 3", "config": str(PIPELINES / "rag_turns.yaml"),
+                     "overrides": {"top_k": 3, "answerer.lm": lm, "answerer.max_tokens": 12}},
+            "top5": {"label": "turn RAG, top 5", "config": str(PIPELINES / "rag_turns.yaml"),
+                     "overrides": {"top_k": 5, "answerer.lm": lm, "answerer.max_tokens": 12}},
+        },
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(tree, sort_keys=False))
+    return path
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_every_row_on_the_same_questions_into_one_report(tmp_path, small_lm):
+    sweep = load_sweep(sweep_file(tmp_path, small_lm))
+    statuses = run_sweep(sweep, tmp_path / "out")
+    assert [(s.name, s.state) for s in statuses] == [("top3", "complete"), ("top5", "complete")]
+    rows = {name: [json.loads(line) for line in (tmp_path / "out" / name / "predictions.jsonl").open()]
+            for name in ("top3", "top5")}
+    assert [r["question_id"] for r in rows["top3"]] == [r["question_id"] for r in rows["top5"]]
+    assert len(rows["top3"]) == 3 and {r["category"] for r in rows["top3"]} == {"single-hop"}
+    for name, top_k in (("top3", 3), ("top5", 5)):
+        config = yaml.safe_load((tmp_path / "out" / name / "config.yaml").read_text())
+        assert config["top_k"] == top_k
+        assert config["eval"]["judge"]["_component_"] == "memlab.eval.judge.CorrectWrongJudge"  # the file's judge
+        assert all(r["judge"] in (0.0, 1.0) for r in rows[name])
+    report = (tmp_path / "out" / "report" / "report.md").read_text()
+    assert "top3" in report and "top5" in report
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_keeps_finished_rows_and_resumes_the_rest(tmp_path, small_lm, monkeypatch):
+    sweep = load_sweep(sweep_file(tmp_path, small_lm))
+    real = runner.run_benchmark
+    calls: list[str] = []
+
+    def interrupted_second_row(pipeline, conversations, staging, *args, **kwargs):
+        calls.append(staging.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(pipeline, conversations, staging, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_benchmark", interrupted_second_row)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(sweep, tmp_path / "out")
+    assert [s.state for s in sweep_status(sweep, tmp_path / "out")] == ["complete", "not started"]
+    first = (tmp_path / "out" / "top3" / "metrics.json").read_bytes()
+
+    monkeypatch.setattr(runner, "run_benchmark", real)
+    statuses = run_sweep(sweep, tmp_path / "out")
+    assert [s.state for s in statuses] == ["complete", "complete"]
+    assert (tmp_path / "out" / "top3" / "metrics.json").read_bytes() == first  # the finished row was not rerun
+
+    # a row whose config changed in the file is stale and runs again; the other is kept
+    edited = yaml.safe_load(sweep.path.read_text())
+    edited["rows"]["top5"]["overrides"]["top_k"] = 4
+    sweep.path.write_text(yaml.safe_dump(edited, sort_keys=False))
+    changed = load_sweep(sweep.path)
+    assert [s.state for s in sweep_status(changed, tmp_path / "out")] == ["complete", "stale"]
+
+
+@pytest.mark.slow
+def test_the_command_runs_a_sweep_and_reports_the_rows(tmp_path, small_lm, capsys):
+    path = sweep_file(tmp_path, small_lm)
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--status"]) == 0
+    assert "top3: not started" in capsys.readouterr().out
+    assert main(["sweep", str(path), "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "top3: complete" in printed and "top5: complete" in printed and str(out / "report") in printed
+    assert main(["sweep", str(path), "--out", str(out), "--status"]) == 0
+    assert "2 of 2 rows complete" in capsys.readouterr().out
+
+
+def test_a_row_cannot_choose_its_questions_or_its_judge(tmp_path):
+    lm = {"_component_": "memlab.lm.llamacpp.LlamaCppLM", "model": "smollm2-135m-instruct-q4_1"}
+    rag = str(PIPELINES / "rag_turns.yaml")
+    with pytest.raises(SweepError, match="row 'a' sets 'categories': a row cannot choose its questions"):
+        load_sweep(sweep_file(tmp_path, lm, a={"config": rag, "categories": ["temporal"]}))
+    with pytest.raises(SweepError, match="row 'a' overrides the judge"):
+        load_sweep(sweep_file(tmp_path, lm, a={"config": rag, "overrides": {"eval.judge.lm.model": "x"}}))
+    with pytest.raises(SweepError, match="row 'a': invalid config.*top_k"):
+        load_sweep(sweep_file(tmp_path, lm, a={"config": rag, "overrides": {"top_k": 2.5}}))
+    with pytest.raises(SweepError, match="questions has no key 'category'"):
+        load_sweep(sweep_file(tmp_path, lm, {"category": ["temporal"]}, a={"config": rag}))
+    with pytest.raises(SweepError, match="row name '../a' must be a folder name"):
+        load_sweep(sweep_file(tmp_path, lm, **{"../a": {"config": rag}}))
+
+
+def test_a_finished_row_over_other_questions_is_refused(tmp_path, monkeypatch):
+    """A row folder finished over another question set (the file's questions changed since) stops
+    the sweep before anything runs: one table, one question set."""
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path / "cache.sqlite"))
+    lm = {"_component_": "memlab.lm.llamacpp.LlamaCppLM", "model": "smollm2-135m-instruct-q4_1"}
+    rag = str(PIPELINES / "rag_turns.yaml")
+    path = sweep_file(tmp_path, lm, {"categories": ["temporal"], "max_questions": 2}, a={"config": rag},
+                      b={"config": rag, "overrides": {"top_k": 5}})
+    sweep = load_sweep(path)
+    folder = tmp_path / "out" / "a"
+    runner.run_config(sweep.rows[0].config, sweep.row_overrides(sweep.rows[0]),
+                      options=runner.RunOptions(retrieval_only=True, progress=False, categories=("temporal",),
+                                                max_questions=3), out=folder)
+    with pytest.raises(SweepError, match=r"row 'a' .* is a finished run over other questions than the sweep's "
+                                         r"\(3 against 2; 0 missing.*1 extra, e.g. sample-1:q7"):
+        run_sweep(sweep, tmp_path / "out")
+    assert not (tmp_path / "out" / "b").exists()
