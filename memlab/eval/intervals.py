@@ -29,6 +29,23 @@ def bootstrap_interval(values: Sequence[float] | np.ndarray, resamples: int = 10
     return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 
 
+def stratified_mean_interval(groups: Sequence[Sequence[float]], resamples: int = 10_000, confidence: float = 0.95,
+                             seed: int = 0) -> tuple[float, float]:
+    """The percentile-bootstrap interval of the unweighted mean of the groups' means (a macro
+    average over question categories): each resample draws every group's questions again within
+    that group, so each category keeps its size."""
+    arrays = [np.asarray(g, dtype=float) for g in groups]
+    if not arrays or any(len(a) == 0 for a in arrays):
+        raise ValueError("stratified_mean_interval: every group needs at least one value")
+    rng = np.random.default_rng(seed)
+    means = np.zeros(resamples)
+    for values in arrays:
+        means += values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
+    means /= len(arrays)
+    tail = (1 - confidence) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
 def wilson_interval(successes: int, n: int) -> tuple[float, float]:
     """Wilson's 95% score interval of the share ``successes / n`` (``n`` >= 1)."""
     if n < 1 or not 0 <= successes <= n:

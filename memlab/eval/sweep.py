@@ -357,6 +357,7 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, workers: int = 1, ray: str |
     after = [row_status(sweep, row, out, expected) for row in sweep.rows]
     if report:
         write_sweep_report(sweep, after, out)
+        write_group(sweep, after, out)
     return after
 
 
@@ -378,3 +379,36 @@ def write_sweep_report(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -
     best = best_row(sweep, statuses)
     ordered = ([best] if best else []) + [name for name in complete if name != best]
     return write_report([out / name for name in ordered], out / "report")
+
+
+def write_group(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> Path | None:
+    """``out/group.md``: the complete rows as one headline group (``memlab.reporting.group``), in
+    the file's order, with the rows not complete named under it; None when no row is complete."""
+    from memlab.data import load_conversations
+    from memlab.data.prefix import first_sessions
+    from memlab.fileio import atomic_file
+    from memlab.reporting import load_runs
+    from memlab.reporting.group import distinguishable_sentence, group_table
+
+    complete = [s.name for s in statuses if s.state == "complete"]
+    if not complete:
+        return None
+    q = sweep.questions
+    conversations = load_conversations(q.data, q.conversations)
+    if q.sessions is not None:
+        conversations = [first_sessions(c, q.sessions) for c in conversations]
+    turns = {c.id: sum(1 for _ in c.turns()) for c in conversations}
+    runs = load_runs([out / name for name in complete])
+    labels = {row.name: row.label for row in sweep.rows}
+    best = best_row(sweep, statuses)
+    missing = [f"{s.name} ({s.state}{f': {s.detail}' if s.detail else ''})" for s in statuses
+               if s.state != "complete"]
+    text = "\n\n".join(part for part in (
+        group_table(runs, labels, best, sweep.primary, turns),
+        distinguishable_sentence(runs, labels, best, sweep.primary),
+        f"Rows not complete yet: {'; '.join(missing)}." if missing else "",
+    ) if part) + "\n"
+    path = out / "group.md"
+    with atomic_file(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path

@@ -154,11 +154,18 @@ def _structure_table(runs: list[RunResult]) -> Table:
     table = Table("Memory structure (what formed, per conversation)", ["run", "conversation", "shape", "degenerate"],
                   note="Each memory's own structure block (metrics.json memory.<conversation>.structure), computed "
                        "from the built memory with no model call; 'degenerate' names what the system's defining "
-                       "structure failed to form.")
+                       "structure failed to form. Shown when a run records one; a run beside it without one "
+                       "(made before structure blocks existed, or a pipeline with nothing to form) says so.")
+    recorded = any(isinstance(stats, dict) and stats.get("structure")
+                   for run in runs for stats in run.metrics.get("memory", {}).values())
+    if not recorded:
+        return table
     for run in runs:
-        for conversation, stats in run.metrics.get("memory", {}).items():
+        memories = run.metrics.get("memory") or {"-": None}
+        for conversation, stats in memories.items():
             structure = stats.get("structure") if isinstance(stats, dict) else None
             if not structure:
+                table.rows.append([run.name, conversation, "no structure recorded", "unknown"])
                 continue
             shape = "; ".join(f"{key}={_shape_value(value)}" for key, value in structure.items()
                               if key != "degenerate" and _shape_value(value) is not None)

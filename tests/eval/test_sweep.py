@@ -57,6 +57,9 @@ def test_a_sweep_runs_every_row_on_the_same_questions_into_one_report(tmp_path, 
         assert all(r["judge"] in (0.0, 1.0) for r in rows[name])
     report = (tmp_path / "out" / "report" / "report.md").read_text()
     assert "top3" in report and "top5" in report
+    group = (tmp_path / "out" / "group.md").read_text()  # the headline group, in the file's order
+    assert group.index("| turn RAG, top 3 | 3 |") < group.index("| turn RAG, top 5 | 3 |")
+    assert "Best row by judge: turn RAG, top" in group and "formed (sample-1)" in group
 
 
 @pytest.mark.slow

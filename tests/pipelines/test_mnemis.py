@@ -373,6 +373,25 @@ def test_one_group_under_several_names_is_counted_and_flagged_when_it_is_half_a_
     assert structure["degenerate"] == ["layer 2: 1 of its 2 categories repeat another's children"], structure
 
 
+def test_a_layer_made_mostly_of_uncategorised_promotions_is_flagged(minilm):
+    """conv-30's prompted hierarchy: one category at layer 1 and 106 of its 107 nodes promoted as
+    themselves; each category under half its layer, which the share rule alone passes."""
+    memory = MnemisMemory(minilm)
+    ids = memory.add_entities(["dog", "cat", "parrot", "hamster", "Paris", "Rome", "Oslo", "Vienna"])
+    memory.describe([(e, "", ()) for e in ids])
+    pets = memory.add_category("Pets", 1, ids[:2])
+    memory.layers = [ids, [pets, *ids[2:]]]  # 6 of the 7 nodes promoted
+    structure = memory.structure()
+    assert structure["promoted_per_layer"] == [6] and structure["promoted_share_per_layer"] == [6 / 7]
+    assert structure["uncategorised_entities"] == 6 and structure["uncategorised_entity_share"] == 0.75
+    assert structure["degenerate"] == ["layer 1: 6 of its 7 nodes are promoted uncategorised"], structure
+    cities = memory.add_category("Cities", 1, ids[4:])
+    memory.layers = [ids, [pets, cities, ids[2], ids[3]]]  # 2 of 4 promoted: half is not most
+    structure = memory.structure()
+    assert structure["promoted_per_layer"] == [2] and structure["uncategorised_entities"] == 2
+    assert not structure["degenerate"]
+
+
 def test_the_llm_free_selector_trains_on_the_hierarchy_its_ablation_descends():
     # The replay config (training) and the ablation (running) each spell out the categorizer; a config has one
     # _base_, so nothing else keeps the two from drifting apart.

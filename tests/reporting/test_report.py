@@ -1,5 +1,6 @@
 import json
 import re
+import shutil
 
 import pytest
 
@@ -172,6 +173,12 @@ def test_the_report_shows_each_memorys_structure_and_flags_a_degenerate_one(tmp_
     (run / "metrics.json").write_text(json.dumps(metrics))
     markdown = (write_report([run], tmp_path / "report").parent / "report.md").read_text()
     assert "| DEGENERATE: no relation edge crosses sessions |" in markdown
+    # a run beside it that recorded no structure (made before the blocks existed) is named, not skipped
+    old = tmp_path / "old"
+    shutil.copytree(run, old)
+    (old / "metrics.json").write_text(json.dumps({**metrics, "memory": {}}))
+    markdown = (write_report([run, old], tmp_path / "report").parent / "report.md").read_text()
+    assert "| old | - | no structure recorded | unknown |" in markdown
     assert metrics["search"] == {} and "Search statistics" not in markdown  # rag_turns has no search to report
     metrics["search"] = {"questions": 2, "mean_steps": 7.5, "refined_share": 0.5, "actions": {"SKIP": 3}}
     (run / "metrics.json").write_text(json.dumps(metrics))

@@ -270,7 +270,9 @@ class MnemisMemory:
         """The base graph's and the hierarchy's shape (``memlab.memory.structure``). What the paper
         implies (2.2): layers that shrink by about the compression ratio, categories that each
         group a part of the layer below (many-to-many), so that a top-down descent narrows the
-        candidates; fact validity closed only by a contradiction (2.1), so most facts stay valid."""
+        candidates, and most of a layer made of categories, not of nodes promoted because no
+        category took them; fact validity closed only by a contradiction (2.1), so most facts
+        stay valid."""
         layers = [[n for n in layer if self.graph.node_type(n) == CATEGORY and self.graph.node(n)["layer"] == i]
                   for i, layer in enumerate(self.layers[1:], start=1)]  # made at that layer, not promoted
         below = [len(layer) for layer in self.layers[:-1]]
@@ -298,12 +300,23 @@ class MnemisMemory:
         }
         found["repeated_category_share"] = share(sum(found["repeated_categories_per_layer"]),
                                                  sum(found["categories_per_layer"]))
+        # A node no category of its layer took is promoted as itself; an entity still in the top
+        # layer was never categorised at all, so a descent can only reach it by its own name.
+        promoted = [len(nodes) - len(made) for nodes, made in zip(self.layers[1:], layers)]
+        found["promoted_per_layer"] = promoted
+        found["promoted_share_per_layer"] = [share(p, len(nodes)) for p, nodes in zip(promoted, self.layers[1:])]
+        top = self.layers[-1] if len(self.layers) > 1 else []
+        found["uncategorised_entities"] = sum(self.graph.node_type(n) != CATEGORY for n in top)
+        found["uncategorised_entity_share"] = share(found["uncategorised_entities"], len(self.entities))
         found["category_coherence"] = mean(c for c in found["category_coherence_per_layer"] if c is not None)
         problems = [f"layer {i}: one category holds {w} of the {n} nodes below it"
                     for i, (w, n) in enumerate(zip(widest, below), start=1) if n > 2 and w >= 0.9 * n]
         problems += [f"layer {i}: {r} of its {n} categories repeat another's children"
                      for i, (r, n) in enumerate(zip(found["repeated_categories_per_layer"],
                                                     found["categories_per_layer"]), start=1) if r and 2 * r >= n]
+        problems += [f"layer {i}: {p} of its {len(nodes)} nodes are promoted uncategorised"
+                     for i, (p, nodes) in enumerate(zip(promoted, self.layers[1:]), start=1)
+                     if len(nodes) > 2 and 2 * p > len(nodes)]
         if facts >= 5 and found["invalidated_fact_share"] >= 0.5:
             problems.append(f"{found['invalidated_fact_share']:.0%} of facts are closed as contradicted")
         return {**found, "degenerate": problems}
