@@ -5,7 +5,9 @@
 ``eval/headline.yaml`` lists the rows: a system, which configuration of it (``published``: the
 paper's pipeline as memlab runs it; ``best``: the best measured; an ablation's name), the
 committed run folder (``eval/runs/...``), optionally ``questions`` (the question set, for a run
-made before ``metrics.json`` recorded ``max_questions``) and the command that made it (its model replies are
+made before ``metrics.json`` recorded ``max_questions``), optionally ``flag`` (what the current
+structure rules say of a memory built before runs recorded a structure block, read from the
+stats its ``metrics.json`` kept) and the command that made it (its model replies are
 in the committed response cache, ``eval/caches/``). Rows are grouped by the questions they answer, so
 only rows of one group compare; each group says its conversations, session prefix, categories
 and n. Every figure is recomputed from the run's ``predictions.jsonl`` with its 95% interval
@@ -31,10 +33,14 @@ from typing import Any
 
 import yaml
 
+from memlab.data import load_conversations
+from memlab.data.prefix import first_sessions
 from memlab.eval.metrics import aggregate
 from memlab.eval.report import METRICS
 from memlab.eval.scripting import ScriptError, reports_script_errors
 from memlab.fileio import atomic_file
+from memlab.reporting import load_run
+from memlab.reporting.group import recall_cell, structure_summary
 from memlab.reporting.page import with_interval
 from memlab.types import ANSWERABLE_CATEGORIES
 
@@ -157,6 +163,18 @@ def judge_checks(folder: Path) -> dict[str, str]:
     return checks
 
 
+def conversation_turns(root: Path, metrics: dict[str, Any]) -> dict[str, int]:
+    """Each conversation's turn count in the data the run read (its ``data`` path, relative to
+    ``root``, within its session prefix); empty when that data is not here."""
+    path = root / str(metrics.get("data", ""))
+    if not metrics.get("data") or metrics["data"] == "embedded sample" or not path.exists():
+        return {}
+    conversations = load_conversations(path, metrics.get("conversations"))
+    if metrics.get("sessions"):
+        conversations = [first_sessions(c, metrics["sessions"]) for c in conversations]
+    return {c.id: sum(1 for _ in c.turns()) for c in conversations}
+
+
 def render(rows: list[dict[str, str]], root: Path) -> str:
     checks = judge_checks(root / "eval" / "judge_checks")
     groups: dict[tuple[str, int], list[tuple[dict[str, str], dict[str, Any]]]] = {}
@@ -168,17 +186,21 @@ def render(rows: list[dict[str, str]], root: Path) -> str:
     for (questions, n), members in groups.items():
         lines += [f"**{questions}** ({n} questions)", "",
                   "| system | configuration | F1 (LoCoMo) | F1 (A-Mem) | judge (prompt; its check: acceptance of gold / "
-                  "vague wrong / specific wrong answers) | R@10 | tokens / query | build LLM calls | run |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "vague wrong / specific wrong answers) | R@10 (top 10 covers) | tokens / query | build LLM calls | "
+                  "structure (what did not form) | run |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for row, figures in members:
             judge = with_interval(figures["overall"], "judge")
             if figures["judge"]:
                 judge = f"{judge} ({figures['judge']}; {checks.get(figures['judge'], 'not checked')})"
             tokens, calls = figures["tokens_per_query"], figures["build_calls"]
+            run = load_run(root / row["run"])
+            structure = structure_summary(run) + (f"; **{row['flag']}**" if row.get("flag") else "")
             lines.append(f"| {row['system']} | {row['configuration']} | {with_interval(figures['overall'], 'f1_locomo')} | "
-                         f"{with_interval(figures['overall'], 'f1_amem')} | {judge} | {with_interval(figures['overall'], 'recall@10')} | "
+                         f"{with_interval(figures['overall'], 'f1_amem')} | {judge} | "
+                         f"{recall_cell(run, conversation_turns(root, run.metrics), figures['overall'])} | "
                          f"{'-' if tokens is None else f'{tokens:,.0f}'} | {'-' if calls is None else f'{calls:,.0f}'} | "
-                         f"`{row['run']}` |")
+                         f"{structure} | `{row['run']}` |")
         lines.append("")
     lines += ["The commands that made them (their model replies are in the shards of `eval/caches/`; "
               "`memlab cache import eval/caches` first):",

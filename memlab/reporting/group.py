@@ -54,7 +54,7 @@ def _cells(run: RunResult, label: str, reference: RunResult | None, primary: str
     return [
         label, str(overall.get("n", "-")), _with_ci(overall, "f1_locomo"), _with_ci(overall, "f1_amem"),
         _category_mean(run), _with_ci(overall, "judge"), _with_ci(audited, "judge") if audited else "-",
-        _recall(run, turns), _by_category(run),
+        recall_cell(run, turns), _by_category(run),
         _with_ci(adversarial, "abstained") + f" (n={adversarial['n']})" if adversarial else "-",
         _count(usage.get("build", {}).get("llm_calls")), _count(timing.get("build_seconds")),
         _number(timing.get("query_seconds_p50"), 1), _count(usage.get("tokens_per_query")), structure_summary(run),
@@ -109,8 +109,10 @@ def top10_coverage(run: RunResult, turns: Mapping[str, int]) -> float | None:
     return float(np.mean(shares)) if shares else None
 
 
-def _recall(run: RunResult, turns: Mapping[str, int]) -> str:
-    shown = _with_ci(run.metrics["overall"], "recall@10")
+def recall_cell(run: RunResult, turns: Mapping[str, int], overall: Mapping[str, Any] | None = None) -> str:
+    """R@10 with its interval (from ``overall``, default the run's metrics), the share of the
+    turns the top 10 covers and its flags."""
+    shown = _with_ci(overall if overall is not None else run.metrics["overall"], "recall@10")
     if shown == "-":
         return shown
     coverage = top10_coverage(run, turns)

@@ -21,7 +21,8 @@ def test_a_hand_edit_or_a_changed_run_is_caught(tmp_path, capsys):
     headline = eval_script("headline")
     benchmarks = tmp_path / "BENCHMARKS.md"
     text = (REPO / "BENCHMARKS.md").read_text()
-    benchmarks.write_text(text.replace("| 0.808 [0.75, 0.86] |", "| 0.908 [0.75, 0.86] |", 1))
+    cell = "| 0.808 [0.75, 0.86] (2% of the turns) |"  # rag_turns_best's R@10 in the table
+    benchmarks.write_text(text.replace(cell, cell.replace("0.808", "0.908"), 1))
     assert benchmarks.read_text() != text  # the edit landed in the table
     assert headline.main(["--check", "--benchmarks", str(benchmarks)]) == 1
     assert "is not the one" in capsys.readouterr().err
@@ -38,6 +39,31 @@ def test_the_table_groups_runs_by_their_questions_with_intervals(tmp_path):
     assert "**conv-26, sessions 1-2, categories 1-4** (15 questions)" in table
     assert "**conv-26, all sessions, categories 1-4** (152 questions)" in table
     assert "| RAG | a | 0.457 [0.27, 0.65] |" in table and "memlab run b" in table
+
+
+def test_every_row_says_what_its_memory_formed_and_how_much_its_top_10_reads(tmp_path):
+    """A run with no structure block is named, not skipped; a manifest flag (a memory the current rules
+    call degenerate, read from the stats its run kept) is shown; R@10 says what share of the turns the
+    top 10 covers and is flagged where that is most of a short memory (issue 80)."""
+    headline = eval_script("headline")
+    for run in ("conv26-s2/rag_turns", "conv26-s2/magma", "issue40-compassmem-prompted/compassmem_prompted"):
+        shutil.copytree(REPO / "eval" / "runs" / run, tmp_path / "eval" / "runs" / run)
+    (tmp_path / "shared").symlink_to(REPO.parent / "shared")  # the data the runs name, ../shared/...
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "eval").symlink_to(tmp_path / "eval")
+    rows = [{"system": s, "configuration": s, "run": f"eval/runs/{r}", "command": "memlab run x", **extra}
+            for s, r, extra in (("RAG", "conv26-s2/rag_turns", {}),
+                                ("MAGMA", "conv26-s2/magma", {"flag": "0 causal edges"}),
+                                ("CompassMem", "issue40-compassmem-prompted/compassmem_prompted", {}))]
+    lines = {line.split(" | ")[0][2:]: line for line in headline.render(rows, root).splitlines()
+             if line.startswith("| ") and not line.startswith("| system")}
+    assert "| no structure recorded | `eval/runs/conv26-s2/rag_turns` |" in lines["RAG"]
+    assert "| no structure recorded; **0 causal edges** |" in lines["MAGMA"]
+    assert "| formed (conv-26, conv-30) |" in lines["CompassMem"]
+    if (REPO.parent / "shared" / "data").is_dir():
+        assert "(89% of the turns) **too few units for R@10 to mean much** **provenance wider than the text read " \
+               "(18% of turns attached)**" in lines["CompassMem"]
 
 
 def test_bad_manifests_and_missing_markers_are_one_error(tmp_path, capsys):
