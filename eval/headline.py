@@ -56,10 +56,33 @@ def load_manifest(path: Path) -> list[dict[str, str]]:
     except (OSError, yaml.YAMLError) as e:
         raise ScriptError(f"{path}: cannot read the manifest: {e}") from None
     wanted = ("system", "configuration", "run", "command")
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and all(isinstance(r.get(k), str) for k in wanted)
-                                             for r in rows):
-        raise ScriptError(f"{path}: a list of rows, each with the strings {list(wanted)}")
+    if not isinstance(rows, list) or not all(
+            isinstance(r, dict) and (all(isinstance(r.get(k), str) for k in wanted)
+                                     or (isinstance(r.get("sweep"), str) and isinstance(r.get("runs"), str)))
+            for r in rows):
+        raise ScriptError(f"{path}: a list of rows, each with the strings {list(wanted)} (or a sweep group: "
+                          "the strings sweep and runs)")
     return rows
+
+
+def sweep_group(entry: dict[str, str], root: Path) -> list[str]:
+    """A sweep's group (``memlab sweep``): its questions, the table of its complete rows, the sentence
+    under it and the rows not complete yet, from the sweep file and its committed row folders."""
+    from memlab.eval.sweep import SweepError, group_markdown, load_sweep, sweep_status
+
+    try:
+        sweep = load_sweep(root / entry["sweep"])
+        statuses = sweep_status(sweep, root / entry["runs"])
+        text = group_markdown(sweep, statuses, root / entry["runs"])
+    except (SweepError, ValueError) as e:
+        raise ScriptError(f"{entry['sweep']}: {e}") from None
+    q = sweep.questions
+    done = sum(s.state == "complete" for s in statuses)
+    title = (f"**{', '.join(q.conversations or ['all conversations'])}, all sessions, "
+             f"{'categories 1-4 and adversarial' if 'adversarial' in (q.categories or ()) else 'categories 1-4'}, "
+             f"one judge, every row on the same questions** ({done} of {len(statuses)} rows complete; "
+             f"`memlab sweep {entry['sweep']} --out {entry['runs']}`)")
+    return [title, "", text or "No row is complete yet.", ""]
 
 
 def run_figures(folder: Path) -> dict[str, Any]:
@@ -178,11 +201,14 @@ def conversation_turns(root: Path, metrics: dict[str, Any]) -> dict[str, int]:
 def render(rows: list[dict[str, str]], root: Path) -> str:
     checks = judge_checks(root / "eval" / "judge_checks")
     groups: dict[tuple[str, int], list[tuple[dict[str, str], dict[str, Any]]]] = {}
+    lines = [START, ""]
+    for entry in (row for row in rows if "sweep" in row):
+        lines += sweep_group(entry, root)
+    rows = [row for row in rows if "sweep" not in row]
     for row in rows:
         figures = run_figures(root / row["run"])
         figures["questions"] = row.get("questions", figures["questions"])
         groups.setdefault((figures["questions"], figures["n"]), []).append((row, figures))
-    lines = [START, ""]
     for (questions, n), members in groups.items():
         lines += [f"**{questions}** ({n} questions)", "",
                   "| system | configuration | F1 (LoCoMo) | F1 (A-Mem) | judge (prompt; its check: acceptance of gold / "

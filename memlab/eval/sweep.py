@@ -381,12 +381,12 @@ def write_sweep_report(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -
     return write_report([out / name for name in ordered], out / "report")
 
 
-def write_group(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> Path | None:
-    """``out/group.md``: the complete rows as one headline group (``memlab.reporting.group``), in
-    the file's order, with the rows not complete named under it; None when no row is complete."""
+def group_markdown(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> str | None:
+    """The complete rows as one headline group (``memlab.reporting.group``), in the file's order:
+    the table, the sentence saying which rows the best row's paired interval separates from it,
+    and the rows not complete named under it; None when no row is complete."""
     from memlab.data import load_conversations
     from memlab.data.prefix import first_sessions
-    from memlab.fileio import atomic_file
     from memlab.reporting import load_runs
     from memlab.reporting.group import distinguishable_sentence, group_table
 
@@ -403,12 +403,21 @@ def write_group(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> Path 
     best = best_row(sweep, statuses)
     missing = [f"{s.name} ({s.state}{f': {s.detail}' if s.detail else ''})" for s in statuses
                if s.state != "complete"]
-    text = "\n\n".join(part for part in (
+    return "\n\n".join(part for part in (
         group_table(runs, labels, best, sweep.primary, turns),
         distinguishable_sentence(runs, labels, best, sweep.primary),
         f"Rows not complete yet: {'; '.join(missing)}." if missing else "",
-    ) if part) + "\n"
+    ) if part)
+
+
+def write_group(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> Path | None:
+    """``out/group.md`` (``group_markdown``); None, and nothing written, when no row is complete."""
+    from memlab.fileio import atomic_file
+
+    text = group_markdown(sweep, statuses, out)
+    if text is None:
+        return None
     path = out / "group.md"
     with atomic_file(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(text + "\n", encoding="utf-8")
     return path
