@@ -227,28 +227,28 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / "sweeps" / Path(args.file).stem
     try:  # a bad file, its questions, a row folder over other questions: bad input, reported
         sweep = load_sweep(args.file)
-        statuses = sweep_status(sweep, out) if args.status else \
-            run_sweep(sweep, out, workers=args.workers, ray=args.ray, progress=not args.no_progress)
+        try:
+            statuses = sweep_status(sweep, out) if args.status else \
+                run_sweep(sweep, out, workers=args.workers, ray=args.ray, progress=not args.no_progress)
+        except KeyboardInterrupt:  # the finished rows are kept; the same command resumes the rest
+            _print_sweep(sweep_status(sweep, out), out)
+            print("interrupted: run the same command to resume", file=sys.stderr)
+            return 130
     except ValueError as e:
         log.error("%s", e)
         return 2
-    except KeyboardInterrupt:  # the rows already finished are kept; the same command resumes the rest
-        statuses = sweep_status(sweep, out)
-        _print_sweep(sweep, statuses, out)
-        print("interrupted: run the same command to resume", file=sys.stderr)
-        return 130
-    _print_sweep(sweep, statuses, out)
+    _print_sweep(statuses, out)
     best = best_row(sweep, statuses)
     if best:
         print(f"best row by {sweep.primary}: {best}")
-    if not args.status and (out / "report" / "report.html").is_file():
-        print(f"wrote {out / 'report' / 'report.html'} and {out / 'report' / 'report.md'}")
     if args.status:
         return 0
+    if (out / "group.md").is_file():
+        print(f"wrote {out / 'report' / 'report.html'}, {out / 'report' / 'report.md'} and {out / 'group.md'}")
     return 0 if all(s.state == "complete" for s in statuses) else 1
 
 
-def _print_sweep(sweep, statuses, out: Path) -> None:
+def _print_sweep(statuses, out: Path) -> None:
     for status in statuses:
         print(f"{status.name}: {status.state}{f' ({status.detail})' if status.detail else ''}")
     done = sum(s.state == "complete" for s in statuses)

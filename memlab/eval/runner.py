@@ -46,6 +46,7 @@ from typing import Any
 from torch import nn
 from tqdm.auto import tqdm
 
+from memlab.config import Overrides
 from memlab.data.errata import apply_errata, load_errata
 from memlab.eval.conversation import (  # noqa: F401 - RunOptions and context_recall are imported from here too
     ConversationResult,
@@ -69,7 +70,7 @@ log = logging.getLogger(__name__)
 
 def run_config(
     config: str | os.PathLike,
-    overrides: Sequence[str] | Mapping[str, Any] = (),
+    overrides: Overrides = (),
     *,
     data: str | os.PathLike | None = None,
     conversations: Sequence[str] | None = None,
