@@ -401,12 +401,14 @@ def group_markdown(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> st
     runs = load_runs([out / name for name in complete])
     labels = {row.name: row.label for row in sweep.rows}
     best = best_row(sweep, statuses)
-    missing = [f"{s.name} ({s.state}{f': {s.detail}' if s.detail else ''})" for s in statuses
-               if s.state != "complete"]
+    # A partial row's questions live in its hidden staging folder, which is never committed: a
+    # group rendered from committed folders can only say that the row has no finished run yet.
+    missing = [s.name + (f" ({s.state}: {s.detail})" if s.state in ("failed", "stale") else "")
+               for s in statuses if s.state != "complete"]
     return "\n\n".join(part for part in (
         group_table(runs, labels, best, sweep.primary, turns),
         distinguishable_sentence(runs, labels, best, sweep.primary),
-        f"Rows not complete yet: {'; '.join(missing)}." if missing else "",
+        f"Rows with no complete run yet: {', '.join(missing)}." if missing else "",
     ) if part)
 
 
