@@ -388,7 +388,7 @@ def group_markdown(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> st
     from memlab.data import load_conversations
     from memlab.data.prefix import first_sessions
     from memlab.reporting import load_runs
-    from memlab.reporting.group import distinguishable_sentence, group_table
+    from memlab.reporting.group import distinguishable_sentence, group_table, machines_sentence
 
     complete = [s.name for s in statuses if s.state == "complete"]
     if not complete:
@@ -408,6 +408,7 @@ def group_markdown(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> st
     return "\n\n".join(part for part in (
         group_table(runs, labels, best, sweep.primary, turns),
         distinguishable_sentence(runs, labels, best, sweep.primary),
+        machines_sentence(runs),
         f"Rows with no complete run yet: {', '.join(missing)}." if missing else "",
     ) if part)
 

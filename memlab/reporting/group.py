@@ -190,3 +190,16 @@ def distinguishable_sentence(runs: Sequence[RunResult], labels: Mapping[str, str
     if level:
         sentence += f" Not distinguishable from it at this n: {', '.join(level)}."
     return sentence
+
+
+def machines_sentence(runs: Sequence[RunResult]) -> str:
+    """Where each row's seconds were measured (``metrics.json["machine"]``): a row's own calls ran
+    there, its replayed calls count at the seconds the machine that made them recorded."""
+    seen: dict[str, list[str]] = {}
+    for run in runs:
+        cpu = (run.metrics.get("machine") or {}).get("cpu") or {}
+        where = f"{cpu.get('model') or 'unrecorded'} ({', '.join(cpu.get('features') or []) or 'features unrecorded'}; " \
+                f"{(run.metrics.get('machine') or {}).get('cores', '?')} cores)"
+        seen.setdefault(where, []).append(run.name)
+    return "Seconds are model time from a cold response cache, measured on: " + "; ".join(
+        f"{where} for {', '.join(names)}" for where, names in seen.items()) + "."
