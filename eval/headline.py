@@ -33,10 +33,9 @@ from typing import Any
 
 import yaml
 
-from memlab.data import load_conversations
-from memlab.data.prefix import first_sessions
 from memlab.eval.metrics import aggregate
 from memlab.eval.report import METRICS
+from memlab.eval.runner import select_conversations
 from memlab.eval.scripting import ScriptError, reports_script_errors
 from memlab.fileio import atomic_file
 from memlab.reporting import load_run
@@ -192,9 +191,7 @@ def conversation_turns(root: Path, metrics: dict[str, Any]) -> dict[str, int]:
     path = root / str(metrics.get("data", ""))
     if not metrics.get("data") or metrics["data"] == "embedded sample" or not path.exists():
         return {}
-    conversations = load_conversations(path, metrics.get("conversations"))
-    if metrics.get("sessions"):
-        conversations = [first_sessions(c, metrics["sessions"]) for c in conversations]
+    conversations, _ = select_conversations(path, metrics.get("conversations"), metrics.get("sessions"), None, None)
     return {c.id: sum(1 for _ in c.turns()) for c in conversations}
 
 

@@ -330,12 +330,19 @@ def _build(node: Any, built: dict[int, Any]) -> Any:
 def build_pipeline(path: str | os.PathLike, overrides: Overrides = ()):
     """Load, override, validate and build a pipeline config. Returns (pipeline, runner settings, tree)."""
     tree = load_config(path, overrides)
+    pipeline_node, runner = validate_pipeline_tree(tree, path)
+    return _build(pipeline_node, {}), runner, copy.deepcopy(tree)
+
+
+def validate_pipeline_tree(tree: dict[str, Any], path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Check a loaded pipeline config (``path`` names it in errors) without building anything;
+    returns (pipeline node, runner settings)."""
     pipeline_node, runner = split_runner_keys(tree)
     if COMPONENT not in pipeline_node:
         raise ConfigError(f"{path}: the top level must be a pipeline node with {COMPONENT}")
     validate(pipeline_node)
     validate_runner_keys(runner)
-    return _build(pipeline_node, {}), runner, copy.deepcopy(tree)
+    return pipeline_node, runner
 
 
 def validate_runner_keys(runner: dict[str, Any]) -> None:

@@ -98,8 +98,6 @@ def run_config(
     scored on its own training conversations) raises a ``ValueError`` (``ConfigError``,
     ``DataError`` ...) before anything runs."""
     from memlab.config import build_pipeline, dump_config, instantiate, split_runner_keys
-    from memlab.data import load_conversations
-    from memlab.data.prefix import first_sessions
     from memlab.eval.saved_memories import build_config
 
     overrides = dict(overrides) if isinstance(overrides, Mapping) else list(overrides)
@@ -116,14 +114,8 @@ def run_config(
         refuse_writing_into(save_memory, "--save-memory", {**inputs, "the run folder --out": folder})
     check_run_folder(folder)
     pipeline, runner_settings, tree = build_pipeline(config, overrides)
-    selected = load_conversations(data, conversations)
     errata = errata if errata is not None else (runner_settings.get("eval") or {}).get("errata")
-    applied = None
-    if errata is not None:  # on whole conversations: the audited evidence may name later sessions' turns
-        selected, applied = apply_errata(selected, load_errata(errata), errata)
-    if sessions is not None:
-        selected = [first_sessions(c, sessions) for c in selected]
-    check_categories(selected, options.categories, data or "the embedded sample")
+    selected, applied = select_conversations(data, conversations, sessions, errata, options.categories)
     refuse_training_overlap(pipeline, selected, options.allow_training_overlap)
     if save_memory is not None and memory is not None:
         raise ValueError("give --save-memory or --memory, not both: a loaded memory is saved already")
@@ -173,6 +165,22 @@ def run_config(
             own_executor.shutdown()
         close_lms(pipeline, judge)
     return folder, metrics
+
+
+def select_conversations(data: str | os.PathLike | None, conversations: Sequence[str] | None, sessions: int | None,
+                         errata: str | os.PathLike | None, categories: Sequence[str] | None):
+    """The conversations a run answers (``run_config``'s arguments) and what the errata file
+    changed (None without one); unknown categories raise ``ValueError``."""
+    from memlab.data import load_conversations
+    from memlab.data.prefix import first_sessions
+
+    selected, applied = load_conversations(data, conversations), None
+    if errata is not None:  # on whole conversations: the audited evidence may name later sessions' turns
+        selected, applied = apply_errata(selected, load_errata(errata), errata)
+    if sessions is not None:
+        selected = [first_sessions(c, sessions) for c in selected]
+    check_categories(selected, categories, data or "the embedded sample")
+    return selected, applied
 
 
 #: What a run writes into its folder; ``run_config`` replaces a folder holding only these.

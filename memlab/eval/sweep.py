@@ -237,33 +237,25 @@ def _row(path: Path, name: Any, node: Any) -> SweepRow:
 
 
 def _validate_row(sweep: Sweep, row: SweepRow) -> None:
-    from memlab.config import split_runner_keys, validate, validate_runner_keys
+    from memlab.config import validate_pipeline_tree
 
-    tree = load_config(row.config, sweep.row_overrides(row))
-    pipeline, runner = split_runner_keys(tree)
-    if COMPONENT not in pipeline:
-        raise ConfigError(f"{row.config}: the top level must be a pipeline node with {COMPONENT}")
-    validate(pipeline)
-    validate_runner_keys(runner)
+    validate_pipeline_tree(load_config(row.config, sweep.row_overrides(row)), row.config)
+
+
+def selected_conversations(sweep: Sweep) -> list:
+    """The file's conversations as ``memlab run`` selects them (``runner.select_conversations``)."""
+    from memlab.eval.runner import select_conversations
+
+    q = sweep.questions
+    return select_conversations(q.data, q.conversations, q.sessions, q.errata, q.categories)[0]
 
 
 def expected_question_ids(sweep: Sweep) -> tuple[str, ...]:
     """The file's questions, in run order, as ``memlab run`` selects them."""
-    from memlab.data import load_conversations
-    from memlab.data.errata import apply_errata, load_errata
-    from memlab.data.prefix import first_sessions
     from memlab.eval.conversation import select_questions
-    from memlab.eval.runner import check_categories
 
-    q = sweep.questions
-    conversations = load_conversations(q.data, q.conversations)
-    if q.errata is not None:
-        conversations, _ = apply_errata(conversations, load_errata(q.errata), q.errata)
-    if q.sessions is not None:
-        conversations = [first_sessions(c, q.sessions) for c in conversations]
-    check_categories(conversations, q.categories, q.data or "the embedded sample")
-    options = q.options()
-    return tuple(question.id for c in conversations for question in select_questions(c, options))
+    options = sweep.questions.options()
+    return tuple(question.id for c in selected_conversations(sweep) for question in select_questions(c, options))
 
 
 def row_status(sweep: Sweep, row: SweepRow, out: Path, expected: Sequence[str]) -> RowStatus:
@@ -385,19 +377,13 @@ def group_markdown(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> st
     """The complete rows as one headline group (``memlab.reporting.group``), in the file's order:
     the table, the sentence saying which rows the best row's paired interval separates from it,
     and the rows not complete named under it; None when no row is complete."""
-    from memlab.data import load_conversations
-    from memlab.data.prefix import first_sessions
     from memlab.reporting import load_runs
     from memlab.reporting.group import distinguishable_sentence, group_table, machines_sentence
 
     complete = [s.name for s in statuses if s.state == "complete"]
     if not complete:
         return None
-    q = sweep.questions
-    conversations = load_conversations(q.data, q.conversations)
-    if q.sessions is not None:
-        conversations = [first_sessions(c, q.sessions) for c in conversations]
-    turns = {c.id: sum(1 for _ in c.turns()) for c in conversations}
+    turns = {c.id: sum(1 for _ in c.turns()) for c in selected_conversations(sweep)}
     runs = load_runs([out / name for name in complete])
     labels = {row.name: row.label for row in sweep.rows}
     best = best_row(sweep, statuses)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from memlab.eval.intervals import stratified_mean_interval
+from memlab.reporting.page import with_interval
 from memlab.reporting.paired import paired_difference
 from memlab.reporting.runs import RunResult
 from memlab.types import ANSWERABLE_CATEGORIES
@@ -63,11 +64,7 @@ def _cells(run: RunResult, label: str, reference: RunResult | None, primary: str
 
 
 def _with_ci(block: Mapping[str, Any] | None, metric: str) -> str:
-    if not block or block.get(metric) is None:
-        return "-"
-    interval = (block.get("ci") or {}).get(metric)
-    shown = f"{block[metric]:.3f}"
-    return f"{shown} [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else shown
+    return with_interval(block, metric) if block else "-"
 
 
 def _answerable(run: RunResult) -> list[dict[str, Any]]:
