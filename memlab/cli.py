@@ -10,7 +10,7 @@
                         [--allow-training-overlap] [key=value ...]
   memlab compare-stages CONFIG [--data PATH] [--conversations ID,...] [--sessions N] [--loco]
                         [--allow-training-overlap] [--out FILE] [key=value ...]
-  memlab sweep FILE [--out DIR] [--status] [--workers N] [--ray ADDRESS] [--no-progress]
+  memlab sweep FILE [--out DIR] [--status] [--rows A,B] [--workers N] [--ray ADDRESS] [--no-progress]
   memlab report RUN_DIR [RUN_DIR ...] --out DIR
   memlab export-memory DIR --format graphml|jsonl|html [--out PATH]
   memlab models [install NAME [--wheels DIR]]
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -114,6 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--out", type=_path, help="the sweep's folder: a run folder per row and report/ "
                        "(default: runs/sweeps/<file name>)")
     sweep.add_argument("--status", action="store_true", help="say which rows are complete, and run nothing")
+    sweep.add_argument("--rows", type=_names, help="run only these rows (comma-separated names), in the file's order")
     sweep.add_argument("--workers", type=_positive, default=1, help="worker processes shared by every row's "
                        "conversations (memlab run --workers): the rows run side by side")
     sweep.add_argument("--ray", metavar="ADDRESS", help="the same tasks on a Ray cluster (memlab run --ray)")
@@ -222,14 +224,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    out = Path(args.out) if args.out else Path("runs") / "sweeps" / Path(args.file).stem
+    # A sweep left running is stopped with kill as often as with Ctrl-C: both record its progress.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return _sweep(args, out)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _sweep(args: argparse.Namespace, out: Path) -> int:
     from memlab.eval.sweep import best_row, load_sweep, run_sweep, sweep_status
 
-    out = Path(args.out) if args.out else Path("runs") / "sweeps" / Path(args.file).stem
     try:  # a bad file, its questions, a row folder over other questions: bad input, reported
         sweep = load_sweep(args.file)
         try:
             statuses = sweep_status(sweep, out) if args.status else \
-                run_sweep(sweep, out, workers=args.workers, ray=args.ray, progress=not args.no_progress)
+                run_sweep(sweep, out, workers=args.workers, ray=args.ray, progress=not args.no_progress,
+                          only=args.rows)
         except KeyboardInterrupt:  # the finished rows are kept; the same command resumes the rest
             _print_sweep(sweep_status(sweep, out), out)
             print("interrupted: run the same command to resume", file=sys.stderr)
@@ -245,7 +257,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     if (out / "group.md").is_file():
         print(f"wrote {out / 'report' / 'report.html'}, {out / 'report' / 'report.md'} and {out / 'group.md'}")
-    return 0 if all(s.state == "complete" for s in statuses) else 1
+    ran = [s for s in statuses if args.rows is None or s.name in args.rows]
+    return 0 if all(s.state == "complete" for s in ran) else 1
 
 
 def _print_sweep(statuses, out: Path) -> None:

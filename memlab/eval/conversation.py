@@ -179,10 +179,11 @@ def run_conversation(
     save=None,
     load_from: SavedMemories | None = None,
     on_rows=None,
+    on_built=None,
 ) -> ConversationResult:
     """Build (or load) ``conversation``'s memory, answer its selected questions, release the
     memory and ``save(memory)`` if given. ``on_rows(rows)`` sees each batch's rows as they come
-    (the run's progress)."""
+    and ``on_built(record)`` the build's ``build_record`` the moment it ends (the run's progress)."""
     result = ConversationResult(conversation.id)
     questions = select_questions(conversation, options)
     usage = _Usage(pipeline.lms())
@@ -203,6 +204,8 @@ def run_conversation(
         result.build_usage = UsageMeter.diff(usage.snapshot(), before)
     if memory is not None:
         at_build = pipeline.memory_stats(memory)
+        if on_built is not None:
+            on_built(build_record(result, at_build))
         try:
             for start in range(0, len(questions), options.batch_size):
                 batch = questions[start:start + options.batch_size]
@@ -231,6 +234,13 @@ def run_conversation(
     result.stage_usage = {name: UsageMeter.diff(now, stages_before.get(name, {}))
                           for name, now in pipeline.stage_usage().items()}
     return result
+
+
+def build_record(result: ConversationResult, memory_stats: dict[str, Any] | None) -> dict[str, Any]:
+    """What a finished build cost and formed, as one JSON line of a run's progress
+    (``builds.jsonl.partial``; the finished run's ``metrics.json`` sums them)."""
+    return {"conversation_id": result.conversation_id, "build_seconds": result.build_seconds,
+            "build_usage": result.build_usage, "memory_stats": memory_stats}
 
 
 def _failure_counts(pipeline: Pipeline, judge) -> dict[str, int]:

@@ -7,6 +7,9 @@
   written as ``predictions.jsonl.partial`` while running (a batch's rows as soon as they are
   answered, in the conversations' order) and renamed when the run ends, so a complete file is
   never confused with an interrupted one;
+* ``builds.jsonl.partial`` — while running, one line per finished build (``build_record``: its
+  seconds, LLM use and memory statistics), so an unfinished run still shows what its builds cost
+  (``memlab sweep`` reports it); removed when the run ends, as ``metrics.json`` sums them;
 * ``metrics.json`` — the aggregate (see ``memlab.eval.report.summarise``), written atomically.
 
 Each conversation is built and answered by ``memlab.eval.conversation.run_conversation`` (what
@@ -83,6 +86,7 @@ def run_config(
     workers: int = 1,
     ray: str | None = None,
     executor=None,
+    on_progress=None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run the pipeline config ``config`` (with ``overrides``: ``key=value`` strings or a mapping of
     dotted keys to values, ``memlab.config.load_config``) on ``data`` (None: the
@@ -94,7 +98,8 @@ def run_config(
     ``workers`` > 1: conversations run in that many worker processes; ``ray``: on a Ray cluster
     (its address, ``auto`` for the running one, ``local`` for a private one) with ``workers``
     tasks at a time (``memlab.eval.workers``); ``executor``: an ``Executor`` to share with other
-    runs (a sweep), which the caller shuts down. Bad input (config, data, categories, ``out``, a trained stage
+    runs (a sweep), which the caller shuts down; ``on_progress(staging)``: called with the staging
+    folder each time its progress files grow (``run_benchmark``). Bad input (config, data, categories, ``out``, a trained stage
     scored on its own training conversations) raises a ``ValueError`` (``ConfigError``,
     ``DataError`` ...) before anything runs."""
     from memlab.config import build_pipeline, dump_config, instantiate, split_runner_keys
@@ -140,7 +145,7 @@ def run_config(
             log.info("writing the run into %s; it replaces %s when the run ends", staging, folder)
             (staging / "config.yaml").write_text(dump_config(tree), encoding="utf-8")
             metrics = run_benchmark(pipeline, selected, staging, options, judge=judge, save_to=save_to,
-                                    load_from=load_from, runner=runner, run_info={
+                                    load_from=load_from, runner=runner, on_progress=on_progress, run_info={
                 "pipeline": Path(config).stem,
                 "config": str(config),
                 "overrides": overrides,
@@ -184,7 +189,8 @@ def select_conversations(data: str | os.PathLike | None, conversations: Sequence
 
 
 #: What a run writes into its folder; ``run_config`` replaces a folder holding only these.
-RUN_FILES = frozenset({"config.yaml", "metrics.json", "predictions.jsonl", "predictions.jsonl.partial"})
+RUN_FILES = frozenset({"config.yaml", "metrics.json", "predictions.jsonl", "predictions.jsonl.partial",
+                       "builds.jsonl.partial"})
 
 
 def check_run_folder(folder: Path) -> None:
@@ -234,12 +240,13 @@ def refuse_training_overlap(module: nn.Module, conversations: Sequence[Conversat
 def in_process(pipeline: Pipeline, options: RunOptions, count_tokens, judge=None,
                save_to: SavedMemories | None = None, load_from: SavedMemories | None = None):
     """The sequential runner: one conversation after another in this process. Takes
-    ``(conversations, on_rows)`` and yields their ``ConversationResult``s in order."""
+    ``(conversations, on_rows, on_built)`` and yields their ``ConversationResult``s in order."""
 
-    def run(conversations: Sequence[Conversation], on_rows):
+    def run(conversations: Sequence[Conversation], on_rows, on_built=None):
         for conversation in conversations:
             save = (lambda memory, c=conversation: save_to.save(pipeline, c, memory)) if save_to is not None else None
-            yield run_conversation(pipeline, conversation, options, count_tokens, judge, save, load_from, on_rows)
+            yield run_conversation(pipeline, conversation, options, count_tokens, judge, save, load_from, on_rows,
+                                   on_built)
 
     return run
 
@@ -254,12 +261,14 @@ def run_benchmark(
     save_to: SavedMemories | None = None,
     load_from: SavedMemories | None = None,
     runner=None,
+    on_progress=None,
 ) -> dict[str, Any]:
     """Run ``pipeline`` on every conversation and write predictions and metrics; returns metrics.
     ``save_to`` / ``load_from``: saved memories to write / to answer from (module docstring).
     ``runner``: what runs the conversations (default ``in_process``; ``memlab.eval.workers``
-    runs them in worker processes): ``runner(conversations, on_rows)`` yields one
-    ``ConversationResult`` per conversation, in their order."""
+    runs them in worker processes): ``runner(conversations, on_rows, on_built)`` yields one
+    ``ConversationResult`` per conversation, in their order. ``on_progress(out_dir)`` is called
+    after each write to the progress files (``builds.jsonl.partial``, ``predictions.jsonl.partial``)."""
     from memlab.embed import default_token_counter
 
     out = Path(out_dir)
@@ -280,6 +289,8 @@ def run_benchmark(
         for row in rows:
             sink.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
         sink.flush()
+        if rows and on_progress is not None:
+            on_progress(out)
 
     def on_rows(rows: list[dict[str, Any]]) -> None:
         bar.update(len(rows))
@@ -291,8 +302,16 @@ def run_benchmark(
             write(rows)
             written["rows"] += len(rows)
 
+    builds = out / "builds.jsonl.partial"
+
+    def on_built(record: dict[str, Any]) -> None:
+        with builds.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        if on_progress is not None:
+            on_progress(out)
+
     with partial.open("w") as sink:
-        for result in runner(answered, on_rows):
+        for result in runner(answered, on_rows, on_built):
             if result.conversation_id != answered[len(results)].id:
                 raise RuntimeError(f"the runner gave {result.conversation_id} in the place of {answered[len(results)].id}")
             write(result.rows[written["rows"]:])  # the conversations' order, whatever the runner
@@ -305,6 +324,7 @@ def run_benchmark(
             shown["rows"] = done
     bar.close()
     os.replace(partial, out / "predictions.jsonl")
+    builds.unlink(missing_ok=True)
     metrics = summarise_results(pipeline, results, options, judge, run_info, conversations)
     write_json_atomic(out / "metrics.json", metrics)
     stopped = metrics.get("stopped")

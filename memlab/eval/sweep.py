@@ -30,17 +30,25 @@ interrupted sweep (Ctrl-C, a killed machine) resumes where it stopped. A row tha
 stop the others. Once the rows have run, ``OUT/report/`` holds one ``memlab report`` of the
 complete rows, the best row (by ``primary``) first, so each other row carries its paired
 difference against it; ``sweep_status`` says which rows are complete at any time.
+
+A row that has not finished is never silently missing: while it runs, ``OUT/unfinished/<name>.json``
+records what its attempt has reached and cost so far, after each build and each answered question
+(``memlab.eval.progress``; so a sweep stopped any way, even killed, keeps it; removed once the row
+is complete), and the group shows those figures. ``only`` (``--rows``) runs a chosen subset of the rows.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +66,9 @@ FILE_KEYS = ("questions", "judge", "primary", "rows")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: Metrics a sweep may rank its rows by (``overall`` of metrics.json).
 PRIMARY_METRICS = ("judge", "f1_amem", "f1_locomo", "recall@10")
+#: ``OUT/unfinished/<row>.json``: what a row that has not finished reached and cost so far.
+UNFINISHED = "unfinished"
+REPORT = "report"
 
 
 class SweepError(MemlabError, ValueError):
@@ -210,6 +221,8 @@ def _file(path: Path, value: Any, where: str) -> str | None:
 def _row(path: Path, name: Any, node: Any) -> SweepRow:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise SweepError(f"{path}: row name {name!r} must be a folder name (letters, digits, '.', '_', '-')")
+    if name in (REPORT, UNFINISHED):
+        raise SweepError(f"{path}: row name {name!r} is the sweep's own folder; choose another")
     if not isinstance(node, dict):
         raise SweepError(f"{path}: row {name!r} must be a mapping with the keys {list(ROW_KEYS)}")
     chooses = sorted(set(node) & set(QUESTION_KEYS))
@@ -263,10 +276,19 @@ def row_status(sweep: Sweep, row: SweepRow, out: Path, expected: Sequence[str]) 
     finished run of this row's config over other questions than the file's."""
     folder = out / row.name
     partial = sorted(out.glob(f".{row.name}.tmp-*/predictions.jsonl.partial"))
+    record = out / UNFINISHED / f"{row.name}.json"
     if not (folder / "metrics.json").is_file():
-        if partial:
+        if partial:  # running now, or killed before it could clean up
             answered = max(sum(1 for line in p.open(encoding="utf-8") if line.strip()) for p in partial)
             return RowStatus(row.name, "partial", f"{answered} of {len(expected)} questions on disk", answered)
+        if record.is_file():
+            try:
+                answered = len(json.loads(record.read_text(encoding="utf-8"))["rows"])
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                return RowStatus(row.name, "partial", f"its progress record {record} is unreadable "
+                                                      f"({type(e).__name__}: {e})")
+            return RowStatus(row.name, "partial", f"{answered} of {len(expected)} questions answered when it "
+                                                  f"stopped ({record})", answered)
         return RowStatus(row.name, "not started")
     try:
         metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
@@ -307,18 +329,26 @@ def sweep_status(sweep: Sweep, out: str | os.PathLike) -> list[RowStatus]:
 
 
 def run_sweep(sweep: Sweep, out: str | os.PathLike, workers: int = 1, ray: str | None = None,
-              progress: bool = False, report: bool = True) -> list[RowStatus]:
+              progress: bool = False, report: bool = True,
+              only: Sequence[str] | None = None) -> list[RowStatus]:
     """Run every row of ``sweep`` that is not complete into ``out`` (module docstring), then
-    write ``out/report`` over the complete rows; returns every row's status afterwards. Bad input
-    (the file's questions, a row folder over other questions) raises before any row runs."""
+    write ``out/report`` over the complete rows; returns every row's status afterwards. ``only``
+    names the rows to run, in the file's order (the report still covers every complete row). Bad
+    input (the file's questions, a row folder over other questions, an unknown row name) raises
+    before any row runs."""
     from memlab.eval.runner import run_config
 
     out = Path(out)
     expected = expected_question_ids(sweep)
     if not expected:
         raise SweepError(f"{sweep.path}: the file's questions select no question")
+    names = [row.name for row in sweep.rows]
+    unknown = [name for name in only or () if name not in names]
+    if unknown:
+        raise SweepError(f"{sweep.path}: no row named {', '.join(unknown)} (its rows: {', '.join(names)})")
     before = [row_status(sweep, row, out, expected) for row in sweep.rows]
-    todo = [row for row, status in zip(sweep.rows, before) if status.state != "complete"]
+    todo = [row for row, status in zip(sweep.rows, before)
+            if status.state != "complete" and (only is None or row.name in only)]
     for row, status in zip(sweep.rows, before):
         log.info("row %s: %s%s", row.name, status.state, f" ({status.detail})" if status.detail else "")
     executor = None
@@ -332,7 +362,8 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, workers: int = 1, ray: str |
         try:
             run_config(row.config, sweep.row_overrides(row), data=q.data, conversations=q.conversations,
                        sessions=q.sessions, options=q.options(row.allow_training_overlap, progress),
-                       out=out / row.name, errata=q.errata, executor=executor)
+                       out=out / row.name, errata=q.errata, executor=executor,
+                       on_progress=lambda staging: record_progress(sweep, row, staging, out))
         except ValueError as e:  # this row's config or checkpoints: the other rows still run
             log.error("row %s: %s; continuing with the others", row.name, e)
 
@@ -343,14 +374,74 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, workers: int = 1, ray: str |
         else:  # every row's runner in its own thread, all feeding the one pool of workers
             with ThreadPoolExecutor(max_workers=len(todo)) as threads:
                 list(threads.map(run, todo))
-    finally:
+    finally:  # interrupted too: what the unfinished rows reached is recorded before the sweep stops
         if executor is not None:
             executor.shutdown()
-    after = [row_status(sweep, row, out, expected) for row in sweep.rows]
-    if report:
-        write_sweep_report(sweep, after, out)
-        write_group(sweep, after, out)
+        after = [row_status(sweep, row, out, expected) for row in sweep.rows]
+        forget_finished(after, out)
+        if report:
+            write_sweep_report(sweep, after, out)
+            write_group(sweep, after, out)
     return after
+
+
+def config_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def record_progress(sweep: Sweep, row: SweepRow, staging: Path, out: Path) -> None:
+    """Write ``out/unfinished/<row>.json`` from the attempt staged in ``staging``
+    (``memlab.eval.progress``): what it reached and cost so far, where and when. A record that
+    cannot be made is logged; the run goes on."""
+    from memlab.eval.conversation import select_questions
+    from memlab.eval.machine import cpu_description
+    from memlab.eval.progress import read_progress
+    from memlab.fileio import write_json_atomic
+
+    try:
+        progress = read_progress(staging)
+        options = sweep.questions.options()
+        record = {
+            "row": row.name,
+            "config_sha256": config_digest(sweep.resolved_config(row)),
+            "questions": {c.id: len(select_questions(c, options)) for c in selected_conversations(sweep)},
+            "attempt_started": _iso((staging / "config.yaml").stat().st_mtime),
+            "recorded": _iso(time.time()),
+            "machine": {"cpu": cpu_description(), "cores": os.cpu_count()},
+            **progress,
+        }
+        (out / UNFINISHED).mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out / UNFINISHED / f"{row.name}.json", record)
+    except (OSError, ValueError) as e:
+        log.error("row %s: its progress could not be recorded (%s: %s)", row.name, type(e).__name__, e)
+
+
+def forget_finished(statuses: Sequence[RowStatus], out: Path) -> None:
+    """Remove the progress record of each row that is now complete."""
+    for status in statuses:
+        if status.state == "complete":
+            (out / UNFINISHED / f"{status.name}.json").unlink(missing_ok=True)
+
+
+def load_unfinished(sweep: Sweep, out: Path) -> dict[str, dict[str, Any]]:
+    """The committed progress records of the rows that are not complete, by row name; a record
+    made with another config than the row's present one is marked ``stale``."""
+    found = {}
+    for row in sweep.rows:
+        path = out / UNFINISHED / f"{row.name}.json"
+        if not path.is_file():
+            continue
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise SweepError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
+        record["stale"] = record.get("config_sha256") != config_digest(sweep.resolved_config(row))
+        found[row.name] = record
+    return found
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def best_row(sweep: Sweep, statuses: Sequence[RowStatus]) -> str | None:
@@ -370,15 +461,16 @@ def write_sweep_report(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -
         return None
     best = best_row(sweep, statuses)
     ordered = ([best] if best else []) + [name for name in complete if name != best]
-    return write_report([out / name for name in ordered], out / "report")
+    return write_report([out / name for name in ordered], out / REPORT)
 
 
 def group_markdown(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> str | None:
     """The complete rows as one headline group (``memlab.reporting.group``), in the file's order:
     the table, the sentence saying which rows the best row's paired interval separates from it,
-    and the rows not complete named under it; None when no row is complete."""
+    the rows not finished with what they reached and cost (their ``unfinished/`` records), and the
+    rows with neither named under it; None when no row is complete."""
     from memlab.reporting import load_runs
-    from memlab.reporting.group import distinguishable_sentence, group_table, machines_sentence
+    from memlab.reporting.group import distinguishable_sentence, group_table, machines_sentence, unfinished_table
 
     complete = [s.name for s in statuses if s.state == "complete"]
     if not complete:
@@ -387,14 +479,17 @@ def group_markdown(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> st
     runs = load_runs([out / name for name in complete])
     labels = {row.name: row.label for row in sweep.rows}
     best = best_row(sweep, statuses)
-    # A partial row's questions live in its hidden staging folder, which is never committed: a
-    # group rendered from committed folders can only say that the row has no finished run yet.
+    unfinished = {name: record for name, record in load_unfinished(sweep, out).items() if name not in complete}
     missing = [s.name + (f" ({s.state}: {s.detail})" if s.state in ("failed", "stale") else "")
-               for s in statuses if s.state != "complete"]
+               for s in statuses if s.state != "complete" and s.name not in unfinished]
+    reference = next((run for run in runs if run.name == best), None)
     return "\n\n".join(part for part in (
         group_table(runs, labels, best, sweep.primary, turns),
         distinguishable_sentence(runs, labels, best, sweep.primary),
         machines_sentence(runs),
+        ("Rows not finished: what each reached and its measured cost so far (cold model seconds; its "
+         f"{sweep.primary} is over the questions it answered, a prefix of the set, not comparable with the table "
+         "above):\n\n" + unfinished_table(unfinished, labels, reference, sweep.primary)) if unfinished else "",
         f"Rows with no complete run yet: {', '.join(missing)}." if missing else "",
     ) if part)
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memlab.eval.conversation import ConversationResult, RunOptions, close_lms, run_conversation, run_lms
+from memlab.eval.conversation import ConversationResult, RunOptions, build_record, close_lms, run_conversation, run_lms
 from memlab.eval.executors import Executor, LocalExecutor
 from memlab.eval.saved_memories import SavedMemories, history_digest
 from memlab.fileio import write_json_atomic
@@ -252,7 +252,7 @@ class ParallelRunner:
         self.cache_paths = sorted({lm.cache_path for lm in run_lms(pipeline, judge) if lm.cache_path is not None})
         self.cache_merge = {"added": 0, "already_present": 0, "conflicting": 0}
 
-    def __call__(self, conversations: Sequence[Conversation], on_rows):
+    def __call__(self, conversations: Sequence[Conversation], on_rows, on_built=None):
         work = WorkFolder(work_folder_of(self.out), fingerprint(self.pipeline_node, self.judge_node, self.options,
                                                                 conversations, self.save_to, self.load_from),
                           self.cache_paths)
@@ -292,6 +292,8 @@ class ParallelRunner:
                             self.save_to.record(done_conversation, names[done_conversation.id])
                         ready[done_conversation.id] = outcome.result
                 result = ready.pop(conversation.id)
+                if on_built is not None and result.memory_stats is not None:  # known once the task ends
+                    on_built(build_record(result, result.memory_stats))
                 on_rows(result.rows)
                 yield result
                 if result.stopped:  # the work folder stays: a rerun resumes

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from memlab.eval.intervals import stratified_mean_interval
+from memlab.eval.intervals import bootstrap_interval, stratified_mean_interval
 from memlab.reporting.page import with_interval
 from memlab.reporting.paired import paired_difference
 from memlab.reporting.runs import RunResult
@@ -200,3 +200,82 @@ def machines_sentence(runs: Sequence[RunResult]) -> str:
         seen.setdefault(where, []).append(run.name)
     return "Seconds are model time from a cold response cache, measured on: " + "; ".join(
         f"{where} for {', '.join(names)}" for where, names in seen.items()) + "."
+
+
+UNFINISHED_HEADERS = ("row", "reached", "builds finished (LLM calls, s)", "query s p50", "LLM calls / question",
+                      "tokens / question", "left, at this pace", "{primary} on its answered questions",
+                      "− best row, same questions")
+
+
+def unfinished_table(records: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str],
+                     reference: RunResult | None, primary: str) -> str:
+    """The rows that have not finished (``memlab.eval.progress`` records by row name) as one
+    markdown table: what each reached, what its builds and questions cost so far, how long the
+    rest would take at that pace, and its ``primary`` on the questions it answered beside the
+    best row's on the same questions. These figures are a prefix, not the group's question set."""
+    headers = [h.format(primary=primary) for h in UNFINISHED_HEADERS]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for name, record in records.items():
+        label = labels.get(name, name) + (" **(recorded with another config than the row's: stale)**"
+                                           if record.get("stale") else "")
+        lines.append("| " + " | ".join([label, *_progress_cells(record, reference, primary)]) + " |")
+    return "\n".join(lines)
+
+
+def _progress_cells(record: Mapping[str, Any], reference: RunResult | None, primary: str) -> list[str]:
+    rows, builds, questions = record.get("rows") or [], record.get("builds") or [], record.get("questions") or {}
+    total = sum(questions.values())
+    built = [b["conversation_id"] for b in builds]
+    reached = (f"{', '.join(built)} built; " if built else "no build finished; ") + \
+        f"{len(rows)} of {total} questions answered (attempt of {record.get('attempt_started', '?')}, " \
+        f"recorded {record.get('recorded', '?')})"
+    build_cell = "; ".join(f"{b['conversation_id']}: {b['llm_calls']:,.0f} calls, {b['seconds']:,.0f} s"
+                           + (f" **{'; '.join(b['degenerate'])}**" if b.get("degenerate") else "")
+                           for b in builds) or "-"
+    latencies = [r["cold_latency_s"] for r in rows if isinstance(r.get("cold_latency_s"), (int, float))]
+    calls = [r["llm_calls"] for r in rows if isinstance(r.get("llm_calls"), (int, float))]
+    tokens = [r["tokens"] for r in rows if isinstance(r.get("tokens"), (int, float))]
+    return [
+        reached, build_cell,
+        f"{np.median(latencies):,.1f} (n={len(latencies)})" if latencies else "-",
+        _number(np.mean(calls) if calls else None, 1), _count(np.mean(tokens) if tokens else None),
+        _time_left(questions, built, builds, rows, latencies),
+        _prefix_score(rows, primary), _prefix_paired(record, reference, primary),
+    ]
+
+
+def _time_left(questions: Mapping[str, int], built: Sequence[str], builds: Sequence[Mapping[str, Any]],
+               rows: Sequence[Mapping[str, Any]], latencies: Sequence[float]) -> str:
+    """The rest at the measured pace: the questions left times the mean question, and the builds
+    left times the mean build; ``unknown`` while either pace is unmeasured."""
+    questions_left = sum(questions.values()) - len(rows)
+    builds_left = len([c for c in questions if c not in built])
+    if (questions_left and not latencies) or (builds_left and not builds):
+        return "unknown (no " + ("build" if builds_left and not builds else "question") + " finished yet)"
+    seconds = questions_left * (float(np.mean(latencies)) if latencies else 0.0) + \
+        builds_left * (float(np.mean([b["seconds"] for b in builds])) if builds else 0.0)
+    return f"~{seconds / 3600:.1f} h ({_plural(questions_left, 'question')}, {_plural(builds_left, 'build')})"
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def _prefix_score(rows: Sequence[Mapping[str, Any]], primary: str) -> str:
+    values = [r[primary] for r in rows if r.get("category") in ANSWERABLE_CATEGORIES
+              and isinstance(r.get(primary), (int, float))]
+    if not values:
+        return "-"
+    low, high = bootstrap_interval(values)
+    return f"{np.mean(values):.3f} [{low:.2f}, {high:.2f}] (n={len(values)})"
+
+
+def _prefix_paired(record: Mapping[str, Any], reference: RunResult | None, primary: str) -> str:
+    if reference is None:
+        return "-"
+    prefix = RunResult(record.get("row", "unfinished"), reference.folder,
+                       {"overall_over": reference.metrics.get("overall_over")}, tuple(record.get("rows") or ()))
+    difference = paired_difference(reference, prefix, primary)
+    if difference is None:
+        return "-"
+    return f"{difference.difference:+.3f} [{difference.ci_low:+.2f}, {difference.ci_high:+.2f}] (n={difference.n})"

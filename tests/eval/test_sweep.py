@@ -94,11 +94,55 @@ def test_an_interrupted_sweep_keeps_finished_rows_and_resumes_the_rest(tmp_path,
 
 
 @pytest.mark.slow
-def test_the_command_runs_a_sweep_and_reports_the_rows(tmp_path, small_lm, capsys):
+def test_a_row_stopped_midway_keeps_a_record_of_what_it_reached(tmp_path, small_lm, monkeypatch):
+    """Stopped after its first answer (Ctrl-C, kill): the row's staging folder is gone, but
+    ``unfinished/top5.json`` says what it reached and cost, its status says so, and the group
+    shows it under the finished rows; the record goes once the row completes."""
+    from memlab.embed import default_token_counter
+
+    sweep = load_sweep(sweep_file(tmp_path, small_lm))
+    real = runner.run_benchmark
+
+    def first_answer_then_stop(pipeline, conversations, staging, options, **kwargs):
+        if staging.name.startswith(".top3."):
+            return real(pipeline, conversations, staging, options, **kwargs)
+
+        def run(convs, on_rows, on_built=None):
+            def stop_after(rows):
+                on_rows(rows)
+                raise KeyboardInterrupt
+            yield from runner.in_process(pipeline, options, default_token_counter(), kwargs["judge"])(
+                convs, stop_after, on_built)
+        return real(pipeline, conversations, staging, options, **{**kwargs, "runner": run})
+
+    monkeypatch.setattr(runner, "run_benchmark", first_answer_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(sweep, tmp_path / "out")
+    out = tmp_path / "out"
+    assert not list(out.glob(".top5.tmp-*"))  # the interrupted attempt's folder is removed ...
+    record = json.loads((out / "unfinished" / "top5.json").read_text())  # ... and its progress kept
+    assert [b["conversation_id"] for b in record["builds"]] == ["sample-1"]
+    assert len(record["rows"]) == 1 and record["questions"] == {"sample-1": 3}
+    assert [(s.name, s.state) for s in sweep_status(sweep, out)][1] == ("top5", "partial")
+    group = (out / "group.md").read_text()
+    assert "Rows not finished" in group and "| turn RAG, top 5 | sample-1 built; 1 of 3 questions answered" in group
+
+    monkeypatch.setattr(runner, "run_benchmark", real)
+    assert [s.state for s in run_sweep(sweep, out)] == ["complete", "complete"]
+    assert not (out / "unfinished" / "top5.json").exists() and "Rows not finished" not in (out / "group.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_command_runs_a_sweep_and_reports_the_rows(tmp_path, small_lm, capsys, caplog):
     path = sweep_file(tmp_path, small_lm)
     out = tmp_path / "out"
     assert main(["sweep", str(path), "--out", str(out), "--status"]) == 0
     assert "top3: not started" in capsys.readouterr().out
+    assert main(["sweep", str(path), "--out", str(out), "--rows", "nope,top5"]) == 2  # nothing runs
+    assert "no row named nope (its rows: top3, top5)" in caplog.text
+    assert main(["sweep", str(path), "--out", str(out), "--rows", "top5", "--no-progress"]) == 0
+    printed = capsys.readouterr().out  # the chosen row ran; the other waits
+    assert "top3: not started" in printed and "top5: complete" in printed
     assert main(["sweep", str(path), "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "top3: complete" in printed and "top5: complete" in printed and str(out / "report") in printed

@@ -77,3 +77,32 @@ def test_the_structure_column_says_what_did_not_form_or_that_nothing_was_recorde
     degenerate = _run("m", lambda i: True, memory={
         "conv-26": {"structure": {"degenerate": ["no causal edge"]}}, "conv-30": {"structure": {"degenerate": []}}})
     assert structure_summary(degenerate) == "conv-26: **no causal edge**"
+
+
+def test_a_row_not_finished_shows_what_it_reached_its_cost_and_the_time_left():
+    from memlab.reporting.group import unfinished_table
+
+    best = _run("best", lambda i: i % 10 != 0)
+    answered = [{"question_id": f"q{i}", "conversation_id": "c", "category": CATEGORIES[i % 4],
+                 "judge": float(i % 2), "cold_latency_s": 40.0, "llm_calls": 3, "tokens": 3000} for i in range(10)]
+    record = {"row": "slow", "questions": {"c": 40, "d": 40}, "attempt_started": "2026-12-05 02:12 UTC",
+              "recorded": "2026-12-05 03:00 UTC", "rows": answered,
+              "builds": [{"conversation_id": "c", "seconds": 5944.0, "llm_calls": 751, "prompt_tokens": 1,
+                          "completion_tokens": 1, "degenerate": ["hierarchy 44 -> 2 -> 1"]}]}
+    table = unfinished_table({"slow": record}, {"slow": "Slow system"}, best, "judge")
+    cells = [c.strip() for c in table.splitlines()[2].split("|")[1:-1]]
+    assert cells[0] == "Slow system"
+    assert cells[1].startswith("c built; 10 of 80 questions answered")
+    assert cells[2] == "c: 751 calls, 5,944 s **hierarchy 44 -> 2 -> 1**"
+    assert cells[3] == "40.0 (n=10)" and cells[4] == "3.0" and cells[5] == "3,000"
+    # 70 questions at 40 s and one build at 5,944 s
+    assert cells[6] == f"~{(70 * 40 + 5944) / 3600:.1f} h (70 questions, 1 build)"
+    assert cells[7].startswith("0.500 [") and cells[7].endswith("(n=10)")
+    # paired on the 10 questions both answered: best scores 0.9 there (q0 wrong), this row 0.5
+    assert cells[8].startswith("-0.400 [") and cells[8].endswith("(n=10)")
+
+    nothing = {**record, "rows": [], "builds": [], "stale": True}
+    cells = [c.strip() for c in unfinished_table({"slow": nothing}, {}, best, "judge").splitlines()[2].split("|")[1:-1]]
+    assert cells[0] == "slow **(recorded with another config than the row's: stale)**"
+    assert cells[1].startswith("no build finished; 0 of 80 questions answered")
+    assert cells[6] == "unknown (no build finished yet)" and cells[7] == "-" and cells[8] == "-"
