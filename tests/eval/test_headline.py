@@ -1,4 +1,5 @@
-"""BENCHMARKS.md's headline table and contents are generated from the committed runs, never by hand."""
+"""BENCHMARKS.md's headline table and contents are generated from the committed runs, never by hand
+(``memlab headline``, ``memlab.reporting.headline``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.eval_scripts import eval_script
+from memlab.cli import main
+from memlab.reporting import headline
 
 REPO = Path(__file__).resolve().parents[2]
 #: The headline's first group is the sweep's, whose questions and R@10 coverage come from the data.
@@ -17,25 +19,25 @@ needs_shared = pytest.mark.skipif(not (REPO.parent / "shared" / "data" / "locomo
 
 
 @needs_shared
-def test_the_committed_headline_table_is_the_generated_one():
-    assert eval_script("headline").main(["--check"]) == 0
+def test_the_committed_headline_table_is_the_generated_one(monkeypatch):
+    monkeypatch.chdir(REPO)  # the command's defaults: eval/headline.yaml and BENCHMARKS.md here
+    assert main(["headline", "--check"]) == 0
 
 
 @needs_shared
-def test_a_hand_edit_or_a_changed_run_is_caught(tmp_path, capsys):
-    headline = eval_script("headline")
+def test_a_hand_edit_or_a_changed_run_is_caught(tmp_path, caplog):
+    manifest = ["--manifest", str(REPO / "eval" / "headline.yaml")]
     benchmarks = tmp_path / "BENCHMARKS.md"
     text = (REPO / "BENCHMARKS.md").read_text()
     cell = "| 0.808 [0.75, 0.86] (2% of the turns) |"  # rag_turns_best's R@10 in the table
     benchmarks.write_text(text.replace(cell, cell.replace("0.808", "0.908"), 1))
     assert benchmarks.read_text() != text  # the edit landed in the table
-    assert headline.main(["--check", "--benchmarks", str(benchmarks)]) == 1
-    assert "is not the one" in capsys.readouterr().err
-    assert headline.main(["--benchmarks", str(benchmarks)]) == 0 and benchmarks.read_text() == text  # regenerated
+    assert main(["headline", "--check", "--benchmarks", str(benchmarks), *manifest]) == 1
+    assert "are not the ones" in caplog.text
+    assert main(["headline", "--benchmarks", str(benchmarks), *manifest]) == 0 and benchmarks.read_text() == text
 
 
 def test_the_table_groups_runs_by_their_questions_with_intervals(tmp_path):
-    headline = eval_script("headline")
     for run in ("conv26-s2/rag_turns", "conv26/rag_turns"):
         shutil.copytree(REPO / "eval" / "runs" / run, tmp_path / "eval" / "runs" / run)
     rows = [{"system": "RAG", "configuration": c, "run": f"eval/runs/{r}", "command": f"memlab run {c}"}
@@ -50,7 +52,6 @@ def test_every_row_says_what_its_memory_formed_and_how_much_its_top_10_reads(tmp
     """A run with no structure block is named, not skipped; a manifest flag (a memory the current rules
     call degenerate, read from the stats its run kept) is shown; R@10 says what share of the turns the
     top 10 covers and is flagged where that is most of a short memory (issue 80)."""
-    headline = eval_script("headline")
     for run in ("conv26-s2/rag_turns", "conv26-s2/magma", "issue40-compassmem-prompted/compassmem_prompted"):
         shutil.copytree(REPO / "eval" / "runs" / run, tmp_path / "eval" / "runs" / run)
     (tmp_path / "shared").symlink_to(REPO.parent / "shared")  # the data the runs name, ../shared/...
@@ -72,22 +73,23 @@ def test_every_row_says_what_its_memory_formed_and_how_much_its_top_10_reads(tmp
 
 
 @needs_shared
-def test_bad_manifests_and_missing_markers_are_one_error(tmp_path, capsys):
-    headline = eval_script("headline")
-    manifest = tmp_path / "headline.yaml"
+def test_bad_manifests_and_missing_markers_are_one_error(tmp_path, caplog):
+    manifest = tmp_path / "eval" / "headline.yaml"
+    manifest.parent.mkdir()
+    benchmarks = ["--benchmarks", str(REPO / "BENCHMARKS.md")]
     manifest.write_text("- system: x\n")
-    assert headline.main(["--manifest", str(manifest)]) == 2
-    assert "each with the strings" in capsys.readouterr().err
+    assert main(["headline", "--check", "--manifest", str(manifest), *benchmarks]) == 2
+    assert "each with the strings" in caplog.text
     manifest.write_text("- {system: x, configuration: y, run: eval/runs/none, command: z}\n")
-    assert headline.main(["--manifest", str(manifest)]) == 2
-    assert "not a finished run" in capsys.readouterr().err
+    assert main(["headline", "--check", "--manifest", str(manifest), *benchmarks]) == 2
+    assert "not a finished run" in caplog.text
     (tmp_path / "B.md").write_text("no markers\n")
-    assert headline.main(["--check", "--benchmarks", str(tmp_path / "B.md")]) == 2
-    assert "needs exactly one <!-- headline:start -->" in capsys.readouterr().err
+    assert main(["headline", "--check", "--benchmarks", str(tmp_path / "B.md"),
+                 "--manifest", str(REPO / "eval" / "headline.yaml")]) == 2
+    assert "needs exactly one <!-- headline:start -->" in caplog.text
 
 
 def test_contents_lists_sections_outside_code_blocks():
-    headline = eval_script("headline")
     listed = headline.contents("# Title\n## One (issue 4): `a` b\n```\n## not a section\n```\n## Two\n")
     assert listed.splitlines()[2:4] == ["- [One (issue 4): `a` b](#one-issue-4-a-b)", "- [Two](#two)"]
 
@@ -95,9 +97,10 @@ def test_contents_lists_sections_outside_code_blocks():
 def test_the_judge_checks_become_a_table_beside_every_judged_figure(tmp_path):
     from memlab.eval.judge import CorrectWrongJudge
     from tests.eval.test_judge_check import audit_folder
+    from tests.eval_scripts import eval_script
     from tests.fakes import ReplayLM
 
-    headline, check = eval_script("headline"), eval_script("judge_check")
+    check = eval_script("judge_check")
     (tmp_path / "audit").mkdir()
     items = check.load_items(audit_folder(tmp_path / "audit"), None, None)
     result = check.check_judge(CorrectWrongJudge(lm=ReplayLM(lambda request: '{"label": "CORRECT"}')), items)
@@ -110,5 +113,5 @@ def test_the_judge_checks_become_a_table_beside_every_judged_figure(tmp_path):
     assert headline.judge_checks(folder) == {
         "simplemem/judge_correct_wrong": "gold 1.00 / vague 1.00 / specific 1.00 (n=3), **lenient**"}
     (folder / "broken.json").write_text("{")
-    with pytest.raises(headline.ScriptError, match="broken.json: not a judge check"):
+    with pytest.raises(headline.HeadlineError, match="broken.json: not a judge check"):
         headline.judge_table(folder)

@@ -1,65 +1,69 @@
-"""The headline table at the top of BENCHMARKS.md, generated from committed runs (never by hand).
+"""The headline tables at the top of BENCHMARKS.md, generated from committed runs (never by hand):
+``memlab headline [--manifest eval/headline.yaml] [--benchmarks BENCHMARKS.md] [--check]``.
 
-    python eval/headline.py [--manifest eval/headline.yaml] [--benchmarks BENCHMARKS.md] [--check]
-
-``eval/headline.yaml`` lists the rows: a system, which configuration of it (``published``: the
-paper's pipeline as memlab runs it; ``best``: the best measured; an ablation's name), the
-committed run folder (``eval/runs/...``), optionally ``questions`` (the question set, for a run
-made before ``metrics.json`` recorded ``max_questions``), optionally ``flag`` (what the current
-structure rules say of a memory built before runs recorded a structure block, read from the
-stats its ``metrics.json`` kept) and the command that made it (its model replies are
-in the committed response cache, ``eval/caches/``). Rows are grouped by the questions they answer, so
-only rows of one group compare; each group says its conversations, session prefix, categories
-and n. Every figure is recomputed from the run's ``predictions.jsonl`` with its 95% interval
+The manifest (``eval/headline.yaml``) lists the rows: a system, which configuration of it
+(``published``: the paper's pipeline as memlab runs it; ``best``: the best measured; an
+ablation's name), the committed run folder (``eval/runs/...``), optionally ``questions`` (the
+question set, for a run made before ``metrics.json`` recorded ``max_questions``), optionally
+``flag`` (what the current structure rules say of a memory built before runs recorded a structure
+block, read from the stats its ``metrics.json`` kept) and the command that made it (its model
+replies are in the committed response cache, ``eval/caches/``); or a sweep (``sweep``: its file,
+``runs``: its committed row folders), rendered first as one group
+(``memlab.eval.sweep.group_markdown``). Paths in the manifest are relative to the folder above
+its own (the repository, for ``eval/headline.yaml``). Rows are grouped by the questions they answer, so only rows of one group
+compare; each group says its conversations, session prefix, categories and n. Every figure is
+recomputed from the run's ``predictions.jsonl`` with its 95% interval
 (``memlab.eval.metrics.aggregate``: bootstrap over questions, Wilson for a 0/1 judge), so runs
 made before intervals existed get them too. A judge-scored figure carries its judge's check
 (``eval/judge_checks/*.json``, written by ``eval/judge_check.py``): how often that judge accepts
 the gold answers and the audit's vague and specific wrong answers, and whether it is lenient.
 
 The table replaces what lies between ``<!-- headline:start -->`` and ``<!-- headline:end -->``
-in BENCHMARKS.md, and the list of its ``## `` sections what lies between ``<!-- contents:start
--->`` and ``<!-- contents:end -->``; ``--check`` writes nothing and exits 1 when either differs
-from what is generated (a test runs it).
+in BENCHMARKS.md, the judge checks what lies between ``<!-- judges:start -->`` and ``<!--
+judges:end -->``, and the list of its ``## `` sections what lies between ``<!-- contents:start
+-->`` and ``<!-- contents:end -->`` (``regenerate``); ``--check`` writes nothing and exits 1 when
+any differs from what is generated (a test runs it).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from memlab.errors import MemlabError
 from memlab.eval.metrics import aggregate
 from memlab.eval.report import METRICS
 from memlab.eval.runner import select_conversations
-from memlab.eval.scripting import ScriptError, reports_script_errors
 from memlab.fileio import atomic_file
-from memlab.reporting import load_run
 from memlab.reporting.group import recall_cell, structure_summary
 from memlab.reporting.page import with_interval
+from memlab.reporting.runs import load_run
 from memlab.types import ANSWERABLE_CATEGORIES
 
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
 CONTENTS_START, CONTENTS_END = "<!-- contents:start -->", "<!-- contents:end -->"
 JUDGES_START, JUDGES_END = "<!-- judges:start -->", "<!-- judges:end -->"
-REPO = Path(__file__).resolve().parents[1]
+
+
+class HeadlineError(MemlabError, ValueError):
+    """A manifest, run, judge check or benchmarks file the headline cannot be made from; the message names it."""
 
 
 def load_manifest(path: Path) -> list[dict[str, str]]:
     try:
         rows = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as e:
-        raise ScriptError(f"{path}: cannot read the manifest: {e}") from None
+        raise HeadlineError(f"{path}: cannot read the manifest: {e}") from None
     wanted = ("system", "configuration", "run", "command")
     if not isinstance(rows, list) or not all(
             isinstance(r, dict) and (all(isinstance(r.get(k), str) for k in wanted)
                                      or (isinstance(r.get("sweep"), str) and isinstance(r.get("runs"), str)))
             for r in rows):
-        raise ScriptError(f"{path}: a list of rows, each with the strings {list(wanted)} (or a sweep group: "
+        raise HeadlineError(f"{path}: a list of rows, each with the strings {list(wanted)} (or a sweep group: "
                           "the strings sweep and runs)")
     return rows
 
@@ -74,7 +78,7 @@ def sweep_group(entry: dict[str, str], root: Path) -> list[str]:
         statuses = sweep_status(sweep, root / entry["runs"])
         text = group_markdown(sweep, statuses, root / entry["runs"])
     except (SweepError, ValueError) as e:
-        raise ScriptError(f"{entry['sweep']}: {e}") from None
+        raise HeadlineError(f"{entry['sweep']}: {e}") from None
     q = sweep.questions
     done = sum(s.state == "complete" for s in statuses)
     title = (f"**{', '.join(q.conversations or ['all conversations'])}, all sessions, "
@@ -90,7 +94,7 @@ def run_figures(folder: Path) -> dict[str, Any]:
         metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
         rows = [json.loads(line) for line in (folder / "predictions.jsonl").read_text(encoding="utf-8").splitlines()]
     except (OSError, ValueError) as e:
-        raise ScriptError(f"{folder}: not a finished run ({e})") from None
+        raise HeadlineError(f"{folder}: not a finished run ({e})") from None
     overall = aggregate(rows, METRICS)["overall"]
     categories = sorted({row["category"] for row in rows}, key=lambda c: (c not in ANSWERABLE_CATEGORIES, c))
     judge = (metrics.get("judge_info") or {}).get("prompt_id")
@@ -120,7 +124,7 @@ def judge_name(info: dict[str, Any]) -> str:
 
 def load_judge_checks(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
     """The committed checks of ``eval/judge_check.py`` in ``folder`` (none when it is absent),
-    each with the keys the tables read (a file without them is one ``ScriptError``)."""
+    each with the keys the tables read (a file without them is one ``HeadlineError``)."""
     checks = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
         try:
@@ -129,7 +133,7 @@ def load_judge_checks(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
                     and all("rate" in check["sets"][name] for name in ("gold", "specific_wrong", "vague_wrong"))):
                 raise ValueError("no judge, by_category, questions or rates")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ScriptError(f"{path}: not a judge check of eval/judge_check.py ({e})") from None
+            raise HeadlineError(f"{path}: not a judge check of eval/judge_check.py ({e})") from None
         checks.append((path, check))
     return checks
 
@@ -234,7 +238,7 @@ def render(rows: list[dict[str, str]], root: Path) -> str:
 def replace_block(text: str, start: str, end: str, block: str, where: Path) -> str:
     """``text`` with what lies from ``start`` to ``end`` replaced by ``block`` (which holds both)."""
     if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
-        raise ScriptError(f"{where}: needs exactly one {start} ... {end} block")
+        raise HeadlineError(f"{where}: needs exactly one {start} ... {end} block")
     return text[:text.index(start)] + block + text[text.index(end) + len(end):]
 
 
@@ -259,30 +263,18 @@ def update(text: str, table: str, where: Path, judges: str | None = None) -> str
     return replace_block(text, CONTENTS_START, CONTENTS_END, contents(text), where)
 
 
-@reports_script_errors
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--manifest", type=Path, default=REPO / "eval" / "headline.yaml")
-    parser.add_argument("--benchmarks", type=Path, default=REPO / "BENCHMARKS.md")
-    parser.add_argument("--check", action="store_true", help="exit 1 when the committed table is not the generated one")
-    args = parser.parse_args(argv)
-    table = render(load_manifest(args.manifest), args.manifest.resolve().parents[1])
+def regenerate(manifest: Path, benchmarks: Path) -> tuple[str, str]:
+    """``(text, updated)``: the benchmarks file as it is, and with its headline, judge-check and
+    contents blocks generated from ``manifest`` (its paths relative to the folder above its own)."""
+    root = manifest.resolve().parents[1]
+    table = render(load_manifest(manifest), root)
     try:
-        text = args.benchmarks.read_text(encoding="utf-8")
+        text = benchmarks.read_text(encoding="utf-8")
     except OSError as e:
-        raise ScriptError(f"{args.benchmarks}: cannot read it ({e.strerror or e})") from None
-    updated = update(text, table, args.benchmarks, judge_table(args.manifest.resolve().parents[1] / "eval" / "judge_checks"))
-    if args.check:
-        if updated != text:
-            print(f"{args.benchmarks}: the headline table is not the one {args.manifest} generates; "
-                  "run python eval/headline.py", file=sys.stderr)
-            return 1
-        return 0
-    with atomic_file(args.benchmarks) as tmp:
+        raise HeadlineError(f"{benchmarks}: cannot read it ({e.strerror or e})") from None
+    return text, update(text, table, benchmarks, judge_table(root / "eval" / "judge_checks"))
+
+
+def write_headline(benchmarks: Path, updated: str) -> None:
+    with atomic_file(benchmarks) as tmp:
         tmp.write_text(updated, encoding="utf-8")
-    print(f"wrote the headline table ({table.count(chr(10)) + 1} lines) into {args.benchmarks}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
