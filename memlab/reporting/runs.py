@@ -123,4 +123,33 @@ def load_runs(folders: Sequence[str | os.PathLike]) -> list[RunResult]:
             ) if part)
             raise ReportError(f"{run.name} ({run.folder}) is not over the same questions as {reference.name} "
                               f"({reference.folder}): {detail}. Report runs over one question set together")
+        _refuse_different_questions(reference, run)
     return runs
+
+
+#: What makes two rows with one question id the same question (``audited``: the audit's gold).
+QUESTION_IDENTITY = ("conversation_id", "question", "category", "gold", "audited gold")
+
+
+def _identity(row: dict[str, Any]) -> tuple[Any, ...]:
+    audited = row.get("audited")
+    return (row.get("conversation_id"), row.get("question"), row.get("category"), row.get("gold"),
+            audited.get("gold") if isinstance(audited, dict) else None)
+
+
+def _refuse_different_questions(reference: RunResult, run: RunResult) -> None:
+    """Rows that share an id must be one question: the same conversation, text, category and gold
+    (original and audited). Two versions of a data file, or one run with errata and one without,
+    reuse ids for questions that differ; pairing them would compare nothing."""
+    theirs = run.by_question()
+    differing = []
+    for row in reference.rows:
+        mine, other = _identity(row), _identity(theirs[row["question_id"]])
+        if mine != other:
+            field = next(name for name, a, b in zip(QUESTION_IDENTITY, mine, other) if a != b)
+            differing.append((row["question_id"], field))
+    if differing:
+        first, field = differing[0]
+        raise ReportError(f"{run.name} ({run.folder}) and {reference.name} ({reference.folder}) share question ids "
+                          f"but not questions: {len(differing)} of {len(reference.rows)} differ (e.g. {first}: its "
+                          f"{field}). Report runs over one version of the data, with the same errata, together")

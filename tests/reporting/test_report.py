@@ -107,6 +107,26 @@ def test_runs_over_different_questions_are_refused(two_runs, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("field, edit", [
+    ("gold", lambda row: {**row, "gold": row["gold"] + " (v2)"}),
+    ("question", lambda row: {**row, "question": row["question"] + "?"}),
+    ("category", lambda row: {**row, "category": "adversarial"}),
+    ("audited gold", lambda row: {**row, "audited": {"gold": "corrected"}}),
+])
+def test_runs_that_share_ids_but_not_questions_are_refused(two_runs, tmp_path, caplog, field, edit):
+    """Two versions of a data file (or errata on one run only) reuse question ids: pairing them
+    would compare different questions, so the report refuses, naming the first one that differs."""
+    other = tmp_path / "other"
+    shutil.copytree(two_runs[1], other)
+    rows = [json.loads(line) for line in (other / "predictions.jsonl").read_text().splitlines()]
+    rows[2] = edit(rows[2])
+    (other / "predictions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert main(["report", str(two_runs[0]), str(other), "--out", str(tmp_path / "out")]) == 2
+    assert f"share question ids but not questions: 1 of 6 differ (e.g. {rows[2]['question_id']}: its {field})" \
+        in caplog.text
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_folders_and_outputs_get_one_clear_error(two_runs, tmp_path, caplog):
     interrupted = tmp_path / "interrupted"
     interrupted.mkdir()
