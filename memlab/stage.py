@@ -105,7 +105,7 @@ from memlab.checkpoint import (
     training_split,
 )
 from memlab.checkpoint import seal_checkpoint as seal_checkpoint  # re-exported
-from memlab.components import checked_init, import_memlab_class
+from memlab.components import checked_init, import_memlab_class, mismatch, parameters
 from memlab.fileio import atomic_folder, is_subfolder_name, write_manifest
 from memlab.lm.base import LM, UsageMeter
 from memlab.lm.errors import ParseError, RequestError, RuleBrokenError
@@ -300,6 +300,17 @@ def saved_stage_class(node: dict[str, Any]) -> type | None:
 load_stage.builds = saved_stage_class  # type: ignore[attr-defined]
 
 
+def _check_saved_arguments(cls: type, saved: dict[str, Any], config_path: Path) -> None:
+    """The saved arguments against the constructor's annotations, types included, as a config's
+    values are checked (``memlab.components.mismatch``): a checkpoint edited or re-sealed by hand
+    is refused when it loads, not at its first use."""
+    declared, _ = parameters(cls)
+    for name, value in saved.items():
+        problem = mismatch(value, (declared or {}).get(name, (False, None))[1])
+        if problem is not None:
+            raise StageError(f"{config_path}: saved argument {name} of {cls.__name__} {problem}, got {value!r}")
+
+
 def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool,
                checked: bool = False) -> tuple[Stage, set[str]]:
     """Rebuild the stage saved in ``directory``, its child stages first, and name the
@@ -320,6 +331,7 @@ def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool,
         raise StageError(f"{config_path}: malformed stage config ({e})") from None
     if not (isinstance(cls, type) and issubclass(cls, Stage)):
         raise StageError(f"{config_path}: {config['class']} is not a Stage")
+    _check_saved_arguments(cls, kwargs, config_path)
     parameters = inspect.signature(cls).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     used: set[str] = set()
