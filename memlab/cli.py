@@ -20,7 +20,9 @@
 
 Exit status: 0 for a clean run; 1 for a run in which a question or a build failed or that
 stopped early (what succeeded is written, and one line on stderr says what failed and where
-the details are); 2 for bad input, reported as one line naming the problem.
+the details are); 2 for bad input, reported as one line naming the problem; 130 for a command
+stopped by Ctrl-C and 143 for one stopped by SIGTERM (one line says so; nothing half-written is
+kept, and the model replies made so far are in the response cache).
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ import json
 import logging
 import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("memlab")
 
@@ -252,28 +256,18 @@ def cmd_headline(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    out = Path(args.out) if args.out else Path("runs") / "sweeps" / Path(args.file).stem
-    # A sweep left running is stopped with kill as often as with Ctrl-C: both record its progress.
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        return _sweep(args, out)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _sweep(args: argparse.Namespace, out: Path) -> int:
     from memlab.eval.sweep import best_row, load_sweep, run_sweep, sweep_status
 
+    out = Path(args.out) if args.out else Path("runs") / "sweeps" / Path(args.file).stem
     try:  # a bad file, its questions, a row folder over other questions: bad input, reported
         sweep = load_sweep(args.file)
         try:
             statuses = sweep_status(sweep, out) if args.status else \
                 run_sweep(sweep, out, workers=args.workers, ray=args.ray, progress=not args.no_progress,
                           only=args.rows)
-        except KeyboardInterrupt:  # the finished rows are kept; the same command resumes the rest
+        except KeyboardInterrupt:  # the finished rows are kept, the others' progress recorded
             _print_sweep(sweep_status(sweep, out), out)
-            print("interrupted: run the same command to resume", file=sys.stderr)
-            return 130
+            raise
     except ValueError as e:
         log.error("%s", e)
         return 2
@@ -475,7 +469,35 @@ def configure_logging() -> None:
     log.setLevel(logging.INFO)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, a scheduler, ``kill``), raised wherever the process is, as Ctrl-C raises
+    ``KeyboardInterrupt``: the same clean-up runs for both (staging folders removed, progress kept)."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+#: The exit status of a command stopped by Ctrl-C (SIGINT) and by SIGTERM: 128 + the signal.
+EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
+
+
 def main(argv: list[str] | None = None) -> int:
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as e:  # nothing half-written survives it (atomic files and folders)
+        terminated = isinstance(e, Terminated)
+        log.error("interrupted (%s): nothing half-written was kept; the model replies made so far are in the "
+                  "response cache, so the same command resumes", "SIGTERM" if terminated else "Ctrl-C")
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     configure_logging()
     parser = _parser()
     # Overrides may come before or after options: argparse leaves the later ones unparsed.

@@ -18,8 +18,10 @@ it into its own error type.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -33,6 +35,8 @@ from typing import Any
 
 from memlab import __version__
 from memlab.errors import MemlabError
+
+log = logging.getLogger(__name__)
 
 MANIFEST_FILE = "manifest.json"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -93,7 +97,9 @@ def atomic_folder(target: str | os.PathLike) -> Iterator[Path]:
     ``target`` is left as it was. Refusing a ``target`` that must not be replaced is the caller's job."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    remove_abandoned_staging(target)
+    # The owner's pid in the name lets a later writer tell a folder a killed process left behind.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a saved folder is meant to be shared
         yield tmp
@@ -101,6 +107,36 @@ def atomic_folder(target: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def remove_abandoned_staging(target: str | os.PathLike) -> list[Path]:
+    """Remove the staging folders of ``target`` (``atomic_folder``'s) whose process is gone: a
+    kill -9 or a lost machine leaves one, which no later run would otherwise notice. A folder whose
+    process is alive is another writer's and stays; one without a pid in its name (made before
+    names carried it) is named in a warning for its owner to remove. Returns what was removed."""
+    target = Path(target)
+    removed = []
+    for folder in sorted(target.parent.glob(f".{glob.escape(target.name)}.tmp-*")):
+        owner = re.fullmatch(rf"\.{re.escape(target.name)}\.tmp-(\d+)-\w+", folder.name)
+        if owner is None:
+            log.warning("%s: a staging folder of an interrupted write of %s, left by an older memlab; "
+                        "remove it once no process writes there", folder, target)
+        elif not _process_alive(int(owner.group(1))):
+            shutil.rmtree(folder, ignore_errors=True)
+            log.info("removed %s: the staging folder of an interrupted write of %s (its process is gone)",
+                     folder, target)
+            removed.append(folder)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def swap_in(tmp: str | os.PathLike, target: str | os.PathLike) -> None:
