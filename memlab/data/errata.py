@@ -15,8 +15,10 @@ The file is a JSON list, one entry per corrected question (the format of the LoC
 ``apply_errata`` sets ``Question.audited`` and leaves ``answer`` and ``evidence`` as they were:
 a run scores both golds (``metrics.json["audited"]``), and no pipeline sees either. An entry
 whose question text differs from the data's, whose evidence names no turn of its conversation,
-or whose fields are malformed is a ``DataError`` naming the file and the entry; an entry for a
-conversation or question not loaded (another selection) is counted, not applied. Apply errata
+or whose fields are malformed, two entries correcting one question differently, and an entry
+for a loaded conversation naming a question it does not have are each a ``DataError`` naming the
+file and the entry; an entry for a conversation not loaded (another selection) is counted, not
+applied. Apply errata
 to whole conversations, before a ``--sessions`` cut (``memlab.data.prefix.first_sessions``
 keeps ``audited``): the audited evidence may name turns of later sessions.
 """
@@ -24,14 +26,13 @@ keeps ``audited``): the audited evidence may name turns of later sessions.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from os import PathLike
-from pathlib import Path
 from typing import Any
 
 from memlab.data.errors import DataError
+from memlab.data.jsonfile import read_json
 from memlab.types import AuditedGold, Conversation
 
 #: Error types whose correction changes the answer (``WRONG_CITATION`` changes only the evidence).
@@ -57,16 +58,20 @@ class Correction:
 
 def load_errata(path: str | PathLike[str]) -> tuple[Correction, ...]:
     """The corrections of the errata file at ``path``; a ``DataError`` naming the file (and the
-    entry) when it cannot be read or an entry is malformed."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise DataError(path, f"cannot read the errata file: {e.strerror or e}") from None
-    except ValueError as e:
-        raise DataError(path, f"not JSON: {e}") from None
+    entry) when it cannot be read (as the data loader reads JSON: any nesting or number it
+    refuses), an entry is malformed, or two entries correct one question differently (an
+    entry repeated word for word counts once)."""
+    data = read_json(path)
     if not isinstance(data, list):
         raise DataError(path, f"an errata file is a JSON list of corrections, found {type(data).__name__}")
-    return tuple(_correction(entry, index, path) for index, entry in enumerate(data))
+    corrections: dict[str, tuple[int, Correction]] = {}
+    for index, entry in enumerate(data):
+        correction = _correction(entry, index, path)
+        earlier = corrections.setdefault(correction.question_id, (index, correction))
+        if earlier[1] != correction:
+            raise DataError(path, f"entries {earlier[0]} and {index} both correct {correction.question_id}, "
+                                  "differently; keep the one that is right")
+    return tuple(correction for _, correction in corrections.values())
 
 
 def _correction(entry: Any, index: int, path: str | PathLike[str]) -> Correction:
@@ -99,12 +104,15 @@ def apply_errata(conversations: Sequence[Conversation], corrections: Sequence[Co
     counts = {"answers_changed": 0, "evidence_changed": 0, "not_loaded": 0}
     for index, correction in enumerate(corrections):
         conversation = by_id.get(correction.conversation_id)
-        question = next((q for q in conversation.questions if q.id == correction.question_id), None) \
-            if conversation else None
-        if question is None:
+        if conversation is None:  # a conversation this run did not load
             counts["not_loaded"] += 1
             continue
         where = f"entry {index} ({correction.question_id})"
+        question = next((q for q in conversation.questions if q.id == correction.question_id), None)
+        if question is None:
+            raise DataError(source, f"{where}: {conversation.id} has no question qa_index {correction.qa_index} "
+                                    f"({len(conversation.questions)} questions loaded); is the errata file for "
+                                    "this version of the data?")
         if " ".join(question.text.split()) != " ".join(correction.question.split()):
             raise DataError(source, f"{where}: its question {correction.question!r:.80} is not the data's "
                                     f"{question.text!r:.80}; is the errata file for this version of the data?")

@@ -197,6 +197,8 @@ def _parse_sample(sample: Any, number: int, source: str, report: LoadReport) -> 
         if question is not None:
             questions.append(question)
             report.questions[question.category] += 1
+    if not sessions and questions:  # nothing to remember: every answer would be scored against nothing
+        raise DataError(source, f"{where}: has {len(questions)} questions but no session with a turn")
     annotations = _parse_annotations(sample, sessions, speakers, turn_ids, sample_id, where, source, report)
     return Conversation(
         id=sample_id,

@@ -374,11 +374,10 @@ def _object(value: Any, what: str, source: str) -> dict[str, Any]:
 
 
 def _id_list(value: Any, what: str, source: str) -> list[str]:
-    """An optional list of session ids (a single id is tolerated), without repeats."""
+    """An optional list of session ids, without repeats. A bare string is refused: read as one
+    id it would silently score against a session the data may never have meant."""
     if value is None:
         return []
-    if isinstance(value, str):
-        value = [value]
     if not isinstance(value, list):
         raise DataError(source, f"{what} must be a list of session ids, found {_kind(value)}")
     return list(dict.fromkeys(_text(v, what, source) for v in value))

@@ -182,6 +182,11 @@ def select_conversations(data: str | os.PathLike | None, conversations: Sequence
     selected, applied = load_conversations(data, conversations), None
     if errata is not None:  # on whole conversations: the audited evidence may name later sessions' turns
         selected, applied = apply_errata(selected, load_errata(errata), errata)
+        # One line either way: an errata file for other conversations must not pass unnoticed.
+        (log.info if applied["applied"] else log.warning)(
+            "%s: %d of %d corrections applied (%d answers and %d evidence lists changed), %d for conversations "
+            "not loaded", errata, applied["applied"], applied["entries"], applied["answers_changed"],
+            applied["evidence_changed"], applied["not_loaded"])
     if sessions is not None:
         selected = [first_sessions(c, sessions) for c in selected]
     check_categories(selected, categories, data or "the embedded sample")

@@ -53,6 +53,10 @@ def test_an_answer_and_a_citation_are_corrected_beside_the_original_gold(tmp_pat
     ([{**ANSWER_FIX, "qa_index": "0"}], "entry 0 .*'qa_index' must be an integer"),
     ([{**ANSWER_FIX, "correct_answer": ""}], "entry 0: 'correct_answer' must be a non-empty string"),
     ([{**ANSWER_FIX, "correct_evidence": "D1:2"}], "entry 0 .*'correct_evidence' must be a list"),
+    # issue 82: conflicting duplicates, an index the conversation does not have
+    ([ANSWER_FIX, CITATION_FIX, {**ANSWER_FIX, "correct_answer": "Physics"}],
+     "entries 0 and 2 both correct sample-1:q0, differently"),
+    ([{**ANSWER_FIX, "qa_index": 999}], r"entry 0 \(sample-1:q999\): sample-1 has no question qa_index 999"),
 ])
 def test_an_errata_file_that_does_not_fit_is_refused_naming_file_and_entry(tmp_path, entries, problem):
     path = errata_file(tmp_path, entries)
@@ -61,11 +65,33 @@ def test_an_errata_file_that_does_not_fit_is_refused_naming_file_and_entry(tmp_p
 
 
 def test_a_missing_or_broken_file_is_one_clear_error(tmp_path):
-    with pytest.raises(DataError, match="cannot read the errata file"):
+    with pytest.raises(DataError, match="absent.json: no such file"):
         load_errata(tmp_path / "absent.json")
     (tmp_path / "broken.json").write_text("[{")
-    with pytest.raises(DataError, match="broken.json: not JSON"):
+    with pytest.raises(DataError, match="broken.json: is not valid JSON"):
         load_errata(tmp_path / "broken.json")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)  # what the data loader refuses, too
+    with pytest.raises(DataError, match="deep.json: cannot be parsed as JSON"):
+        load_errata(tmp_path / "deep.json")
+
+
+def test_an_entry_repeated_word_for_word_counts_once(tmp_path):
+    path = errata_file(tmp_path, [ANSWER_FIX, CITATION_FIX, dict(ANSWER_FIX)])
+    assert [c.question_id for c in load_errata(path)] == ["sample-1:q0", "sample-1:q1"]
+
+
+def test_a_run_says_how_many_corrections_it_applied_and_warns_when_none(tmp_path, caplog):
+    from memlab.eval.runner import select_conversations
+
+    caplog.set_level("INFO")
+    path = errata_file(tmp_path, [ANSWER_FIX, {**ANSWER_FIX, "conversation": "conv-99"}])
+    select_conversations(None, None, None, path, None)
+    assert f"{path}: 1 of 2 corrections applied (1 answers and 0 evidence lists changed), 1 for conversations " \
+           "not loaded" in caplog.text
+    elsewhere = errata_file(tmp_path, [{**ANSWER_FIX, "conversation": "conv-99"}])
+    caplog.clear()
+    select_conversations(None, None, None, elsewhere, None)
+    assert [r.levelname for r in caplog.records if "corrections applied" in r.message] == ["WARNING"]
 
 
 def test_a_run_scores_both_golds_and_judges_a_changed_answer_again(tmp_path):

@@ -55,6 +55,15 @@ def test_locomo_sessions_out_of_order_are_a_counted_warning(tmp_path):
     assert [s.id for s in conv.sessions] == ["session_1", "session_2"]  # LoCoMo's order is kept
 
 
+def test_locomo_conversation_with_every_session_empty_is_refused(tmp_path):
+    data = locomo()
+    data[0]["conversation"]["session_1"] = data[0]["conversation"]["session_2"] = []
+    data[0]["evidence"] = []
+    data[0]["qa"][0]["evidence"] = []
+    with pytest.raises(DataError, match=r"conversation 1 \(conv-x\): has 1 questions but no session with a turn"):
+        read_locomo(write(tmp_path, data))
+
+
 def test_lone_surrogate_in_data_is_cleaned_at_load(tmp_path):
     path = tmp_path / "data.json"
     path.write_text(json.dumps(locomo(text="Look \ud83d at this"), ensure_ascii=True))
@@ -109,6 +118,9 @@ def processed_copy(tmp_path, edit_question=None, edit_session=None) -> Path:
          r"questions.jsonl: line 1 \(question e47becba\): constraints must be an object, found list"),
         (lambda q: q[0]["ground_truth"].__setitem__("supporting_session_ids", 5), None,
          r"questions.jsonl: line 1 \(question e47becba\): ground_truth.supporting_session_ids must be a list"),
+        (lambda q: q[0]["ground_truth"].__setitem__("supporting_session_ids", "abc"), None,  # issue 82
+         r"questions.jsonl: line 1 \(question e47becba\): ground_truth.supporting_session_ids must be a list of "
+         r"session ids, found str"),
         (None, lambda s: s[1]["turns"][0].__setitem__("id", s[0]["turns"][0]["id"]),
          r"sessions.jsonl: line 2 \(session [^)]+\): turn id '[^']+' is also used by session sharegpt_yywfIrx_0"),
     ],
