@@ -46,6 +46,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+#: What each command writes, by the argument naming it (a config key for ``train``). Each is held
+#: to the one output rule (``memlab.fileio.refuse_writing_into``) before any work; a test runs every
+#: command of the parser against this table, so a new command that writes must join it.
+WRITES: dict[str, tuple[str, ...]] = {
+    "run": ("--out", "--save-memory"), "train": ("output_dir",), "evaluate-stage": (), "compare-stages": ("--out",),
+    "headline": ("--benchmarks",), "sweep": ("--out",), "report": ("--out",), "export-memory": ("--out",),
+    "models": (),  # install writes only into memlab's own models folder
+    "cache": ("FOLDER", "--cache"),
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="memlab", description="Run and evaluate LLM-agent memory pipelines.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -69,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=_positive, default=1,
                      help="run conversations (LongMemEval: haystacks) in N worker processes (default 1: one after "
                      "another in this process); pays off against a served model, see README")
-    run.add_argument("--ray", metavar="ADDRESS", type=_path,
+    run.add_argument("--ray", metavar="ADDRESS", type=_ray_address,
                      help="run the conversations as tasks on a Ray cluster, --workers at a time: 'auto' (the running "
                      "cluster), 'local' (a private instance) or an address (needs the ray extra)")
     run.add_argument("--allow-training-overlap", action="store_true",
@@ -131,7 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--rows", type=_names, help="run only these rows (comma-separated names), in the file's order")
     sweep.add_argument("--workers", type=_positive, default=1, help="worker processes shared by every row's "
                        "conversations (memlab run --workers): the rows run side by side")
-    sweep.add_argument("--ray", metavar="ADDRESS", help="the same tasks on a Ray cluster (memlab run --ray)")
+    sweep.add_argument("--ray", metavar="ADDRESS", type=_ray_address,
+                       help="the same tasks on a Ray cluster (memlab run --ray)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     report = commands.add_parser("report", help="compare finished runs over the same questions in an HTML page "
@@ -194,6 +206,12 @@ def _path(value: str) -> str:
     return value
 
 
+def _ray_address(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"must be a Ray address (host:port, auto or local), got {value!r}")
+    return value
+
+
 def _names(value: str) -> tuple[str, ...]:
     """A comma-separated list of at least one name (an empty one would silently select nothing or all)."""
     names = tuple(v.strip() for v in value.split(",") if v.strip())
@@ -237,9 +255,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_headline(args: argparse.Namespace) -> int:
+    from memlab.fileio import refuse_writing_into
     from memlab.reporting.headline import regenerate, write_headline
 
     manifest, benchmarks = Path(args.manifest), Path(args.benchmarks)
+    refuse_writing_into(benchmarks, "--benchmarks", {"the manifest --manifest": manifest})
     try:
         text, updated = regenerate(manifest, benchmarks)
     except ValueError as e:
@@ -307,12 +327,17 @@ def _failure_summary(metrics: dict) -> str | None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from memlab.config import paths_named
+    from memlab.fileio import refuse_writing_into
     from memlab.training import load_recipe_config, run_recipe
 
     config = load_recipe_config(args.config, list(args.overrides))
     if config["recipe"] != args.recipe:
         log.error("%s is a config for recipe %r, not %r", args.config, config["recipe"], args.recipe)
         return 2
+    # Before any training: an output_dir that would replace the config, the data or a checkpoint it loads.
+    refuse_writing_into(config.get("output_dir"), "output_dir",
+                        {"the config": args.config, **paths_named(config, skip=("output_dir",))})
     summary = run_recipe(args.recipe, config)
     print(json.dumps(summary, indent=2, default=str))
     return 0
@@ -345,14 +370,17 @@ def cmd_evaluate_stage(args: argparse.Namespace) -> int:
 
 
 def cmd_compare_stages(args: argparse.Namespace) -> int:
-    from memlab.config import ConfigError, load_config
+    from memlab.config import ConfigError, load_config, paths_named
     from memlab.data import DataError, load_conversations
-    from memlab.fileio import write_json_atomic
+    from memlab.fileio import refuse_writing_into, write_json_atomic
     from memlab.stage import StageError
     from memlab.training.comparison import compare, markdown_table
 
     try:
         tree = load_config(args.config, list(args.overrides))
+        if args.out is not None:  # before the comparison: its results are written only at the end
+            refuse_writing_into(args.out, "--out", {"the config": args.config, "--data": args.data,
+                                                    **paths_named(tree)})
         conversations = load_conversations(args.data, args.conversations, args.sessions)
         results = compare(tree, conversations, loco=args.loco, allow_training_overlap=args.allow_training_overlap,
                           data=args.data, log=lambda record: print(json.dumps(record, default=str), flush=True))

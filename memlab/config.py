@@ -366,5 +366,29 @@ def validate_runner_keys(runner: dict[str, Any]) -> None:
         raise ConfigError(f"invalid config: eval.errata={_show(errata)} must be null or the path of an errata file")
 
 
+def paths_named(tree: Any, skip: Sequence[str] = (), where: str = "") -> dict[str, str]:
+    """``{dotted key: path}`` for every string value of ``tree`` naming an existing file or folder
+    (as given, from the working folder): what building or running the config reads, which an
+    output must not destroy (``memlab.fileio.refuse_writing_into``). ``skip``: keys left out (the
+    output's own)."""
+    found: dict[str, str] = {}
+    if isinstance(tree, Mapping):
+        items: Any = tree.items()
+    elif isinstance(tree, list | tuple):
+        items = enumerate(tree)
+    else:
+        return found
+    for key, value in items:
+        name = _join(where, key)
+        if name in skip:
+            continue
+        if isinstance(value, str):
+            if value.strip() and "\n" not in value and len(value) < 4096 and Path(value).expanduser().exists():
+                found[name] = value
+        else:
+            found.update(paths_named(value, skip, name))
+    return found
+
+
 def dump_config(tree: dict[str, Any]) -> str:
     return yaml.safe_dump(tree, sort_keys=False)

@@ -50,21 +50,31 @@ class OverwriteError(MemlabError, ValueError):
     """A command asked to write where it reads: its output is, or lies inside, one of its inputs."""
 
 
-def refuse_writing_into(out: str | os.PathLike, what: str, inputs: Mapping[str, str | os.PathLike | None]) -> None:
-    """Raise ``OverwriteError`` when the output ``out`` (``what`` names it: "--out") is, or lies
-    inside, one of ``inputs`` ({description: path}; None entries are skipped): the one check
-    every command makes before it writes, so that no command destroys what it reads (a cache
-    exported over itself, an export written into the memory it exports). Paths are compared
+def refuse_writing_into(out: str | os.PathLike | None, what: str,
+                        inputs: Mapping[str, str | os.PathLike | None]) -> None:
+    """The one output rule every command applies before any work: ``OverwriteError`` when the
+    output ``out`` (``what`` names it: "--out") is empty, cannot be written (its nearest existing
+    folder is a file or not writable), or is, contains, or lies inside one of ``inputs``
+    ({description: path}; None entries are skipped), so that no command destroys what it reads (a
+    cache exported over itself, a run folder replacing the data inside it). Paths are compared
     resolved: relative to the working folder, links followed."""
+    if out is None or not str(out).strip():
+        raise OverwriteError(f"{what} must be a path to write to, got {'nothing' if out is None else repr(str(out))}")
     target = Path(out).expanduser().resolve()
     for description, path in inputs.items():
-        if path is None:
+        if path is None or not str(path).strip():
             continue
         source = Path(path).expanduser().resolve()
-        if target == source or source in target.parents:
-            where = "is" if target == source else "lies inside"
+        if target == source or source in target.parents or target in source.parents:
+            where = "is" if target == source else "lies inside" if source in target.parents else "contains"
             raise OverwriteError(f"{what} {out} {where} {description} {path}, which this command reads: "
                                  "writing there would destroy it; choose another path")
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    if existing != target and not existing.is_dir():
+        raise OverwriteError(f"{what} {out}: {existing} is a file, so nothing can be written under it")
+    folder = existing if existing.is_dir() else existing.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OverwriteError(f"{what} {out}: {folder} is not writable")
 
 
 def write_json_atomic(path: str | os.PathLike, payload: Any, sort_keys: bool = False) -> None:

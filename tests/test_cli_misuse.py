@@ -42,6 +42,7 @@ CASES = [
     ([CONFIG, "reranker._component_=memlab.stage.load_stage", "reranker.path={tmp}/folder"], "not a saved stage"),
     # run options
     ([CONFIG, "--max-questions", "-1"], "--max-questions: must be a positive integer, got '-1'"),
+    ([CONFIG, "--ray", ""], "--ray: must be a Ray address (host:port, auto or local), got ''"),
     ([CONFIG, "--max-questions", "0"], "--max-questions: must be a positive integer, got '0'"),
     ([CONFIG, "--max-questions", "two"], "--max-questions: must be a positive integer, got 'two'"),
     ([CONFIG, "--sessions", "0"], "--sessions: must be a positive integer"),

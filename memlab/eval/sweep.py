@@ -337,8 +337,12 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, workers: int = 1, ray: str |
     input (the file's questions, a row folder over other questions, an unknown row name) raises
     before any row runs."""
     from memlab.eval.runner import run_config
+    from memlab.fileio import refuse_writing_into
 
     out = Path(out)
+    q = sweep.questions
+    refuse_writing_into(out, "--out", {"the sweep file": sweep.path, "its data": q.data, "its errata": q.errata,
+                                       **{f"row {row.name}'s config": row.config for row in sweep.rows}})
     expected = expected_question_ids(sweep)
     if not expected:
         raise SweepError(f"{sweep.path}: the file's questions select no question")
@@ -356,7 +360,6 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, workers: int = 1, ray: str |
         from memlab.eval.workers import make_executor
 
         executor = make_executor(workers, ray)
-    q = sweep.questions
 
     def run(row: SweepRow) -> None:
         try:

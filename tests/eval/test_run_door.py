@@ -77,6 +77,6 @@ def test_out_that_is_not_a_run_folder_is_refused(tmp_path):
         run_config(RAG, options=QUIET, out=tmp_path)
     with pytest.raises(ValueError, match="is a file, not a folder"):
         run_config(RAG, options=QUIET, out=tmp_path / "notes.txt")
-    with pytest.raises(ValueError, match="cannot create a folder under"):
+    with pytest.raises(ValueError, match="notes.txt is a file, so nothing can be written under it"):
         run_config(RAG, options=QUIET, out=tmp_path / "notes.txt" / "run")
     assert (tmp_path / "notes.txt").read_text() == "mine"

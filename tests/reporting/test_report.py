@@ -7,6 +7,7 @@ import pytest
 from memlab.cli import main
 from memlab.data import load_sample
 from memlab.eval.runner import RunOptions, run_benchmark
+from memlab.fileio import OverwriteError
 from memlab.pipelines.fullcontext import FullContext
 from memlab.reporting import ReportError, load_runs, write_report
 from memlab.reporting.paired import changed_questions, paired_difference
@@ -145,7 +146,7 @@ def test_bad_folders_and_outputs_get_one_clear_error(two_runs, tmp_path, caplog)
         write_report(two_runs, occupied)
     assert (occupied / "notes.txt").read_text() == "mine"
     (tmp_path / "a-file").write_text("")
-    with pytest.raises(ReportError, match="cannot create a folder"):
+    with pytest.raises(OverwriteError, match="a-file is a file, so nothing can be written under it"):
         write_report(two_runs, tmp_path / "a-file" / "report")
     assert main(["report", str(two_runs[0]), str(interrupted), "--out", str(tmp_path / "cli")]) == 2
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
