@@ -497,6 +497,15 @@ def configure_logging() -> None:
     log.setLevel(logging.INFO)
 
 
+def os_problem(error: OSError) -> str:
+    """An ``OSError`` as a sentence naming the path and what is wrong with it (``x.json: permission
+    denied``), not Python's ``[Errno 13]`` form."""
+    reason = (error.strerror or str(error) or type(error).__name__).rstrip(".")
+    reason = reason[:1].lower() + reason[1:]
+    paths = [str(p) for p in (error.filename, error.filename2) if p is not None]
+    return f"{' -> '.join(paths)}: {reason}" if paths else f"{reason} ({type(error).__name__})"
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``timeout``, a scheduler, ``kill``), raised wherever the process is, as Ctrl-C raises
     ``KeyboardInterrupt``: the same clean-up runs for both (staging folders removed, progress kept)."""
@@ -554,7 +563,7 @@ def _main(argv: list[str] | None) -> int:
         log.error("%s", e)
         return 2
     except OSError as e:
-        log.error("%s: %s", type(e).__name__, e)
+        log.error("%s", os_problem(e))
         return 2
 
 

@@ -192,3 +192,19 @@ def test_a_corrupted_data_file_is_one_error_line(name, content, expected, paths,
     line = _one_error_line(argv, capsys, caplog)
     assert expected in line and name in line
     assert not (paths / "out").exists()
+
+
+def test_an_os_error_is_a_sentence_naming_the_path_not_an_errno(monkeypatch, tmp_path, caplog):
+    """What the environment refuses (a permission, a full disk) is one line naming the path and the
+    reason, without Python's ``[Errno 13]`` form (issue 82)."""
+    import errno
+
+    import memlab.cli as cli
+
+    def refused(args):
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "runs"))
+
+    monkeypatch.setattr(cli, "cmd_report", refused)
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "report")]) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [f"{tmp_path / 'runs'}: permission denied"]
