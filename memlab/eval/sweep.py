@@ -17,6 +17,7 @@
         config: ../pipelines/rag_turns.yaml
         overrides: {answerer.lm.n_threads: 2}     # dotted keys and their values (nodes allowed)
         allow_training_overlap: false
+        stands_in_for: null    # the row this one is a cheaper variant of (named beside it while unfinished)
 
 A row names a config and its overrides, never its questions: a key that would choose questions
 is refused, and so is a finished row folder whose questions differ from the file's.
@@ -61,7 +62,7 @@ from memlab.eval.conversation import RunOptions
 log = logging.getLogger(__name__)
 
 QUESTION_KEYS = ("data", "conversations", "categories", "sessions", "sample", "max_questions", "errata")
-ROW_KEYS = ("label", "config", "overrides", "allow_training_overlap")
+ROW_KEYS = ("label", "config", "overrides", "allow_training_overlap", "stands_in_for")
 FILE_KEYS = ("questions", "judge", "primary", "rows")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: Metrics a sweep may rank its rows by (``overall`` of metrics.json).
@@ -101,6 +102,8 @@ class SweepRow:
     config: Path
     overrides: Mapping[str, Any]
     allow_training_overlap: bool
+    #: The row this one is the cheaper variant of, shown beside it while that one cannot finish.
+    stands_in_for: str | None = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,10 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     if not isinstance(rows_node, dict) or not rows_node:
         raise SweepError(f"{path}: rows must be a mapping of row names to rows (at least one)")
     rows = tuple(_row(path, name, node) for name, node in rows_node.items())
+    for row in rows:
+        if row.stands_in_for is not None and row.stands_in_for not in rows_node or row.stands_in_for == row.name:
+            raise SweepError(f"{path}: row {row.name!r}: stands_in_for must name another row of the file, got "
+                             f"{row.stands_in_for!r}")
     sweep = Sweep(path=path, questions=questions, judge=judge, primary=primary, rows=rows)
     for row in rows:  # every row's config loads and validates now, not hours into the sweep
         try:
@@ -245,8 +252,11 @@ def _row(path: Path, name: Any, node: Any) -> SweepRow:
     label = node.get("label", name)
     if not isinstance(label, str) or not label.strip():
         raise SweepError(f"{path}: row {name!r}: label must be a text")
+    stands_in_for = node.get("stands_in_for")
+    if stands_in_for is not None and not isinstance(stands_in_for, str):
+        raise SweepError(f"{path}: row {name!r}: stands_in_for must name another row of the file")
     return SweepRow(name=name, label=label, config=(path.parent / config).resolve(), overrides=dict(overrides),
-                    allow_training_overlap=allow)
+                    allow_training_overlap=allow, stands_in_for=stands_in_for)
 
 
 def _validate_row(sweep: Sweep, row: SweepRow) -> None:
@@ -486,6 +496,11 @@ def group_markdown(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> st
     missing = [s.name + (f" ({s.state}: {s.detail})" if s.state in ("failed", "stale") else "")
                for s in statuses if s.state != "complete" and s.name not in unfinished]
     reference = next((run for run in runs if run.name == best), None)
+    stand_ins = {row.stands_in_for: row.name for row in sweep.rows if row.stands_in_for is not None}
+    states = {s.name: s.state for s in statuses}
+    for name, record in unfinished.items():
+        if name in stand_ins:
+            record["stand_in"] = f"{labels[stand_ins[name]]} ({states[stand_ins[name]]})"
     return "\n\n".join(part for part in (
         group_table(runs, labels, best, sweep.primary, turns),
         distinguishable_sentence(runs, labels, best, sweep.primary),

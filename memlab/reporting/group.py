@@ -204,15 +204,16 @@ def machines_sentence(runs: Sequence[RunResult]) -> str:
 
 UNFINISHED_HEADERS = ("row", "reached", "builds finished (LLM calls, s)", "query s p50", "LLM calls / question",
                       "tokens / question", "left, at this pace", "{primary} on its answered questions",
-                      "− best row, same questions")
+                      "− best row, same questions", "its stand-in row")
 
 
 def unfinished_table(records: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str],
                      reference: RunResult | None, primary: str) -> str:
     """The rows that have not finished (``memlab.eval.progress`` records by row name) as one
     markdown table: what each reached, what its builds and questions cost so far, how long the
-    rest would take at that pace, and its ``primary`` on the questions it answered beside the
-    best row's on the same questions. These figures are a prefix, not the group's question set."""
+    rest would take at that pace, its ``primary`` on the questions it answered beside the best
+    row's on the same questions, and the cheaper row standing in for it (``stand_in``: its label
+    and state). These figures are a prefix, not the group's question set."""
     headers = [h.format(primary=primary) for h in UNFINISHED_HEADERS]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for name, record in records.items():
@@ -240,7 +241,7 @@ def _progress_cells(record: Mapping[str, Any], reference: RunResult | None, prim
         f"{np.median(latencies):,.1f} (n={len(latencies)})" if latencies else "-",
         _number(np.mean(calls) if calls else None, 1), _count(np.mean(tokens) if tokens else None),
         _time_left(questions, built, builds, rows, latencies),
-        _prefix_score(rows, primary), _prefix_paired(record, reference, primary),
+        _prefix_score(rows, primary), _prefix_paired(record, reference, primary), record.get("stand_in") or "-",
     ]
 
 

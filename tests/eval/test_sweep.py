@@ -163,6 +163,12 @@ def test_a_row_cannot_choose_its_questions_or_its_judge(tmp_path):
         load_sweep(sweep_file(tmp_path, lm, {"category": ["temporal"]}, a={"config": rag}))
     with pytest.raises(SweepError, match="row name '../a' must be a folder name"):
         load_sweep(sweep_file(tmp_path, lm, **{"../a": {"config": rag}}))
+    with pytest.raises(SweepError, match="row 'b': stands_in_for must name another row of the file, got 'c'"):
+        load_sweep(sweep_file(tmp_path, lm, a={"config": rag}, b={"config": rag, "stands_in_for": "c"}))
+    with pytest.raises(SweepError, match="row name 'unfinished' is the sweep's own folder"):
+        load_sweep(sweep_file(tmp_path, lm, unfinished={"config": rag}))
+    assert load_sweep(sweep_file(tmp_path, lm, a={"config": rag}, b={"config": rag, "stands_in_for": "a"})
+                      ).rows[1].stands_in_for == "a"
 
 
 def test_a_finished_row_over_other_questions_is_refused(tmp_path, monkeypatch):

@@ -100,9 +100,11 @@ def test_a_row_not_finished_shows_what_it_reached_its_cost_and_the_time_left():
     assert cells[7].startswith("0.500 [") and cells[7].endswith("(n=10)")
     # paired on the 10 questions both answered: best scores 0.9 there (q0 wrong), this row 0.5
     assert cells[8].startswith("-0.400 [") and cells[8].endswith("(n=10)")
+    assert cells[9] == "-"  # no row stands in for it
 
-    nothing = {**record, "rows": [], "builds": [], "stale": True}
+    nothing = {**record, "rows": [], "builds": [], "stale": True, "stand_in": "Cheaper variant (complete)"}
     cells = [c.strip() for c in unfinished_table({"slow": nothing}, {}, best, "judge").splitlines()[2].split("|")[1:-1]]
     assert cells[0] == "slow **(recorded with another config than the row's: stale)**"
     assert cells[1].startswith("no build finished; 0 of 80 questions answered")
     assert cells[6] == "unknown (no build finished yet)" and cells[7] == "-" and cells[8] == "-"
+    assert cells[9] == "Cheaper variant (complete)"
