@@ -371,12 +371,16 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, workers: int = 1, ray: str |
 
         executor = make_executor(workers, ray)
 
+    per_conversation = questions_per_conversation(sweep)
+
     def run(row: SweepRow) -> None:
+        about = {"row": row.name, "config_sha256": config_digest(sweep.resolved_config(row)),
+                 "questions": per_conversation}
         try:
             run_config(row.config, sweep.row_overrides(row), data=q.data, conversations=q.conversations,
                        sessions=q.sessions, options=q.options(row.allow_training_overlap, progress),
                        out=out / row.name, errata=q.errata, executor=executor,
-                       on_progress=lambda staging: record_progress(sweep, row, staging, out))
+                       on_progress=lambda staging: record_progress(about, staging, out))
         except ValueError as e:  # this row's config or checkpoints: the other rows still run
             log.error("row %s: %s; continuing with the others", row.name, e)
 
@@ -402,31 +406,30 @@ def config_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def record_progress(sweep: Sweep, row: SweepRow, staging: Path, out: Path) -> None:
-    """Write ``out/unfinished/<row>.json`` from the attempt staged in ``staging``
-    (``memlab.eval.progress``): what it reached and cost so far, where and when. A record that
-    cannot be made is logged; the run goes on."""
+def questions_per_conversation(sweep: Sweep) -> dict[str, int]:
     from memlab.eval.conversation import select_questions
+
+    options = sweep.questions.options()
+    return {c.id: len(select_questions(c, options)) for c in selected_conversations(sweep)}
+
+
+def record_progress(about: Mapping[str, Any], staging: Path, out: Path) -> None:
+    """Write ``out/unfinished/<row>.json`` from the attempt staged in ``staging``
+    (``memlab.eval.progress``): what it reached and cost so far, where and when, beside ``about``
+    the row (its ``row`` name, ``config_sha256`` and ``questions`` per conversation). A record
+    that cannot be made is logged; the run goes on."""
     from memlab.eval.machine import cpu_description
     from memlab.eval.progress import read_progress
     from memlab.fileio import write_json_atomic
 
     try:
-        progress = read_progress(staging)
-        options = sweep.questions.options()
-        record = {
-            "row": row.name,
-            "config_sha256": config_digest(sweep.resolved_config(row)),
-            "questions": {c.id: len(select_questions(c, options)) for c in selected_conversations(sweep)},
-            "attempt_started": _iso((staging / "config.yaml").stat().st_mtime),
-            "recorded": _iso(time.time()),
-            "machine": {"cpu": cpu_description(), "cores": os.cpu_count()},
-            **progress,
-        }
+        record = {**about, "attempt_started": _iso((staging / "config.yaml").stat().st_mtime),
+                  "recorded": _iso(time.time()), "machine": {"cpu": cpu_description(), "cores": os.cpu_count()},
+                  **read_progress(staging)}
         (out / UNFINISHED).mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / UNFINISHED / f"{row.name}.json", record)
+        write_json_atomic(out / UNFINISHED / f"{about['row']}.json", record)
     except (OSError, ValueError) as e:
-        log.error("row %s: its progress could not be recorded (%s: %s)", row.name, type(e).__name__, e)
+        log.error("row %s: its progress could not be recorded (%s: %s)", about["row"], type(e).__name__, e)
 
 
 def forget_finished(statuses: Sequence[RowStatus], out: Path) -> None:
