@@ -530,8 +530,8 @@ def main(argv: list[str] | None = None) -> int:
                   "response cache, so the same command resumes", "SIGTERM" if terminated else "Ctrl-C")
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        if in_main_thread:  # None: a handler installed outside Python, which only the default can stand for
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _main(argv: list[str] | None) -> int:
