@@ -217,17 +217,19 @@ def check_categories(conversations: Sequence[Conversation], categories: Sequence
         raise ValueError(f"categories {unknown} are not in {source} (its categories: {known})")
 
 
-def training_overlap(module: nn.Module, conversations: Sequence[Conversation]) -> dict[str, list[str]]:
-    """Per trained stage of ``module`` (a pipeline, a stage), the ``conversations`` (ids) its
-    checkpoint learnt from."""
-    ids = [c.id for c in conversations]
+def training_overlap(module: nn.Module, conversations: Sequence[Conversation | str]) -> dict[str, list[str]]:
+    """Per trained stage of ``module`` (a pipeline, a stage), the ``conversations`` (or their ids)
+    its checkpoint learnt from."""
+    ids = [c if isinstance(c, str) else c.id for c in conversations]
     overlap = {stage: [i for i in ids if i in seen] for stage, seen in trained_conversations(module).items()}
     return {stage: found for stage, found in overlap.items() if found}
 
 
-def refuse_training_overlap(module: nn.Module, conversations: Sequence[Conversation], allow: bool) -> None:
+def refuse_training_overlap(module: nn.Module, conversations: Sequence[Conversation | str], allow: bool) -> None:
     """A ValueError naming them when trained stages of ``module`` would be scored on
-    conversations they learnt from, unless ``allow`` (``--allow-training-overlap``)."""
+    ``conversations`` (or their ids: checked before the data is read) they learnt from, or when
+    it holds trained weights with no record of what they learnt from, unless ``allow``
+    (``--allow-training-overlap``). The one refusal every command and script applies."""
     unrecorded = unrecorded_checkpoints(module)
     if unrecorded and not allow:
         raise ValueError(

@@ -17,7 +17,7 @@ from memlab.config import build_pipeline
 from memlab.data import DataError
 from memlab.data.select import load_conversations
 from memlab.errors import MemlabError
-from memlab.stage import trained_conversations
+from memlab.eval.runner import refuse_training_overlap
 
 
 class ScriptError(MemlabError):
@@ -57,11 +57,11 @@ def pipeline_and_conversations(args: argparse.Namespace, *also: nn.Module) -> tu
     and ``--allow-training-overlap`` was not given, or when the data cannot be read."""
     pipeline, _, _ = build_pipeline(args.config, args.overrides)
     ids = args.conversations.split(",")
-    learnt = {i for module in (pipeline, *also) for found in trained_conversations(module).values() for i in found}
-    overlap = sorted(learnt & set(ids))
-    if overlap and not args.allow_training_overlap:  # checked before the data is read, from the ids alone
-        raise ScriptError(f"a trained stage of {args.config} learnt from {overlap}; "
-                          "pass --allow-training-overlap to use them anyway")
+    try:  # the run's own refusal, from the ids alone, before the data is read
+        for module in (pipeline, *also):
+            refuse_training_overlap(module, ids, args.allow_training_overlap)
+    except ValueError as e:
+        raise ScriptError(f"{args.config}: {e}") from None
     try:
         conversations = load_conversations(args.data, ids, sessions=getattr(args, "sessions", None))
     except DataError as e:

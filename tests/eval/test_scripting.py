@@ -34,8 +34,32 @@ def test_unknown_conversations_and_training_overlap_are_refused():
         pipeline_and_conversations(parse(CONFIG, "--data", SAMPLE, "--conversations", "nope"))
     if not DEV.exists():
         pytest.skip("the dev conversations (../shared) are not beside the checkout")
-    with pytest.raises(ScriptError, match=r"learnt from \['conv-41'\]; pass --allow-training-overlap"):
+    # the run's own refusal (issue 81: one function everywhere), naming each stage and what it learnt from
+    with pytest.raises(ScriptError, match=r"trained stages would be scored on conversations they learnt from "
+                                          r"\(.*event-segmenter-observations: conv-41; .*relation-classifier: conv-41\)"):
         pipeline_and_conversations(parse(CONFIG, "--data", str(DEV), "--conversations", "conv-41"))
     _, found = pipeline_and_conversations(parse(CONFIG, "--data", str(DEV), "--conversations", "conv-41",
                                                 "--allow-training-overlap", "--sessions", "1"))
     assert [c.id for c in found] == ["conv-41"]
+
+
+def test_trained_weights_without_a_record_are_refused_as_a_run_refuses_them(tmp_path):
+    """The scripts once skipped weights with no training record; they now apply the run's refusal."""
+    import json
+    import shutil
+
+    from memlab.checkpoint import TRAINING_FILE, seal_checkpoint
+    from memlab.fileio import MANIFEST_FILE
+
+    checkpoint = tmp_path / "reranker"
+    shutil.copytree(REPO / "checkpoints/reranker-minilm-turns", checkpoint)
+    (checkpoint / TRAINING_FILE).unlink()
+    manifest = json.loads((checkpoint / MANIFEST_FILE).read_text())
+    (checkpoint / MANIFEST_FILE).write_text(json.dumps({**manifest, "trained_on": []}))
+    seal_checkpoint(checkpoint)
+    config = str(REPO / "configs/pipelines/rag_turns_reranked.yaml")
+    with pytest.raises(ScriptError, match="trained weights without a record of the conversations they learnt from"):
+        pipeline_and_conversations(parse(config, f"reranker.reranker.path={checkpoint}", "--data", SAMPLE,
+                                         "--conversations", "sample-1"))
+    pipeline_and_conversations(parse(config, f"reranker.reranker.path={checkpoint}", "--data", SAMPLE,
+                                     "--conversations", "sample-1", "--allow-training-overlap"))
