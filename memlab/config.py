@@ -43,7 +43,6 @@ import yaml
 
 from memlab.components import COMPONENT, ComponentError, import_memlab_class, mismatch, parameters
 from memlab.errors import MemlabError
-from memlab.stage import StageError
 
 BASE = "_base_"
 RUNNER_KEYS = ("eval",)
@@ -319,7 +318,7 @@ def _build(node: Any, built: dict[int, Any]) -> Any:
             obj = target(**kwargs)
         except ConfigError:
             raise
-        except (TypeError, ValueError, StageError) as e:  # StageError: ``load_stage`` of a bad checkpoint
+        except (TypeError, ValueError, MemlabError) as e:  # a MemlabError: ``load_stage`` of a bad checkpoint
             raise ConfigError(f"building {node[COMPONENT]}: {e}") from e
     else:
         obj = kwargs

@@ -75,3 +75,15 @@ def test_no_import_cycle():
     graph = nx.DiGraph([(m, t) for m, targets in _imports().items() for t in targets
                         if not m.startswith(t + ".")])  # a package's __init__ re-exporting its modules is no cycle
     assert list(nx.simple_cycles(graph)) == []
+
+
+def test_loading_a_config_imports_no_torch():
+    """Config → Contract (the house's whiteboard): reading and checking a config needs no stage code
+    and no torch; a bad checkpoint met while building is caught as any ``MemlabError``."""
+    import subprocess
+    import sys
+
+    code = "import sys, memlab.config; print(sorted(m for m in ('torch', 'memlab.stage') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT.parent)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
