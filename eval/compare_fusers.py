@@ -28,6 +28,7 @@ from memlab.data.select import load_conversations
 from memlab.eval.runner import refuse_training_overlap
 from memlab.pipelines.compassmem.pipeline import fusion_outcome
 from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
+from memlab.training.relations import macro_f1
 
 OUTCOMES = ("merge", "link", "none")
 
@@ -52,22 +53,11 @@ def outcome(out: FuseOut, item: FuseIn, merge_threshold: float) -> str:
     return "none" if decided is None else "merge" if decided == "merge" else "link"
 
 
-def macro_f1(gold: list[str], predicted: list[str], labels=OUTCOMES) -> float:
-    scores = []
-    for label in labels:
-        tp = sum(g == p == label for g, p in zip(gold, predicted))
-        fp = sum(p == label != g for g, p in zip(gold, predicted))
-        fn = sum(g == label != p for g, p in zip(gold, predicted))
-        if tp + fp + fn:
-            scores.append(2 * tp / (2 * tp + fp + fn))
-    return sum(scores) / len(scores) if scores else 0.0
-
-
-def scores(gold: list[str], predicted: list[str]) -> dict[str, float]:
+def scores(gold: list[str], predicted: list[str]) -> dict[str, float | None]:
     linked = [g != "none" for g in gold], [p != "none" for p in predicted]
     tp = sum(g and p for g, p in zip(*linked))
     return {"accuracy": sum(g == p for g, p in zip(gold, predicted)) / len(gold),
-            "macro_f1": macro_f1(gold, predicted),
+            "macro_f1": macro_f1(gold, predicted, OUTCOMES),
             "link_agreement": sum(g == p for g, p in zip(*linked)) / len(gold),
             "link_f1": 2 * tp / (sum(linked[0]) + sum(linked[1])) if sum(linked[0]) + sum(linked[1]) else 0.0}
 
@@ -95,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     teacher.eval()
     candidate.eval()
     recorder = RecordingFuser(teacher.fuser)
-    teacher.fuser = recorder
+    teacher.replace("fuser", recorder)
     for conversation in conversations:
         teacher.build(conversation.history())
     if not recorder.asked:
