@@ -19,8 +19,6 @@ class HFMeanPoolingEmbedder(Embedder):
 
     def __init__(self, path: str, device: str = "cpu", batch_size: PositiveInt = 32, max_length: PositiveInt = 512) -> None:
         super().__init__()
-        if batch_size < 1 or max_length < 1:
-            raise ValueError(f"batch_size and max_length must be >= 1, got {batch_size}, {max_length}")
         self.path = path
         self.device = device
         self.batch_size = batch_size

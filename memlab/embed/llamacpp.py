@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 
-from memlab.bounds import PositiveInt
+from memlab.bounds import PositiveInt, Range
 from memlab.embed.base import Embedder, EmbedderError, load_shared
 
 
@@ -27,13 +27,11 @@ class LlamaCppEmbedder(Embedder):
         model: str,
         query_prefix: str = "",
         document_prefix: str = "",
-        n_ctx: PositiveInt = 512,
+        n_ctx: Annotated[int, Range(min=8)] = 512,
         n_threads: PositiveInt | None = None,
         batch_size: PositiveInt = 32,
     ) -> None:
         super().__init__()
-        if batch_size < 1 or n_ctx < 8:
-            raise ValueError(f"batch_size must be >= 1 and n_ctx >= 8, got {batch_size}, {n_ctx}")
         self.model = model
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix

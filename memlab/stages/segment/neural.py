@@ -102,8 +102,6 @@ class FixedSpanSegmenter(SpanSegmenter):
 
     def __init__(self, span: PositiveInt = 3, max_people: PositiveInt = 3) -> None:
         super().__init__()
-        if span < 1:
-            raise ValueError(f"FixedSpanSegmenter: span must be >= 1, got {span}")
         self.span = span
         self.max_people = max_people
 
