@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("stage", "checkpoint", "memory"),
     ("config",),
     ("stages",),
-    ("pipelines",),
+    ("pipelines", "peers"),
     ("eval", "reporting"),
     ("training",),
     ("cli", "recipes"),
