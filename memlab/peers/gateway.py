@@ -16,7 +16,9 @@ How a chat request maps onto a ``ChatRequest``:
   (``default_max_tokens`` when absent), ``stop``, ``seed`` (memlab's 0 when absent);
 * ``response_format``: ``json_object`` asks for any JSON object (``{"type": "object"}``, which a
   llama.cpp backend decodes under a grammar, as llama.cpp's own server does), ``json_schema``
-  for its schema, ``text`` for none;
+  for its schema, ``text`` for none. ``constrain_json=False`` serves every request as text, as a
+  server without constrained decoding does: the reply is what the model writes (a small model
+  often fences its JSON in a code block, which the peer's parser may strip);
 * ``model``, ``top_p``, ``store``, ``user``, ``n: 1`` and ``stream: false`` are accepted and
   ignored: the model is the ``LM``'s, and ``top_p`` does not change a greedy decode. Anything that
   would change what comes back (``tools``, ``n`` > 1, ``logprobs``, streaming) is refused (400).
@@ -30,6 +32,7 @@ reply.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -147,10 +150,11 @@ class ModelGateway:
     """``lm`` and ``embedder`` behind ``http://127.0.0.1:PORT/v1`` for as long as the gateway is
     open (module docstring). Use as a context manager; ``base_url`` is the address to give a peer."""
 
-    def __init__(self, lm: LM, embedder: Embedder, default_max_tokens: int = 1024) -> None:
+    def __init__(self, lm: LM, embedder: Embedder, default_max_tokens: int = 1024, constrain_json: bool = True) -> None:
         self.lm = lm
         self.embedder = embedder
         self.default_max_tokens = default_max_tokens
+        self.constrain_json = constrain_json
         self.log = GatewayLog()
         self.fatal: Exception | None = None
         self._server: ThreadingHTTPServer | None = None
@@ -196,6 +200,8 @@ class ModelGateway:
 
     def _chat(self, body: Any) -> dict[str, Any]:
         request = chat_request(body, self.default_max_tokens)
+        if not self.constrain_json:
+            request = dataclasses.replace(request, json_schema=None)
         self.log.chat_requests += 1
         completion = self.lm.generate([request])[0]
         self.log.last_reply = completion.text
@@ -238,7 +244,10 @@ def _handler(gateway: ModelGateway) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):  # the peer stopped waiting (an interrupt): no one to answer
+                pass
 
         def log_message(self, format: str, *args: Any) -> None:  # the peer's own logs say enough
             pass

@@ -125,3 +125,13 @@ def test_the_gateway_stops_listening_when_closed():
         requests.post(f"{url}/chat/completions", json=_body(), timeout=5)
     with pytest.raises(RuntimeError, match="not open"):
         gateway.base_url
+
+
+def test_unconstrained_json_goes_to_the_model_as_text():
+    lm = ReplayLM(["```json\n{}\n```", "{}"])
+    body = _body(temperature=0, response_format={"type": "json_object"})
+    with ModelGateway(lm, _TinyEmbedder(), constrain_json=False) as gateway:
+        assert requests.post(f"{gateway.base_url}/chat/completions", json=body, timeout=10).status_code == 200
+    with ModelGateway(lm, _TinyEmbedder()) as gateway:
+        assert requests.post(f"{gateway.base_url}/chat/completions", json=body, timeout=10).status_code == 200
+    assert [r.json_schema for r in lm.requests] == [None, {"type": "object"}]
