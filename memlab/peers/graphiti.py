@@ -6,11 +6,10 @@ entity resolution against the graph, fact extraction, fact de-duplication and in
 facts' validity dates and the entities' summaries, each a prompt of its own) and its default
 search (``Graphiti.search``: facts ranked by BM25 and cosine fused by reciprocal rank, no
 cross-encoder). Its graph lives in an embedded Kuzu database in a folder of its own, removed once
-the conversation's questions are answered (graphiti marks its Kuzu driver deprecated; it is the
+the conversation's questions are answered. graphiti marks its Kuzu driver deprecated, but it is the
 embedded driver that installs from the registry; its documented index call does nothing on Kuzu,
-so memlab also makes the full-text indexes its search needs, with graphiti's own Kuzu operation).
-Its telemetry is off
-(``GRAPHITI_TELEMETRY_ENABLED=false``, checked).
+so memlab also makes the full-text indexes its search needs, with graphiti's own Kuzu operation.
+Its telemetry is off (``GRAPHITI_TELEMETRY_ENABLED=false``, checked).
 
 memlab supplies the parts graphiti is configured with: its ``OpenAIGenericClient`` (structured
 output as JSON schema, which llama.cpp decodes under a grammar) and its ``OpenAIEmbedder`` reach
@@ -21,9 +20,10 @@ fill at 41 tokens/s); its cross-encoder client is pointed at the gateway too, an
 search never calls it.
 
 The conversation goes in as it happened: each session's turns, ``turns_per_add`` at a time, as a
-message episode (``Speaker: text`` lines, graphiti's message format), into a Kuzu database of the
-conversation's own (graphiti cannot add an episode with a group id on Kuzu: its default group). ``session_date: stamped`` gives each episode the session's date as its reference time, the
-way graphiti is meant to be told when something was said; ``none`` gives the configured ``today``,
+message episode (``Speaker: text`` lines, graphiti's message format), into the conversation's own
+Kuzu database, in its default group (graphiti cannot add an episode with a group id on Kuzu).
+``session_date: stamped`` gives each episode the session's date as its reference time, the way
+graphiti is meant to be told when something was said; ``none`` gives the configured ``today``,
 as a user passing the time of the call does. Each fact carries the ids of the turns of the episodes
 it came from (its provenance) and is shown to the answerer with the day graphiti says it became
 valid, or, where graphiti found no such day, the day it was said (the episode's reference time).
@@ -81,7 +81,7 @@ class GraphitiMemory(PeerMemory):
     def run(self, coroutine: Any) -> Any:
         return self.loop.run_until_complete(coroutine)
 
-    def unit_of(self, edge: Any, rank: int | None = None) -> MemoryUnit:
+    def unit_of(self, edge: Any) -> MemoryUnit:
         turns = tuple(dict.fromkeys(t for episode in edge.episodes for t in self.episode_turns.get(episode, ())))
         sessions = [self.episode_sessions[e] for e in edge.episodes if e in self.episode_sessions]
         return MemoryUnit(
