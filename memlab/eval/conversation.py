@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -180,16 +181,20 @@ def run_conversation(
     load_from: SavedMemories | None = None,
     on_rows=None,
     on_built=None,
+    on_building=None,
 ) -> ConversationResult:
     """Build (or load) ``conversation``'s memory, answer its selected questions, release the
-    memory and ``save(memory)`` if given. ``on_rows(rows)`` sees each batch's rows as they come
-    and ``on_built(record)`` the build's ``build_record`` the moment it ends (the run's progress)."""
+    memory and ``save(memory)`` if given. ``on_rows(rows)`` sees each batch's rows as they come,
+    ``on_building(record)`` what the build has cost so far, every ``BUILDING_EVERY_S`` while it runs
+    (a ``build_record`` without memory statistics), and ``on_built(record)`` the build's
+    ``build_record`` the moment it ends (the run's progress)."""
     result = ConversationResult(conversation.id)
     questions = select_questions(conversation, options)
     usage = _Usage(pipeline.lms())
     failures_before = _failure_counts(pipeline, judge)
     stages_before = pipeline.stage_usage()
     before, t0 = usage.snapshot(), active_seconds()
+    watch = _BuildWatch(conversation.id, usage, before, t0, on_building) if on_building and not load_from else None
     try:
         memory = load_from.load(pipeline, conversation) if load_from else pipeline.build(conversation.history())
     except LMUnavailableError as e:
@@ -200,6 +205,8 @@ def run_conversation(
         result.build_error = f"{type(e).__name__}: {e}"
         memory = None
     finally:
+        if watch is not None:
+            watch.stop()
         result.build_seconds = active_seconds() - t0
         result.build_usage = UsageMeter.diff(usage.snapshot(), before)
     if memory is not None:
@@ -241,6 +248,35 @@ def build_record(result: ConversationResult, memory_stats: dict[str, Any] | None
     (``builds.jsonl.partial``; the finished run's ``metrics.json`` sums them)."""
     return {"conversation_id": result.conversation_id, "build_seconds": result.build_seconds,
             "build_usage": result.build_usage, "memory_stats": memory_stats}
+
+
+#: How often a build in progress reports what it has cost so far (``on_building``).
+BUILDING_EVERY_S = 60.0
+
+
+class _BuildWatch:
+    """Reports a running build's cost so far from a background thread, every ``BUILDING_EVERY_S``:
+    a build of hours (a peer library's, a published graph construction) then shows in the run's
+    progress before it ends. A report that fails is logged; the build goes on."""
+
+    def __init__(self, conversation_id: str, usage: "_Usage", before: dict[str, float], t0: float, report) -> None:
+        self._record = lambda: {"conversation_id": conversation_id, "build_seconds": active_seconds() - t0,
+                                "build_usage": UsageMeter.diff(usage.snapshot(), before), "memory_stats": None}
+        self._report = report
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memlab-build-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(BUILDING_EVERY_S):
+            try:
+                self._report(self._record())
+            except Exception as e:  # progress is a courtesy: it must never stop the build
+                log.error("the build's progress could not be reported (%s: %s)", type(e).__name__, e)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
 
 
 def _failure_counts(pipeline: Pipeline, judge) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """What an unfinished run has reached and what it cost so far, read from its staging folder.
 
-A run writes ``predictions.jsonl.partial`` (its answered questions) and ``builds.jsonl.partial``
-(one line per finished build) while it runs (``memlab.eval.runner``); both stay in the hidden
+A run writes ``predictions.jsonl.partial`` (its answered questions), ``builds.jsonl.partial``
+(one line per finished build) and ``building.json.partial`` (the build running now, what it has
+cost so far) while it runs (``memlab.eval.runner``); they stay in the hidden
 staging folder of a run that was stopped. ``read_progress`` condenses them into a small record
 that can be committed beside finished runs (``memlab sweep`` writes ``unfinished/<row>.json``), so a
 row that could not finish still shows its measured cost and the part it reached.
@@ -24,13 +25,29 @@ ROW_FIELDS = ("question_id", "conversation_id", "category", "judge", "f1_amem", 
 
 
 def read_progress(staging: Path) -> dict[str, Any]:
-    """``{"rows": [...], "builds": [...]}`` of the run staged in ``staging``: each answered question
-    (``ROW_FIELDS``, plus its LLM calls and tokens) and each finished build (its conversation, cold
-    seconds, LLM calls and tokens, and the structure's degenerate flags). A line cut short by a
-    killed process is skipped; any other unreadable line raises ``ValueError`` naming the file."""
+    """``{"rows": [...], "builds": [...], "building": ...}`` of the run staged in ``staging``: each
+    answered question (``ROW_FIELDS``, plus its LLM calls and tokens), each finished build (its
+    conversation, cold seconds, LLM calls and tokens, and the structure's degenerate flags), and the
+    build that was running when the record was made, if any (the same, so far; None otherwise). A
+    line cut short by a killed process is skipped; any other unreadable line raises ``ValueError``
+    naming the file."""
     rows = [_row(line) for line in _lines(staging / "predictions.jsonl.partial")]
     builds = [_build(line) for line in _lines(staging / "builds.jsonl.partial")]
-    return {"rows": rows, "builds": builds}
+    return {"rows": rows, "builds": builds, "building": _building(staging / "building.json.partial", builds)}
+
+
+def _building(path: Path, builds: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))  # written atomically: whole or absent
+    except ValueError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    running = _build(record)
+    # A build that ended between the two reads is in ``builds`` already.
+    return None if any(b["conversation_id"] == running["conversation_id"] for b in builds) else running
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

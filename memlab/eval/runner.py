@@ -10,6 +10,8 @@
 * ``builds.jsonl.partial`` — while running, one line per finished build (``build_record``: its
   seconds, LLM use and memory statistics), so an unfinished run still shows what its builds cost
   (``memlab sweep`` reports it); removed when the run ends, as ``metrics.json`` sums them;
+* ``building.json.partial`` — while a build runs in this process, what it has cost so far
+  (rewritten every minute), so a build of hours shows before it ends; removed with it;
 * ``metrics.json`` — the aggregate (see ``memlab.eval.report.summarise``), written atomically.
 
 Each conversation is built and answered by ``memlab.eval.conversation.run_conversation`` (what
@@ -195,7 +197,7 @@ def select_conversations(data: str | os.PathLike | None, conversations: Sequence
 
 #: What a run writes into its folder; ``run_config`` replaces a folder holding only these.
 RUN_FILES = frozenset({"config.yaml", "metrics.json", "predictions.jsonl", "predictions.jsonl.partial",
-                       "builds.jsonl.partial"})
+                       "builds.jsonl.partial", "building.json.partial"})
 
 
 def check_run_folder(folder: Path) -> None:
@@ -247,13 +249,13 @@ def refuse_training_overlap(module: nn.Module, conversations: Sequence[Conversat
 def in_process(pipeline: Pipeline, options: RunOptions, count_tokens, judge=None,
                save_to: SavedMemories | None = None, load_from: SavedMemories | None = None):
     """The sequential runner: one conversation after another in this process. Takes
-    ``(conversations, on_rows, on_built)`` and yields their ``ConversationResult``s in order."""
+    ``(conversations, on_rows, on_built, on_building)`` and yields their ``ConversationResult``s in order."""
 
-    def run(conversations: Sequence[Conversation], on_rows, on_built=None):
+    def run(conversations: Sequence[Conversation], on_rows, on_built=None, on_building=None):
         for conversation in conversations:
             save = (lambda memory, c=conversation: save_to.save(pipeline, c, memory)) if save_to is not None else None
             yield run_conversation(pipeline, conversation, options, count_tokens, judge, save, load_from, on_rows,
-                                   on_built)
+                                   on_built, on_building)
 
     return run
 
@@ -273,9 +275,10 @@ def run_benchmark(
     """Run ``pipeline`` on every conversation and write predictions and metrics; returns metrics.
     ``save_to`` / ``load_from``: saved memories to write / to answer from (module docstring).
     ``runner``: what runs the conversations (default ``in_process``; ``memlab.eval.workers``
-    runs them in worker processes): ``runner(conversations, on_rows, on_built)`` yields one
-    ``ConversationResult`` per conversation, in their order. ``on_progress(out_dir)`` is called
-    after each write to the progress files (``builds.jsonl.partial``, ``predictions.jsonl.partial``)."""
+    runs them in worker processes): ``runner(conversations, on_rows, on_built, on_building)`` yields
+    one ``ConversationResult`` per conversation, in their order. ``on_progress(out_dir)`` is called
+    after each write to the progress files (``builds.jsonl.partial``, ``building.json.partial``,
+    ``predictions.jsonl.partial``)."""
     from memlab.embed import default_token_counter
 
     out = Path(out_dir)
@@ -310,15 +313,22 @@ def run_benchmark(
             written["rows"] += len(rows)
 
     builds = out / "builds.jsonl.partial"
+    building = out / "building.json.partial"
+
+    def on_building(record: dict[str, Any]) -> None:
+        write_json_atomic(building, record)
+        if on_progress is not None:
+            on_progress(out)
 
     def on_built(record: dict[str, Any]) -> None:
+        building.unlink(missing_ok=True)
         with builds.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         if on_progress is not None:
             on_progress(out)
 
     with partial.open("w") as sink:
-        for result in runner(answered, on_rows, on_built):
+        for result in runner(answered, on_rows, on_built, on_building):
             if result.conversation_id != answered[len(results)].id:
                 raise RuntimeError(f"the runner gave {result.conversation_id} in the place of {answered[len(results)].id}")
             write(result.rows[written["rows"]:])  # the conversations' order, whatever the runner
@@ -332,6 +342,7 @@ def run_benchmark(
     bar.close()
     os.replace(partial, out / "predictions.jsonl")
     builds.unlink(missing_ok=True)
+    building.unlink(missing_ok=True)
     metrics = summarise_results(pipeline, results, options, judge, run_info, conversations)
     write_json_atomic(out / "metrics.json", metrics)
     stopped = metrics.get("stopped")

@@ -293,12 +293,15 @@ def row_status(sweep: Sweep, row: SweepRow, out: Path, expected: Sequence[str]) 
             return RowStatus(row.name, "partial", f"{answered} of {len(expected)} questions on disk", answered)
         if record.is_file():
             try:
-                answered = len(json.loads(record.read_text(encoding="utf-8"))["rows"])
+                progress = json.loads(record.read_text(encoding="utf-8"))
+                answered, building = len(progress["rows"]), progress.get("building")
+                reached = f", {building['conversation_id']} part built ({building['llm_calls']:,} LLM calls)" \
+                    if building else ""
             except (OSError, ValueError, KeyError, TypeError) as e:
                 return RowStatus(row.name, "partial", f"its progress record {record} is unreadable "
                                                       f"({type(e).__name__}: {e})")
-            return RowStatus(row.name, "partial", f"{answered} of {len(expected)} questions answered when it "
-                                                  f"stopped ({record})", answered)
+            return RowStatus(row.name, "partial", f"{answered} of {len(expected)} questions answered{reached} "
+                                                  f"when it stopped ({record})", answered)
         return RowStatus(row.name, "not started")
     try:
         metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))

@@ -237,7 +237,8 @@ def fingerprint(pipeline_node, judge_node, options: RunOptions, conversations: S
 
 class ParallelRunner:
     """A ``runner`` for ``run_benchmark`` that hands conversations to ``executor`` as tasks
-    (module docstring); ``cache_merge`` counts what merging the workers' caches did."""
+    (module docstring); ``cache_merge`` counts what merging the workers' caches did. A worker's
+    build is reported when its task ends (``on_built``), not while it runs (``on_building`` unused)."""
 
     def __init__(self, executor, pipeline, pipeline_node: dict[str, Any], judge, judge_node: dict[str, Any] | None,
                  options: RunOptions, out: Path, save_to: SavedMemories | None = None,
@@ -252,7 +253,7 @@ class ParallelRunner:
         self.cache_paths = sorted({lm.cache_path for lm in run_lms(pipeline, judge) if lm.cache_path is not None})
         self.cache_merge = {"added": 0, "already_present": 0, "conflicting": 0}
 
-    def __call__(self, conversations: Sequence[Conversation], on_rows, on_built=None):
+    def __call__(self, conversations: Sequence[Conversation], on_rows, on_built=None, on_building=None):
         work = WorkFolder(work_folder_of(self.out), fingerprint(self.pipeline_node, self.judge_node, self.options,
                                                                 conversations, self.save_to, self.load_from),
                           self.cache_paths)

@@ -227,12 +227,15 @@ def _progress_cells(record: Mapping[str, Any], reference: RunResult | None, prim
     rows, builds, questions = record.get("rows") or [], record.get("builds") or [], record.get("questions") or {}
     total = sum(questions.values())
     built = [b["conversation_id"] for b in builds]
+    building = record.get("building")
     reached = (f"{', '.join(built)} built; " if built else "no build finished; ") + \
+        (f"{building['conversation_id']} part built; " if building else "") + \
         f"{len(rows)} of {total} questions answered (attempt of {record.get('attempt_started', '?')}, " \
         f"recorded {record.get('recorded', '?')})"
-    build_cell = "; ".join(f"{b['conversation_id']}: {b['llm_calls']:,.0f} calls, {b['seconds']:,.0f} s"
-                           + (f" **{'; '.join(b['degenerate'])}**" if b.get("degenerate") else "")
-                           for b in builds) or "-"
+    build_cell = "; ".join([f"{b['conversation_id']}: {b['llm_calls']:,.0f} calls, {b['seconds']:,.0f} s"
+                            + (f" **{'; '.join(b['degenerate'])}**" if b.get("degenerate") else "") for b in builds]
+                           + ([f"{building['conversation_id']} (unfinished): {building['llm_calls']:,.0f} calls, "
+                               f"{building['seconds']:,.0f} s so far"] if building else [])) or "-"
     latencies = [r["cold_latency_s"] for r in rows if isinstance(r.get("cold_latency_s"), (int, float))]
     calls = [r["llm_calls"] for r in rows if isinstance(r.get("llm_calls"), (int, float))]
     tokens = [r["tokens"] for r in rows if isinstance(r.get("tokens"), (int, float))]

@@ -35,7 +35,23 @@ def test_a_staged_attempt_is_read_as_its_answered_questions_and_finished_builds(
 
 
 def test_a_staging_folder_with_nothing_yet_is_an_empty_record(tmp_path):
-    assert read_progress(tmp_path) == {"rows": [], "builds": []}
+    assert read_progress(tmp_path) == {"rows": [], "builds": [], "building": None}
+
+
+def test_a_build_still_running_is_read_as_its_cost_so_far(tmp_path):
+    running = {"conversation_id": "d", "build_seconds": 30.0, "memory_stats": None,
+               "build_usage": {"llm_calls": 7, "prompt_tokens": 70, "completion_tokens": 7, "llm_seconds": 90.0,
+                               "latency_s": 30.0}}
+    (tmp_path / "building.json.partial").write_text(json.dumps(running))
+    assert read_progress(tmp_path)["building"] == {"conversation_id": "d", "seconds": 90.0, "llm_calls": 7,
+                                                   "prompt_tokens": 70, "completion_tokens": 7, "degenerate": []}
+    # the build ended between the two reads: it counts once, as finished
+    (tmp_path / "builds.jsonl.partial").write_text(json.dumps({**running, "memory_stats": {}}) + "\n")
+    progress = read_progress(tmp_path)
+    assert progress["building"] is None and len(progress["builds"]) == 1
+    (tmp_path / "building.json.partial").write_text("{half")
+    with pytest.raises(ValueError, match="building.json.partial: not JSON"):
+        read_progress(tmp_path)
 
 
 def test_a_broken_line_inside_the_file_is_named(tmp_path):

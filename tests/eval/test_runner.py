@@ -218,3 +218,41 @@ def test_a_batch_that_fails_is_answered_question_by_question(tmp_path):
 def test_batch_size_must_be_positive():
     with pytest.raises(ValueError, match="batch_size"):
         RunOptions(batch_size=0)
+
+
+class _SlowBuild(FullContext):
+    """A build that calls its answerer's LM while it waits on ``gate``: a build of hours, in small."""
+
+    def __init__(self, gate, **kwargs):
+        super().__init__(**kwargs)
+        self.gate = gate
+
+    def build(self, history):
+        self.answerer.lm.complete("a build's call")
+        self.gate.wait(5)
+        return super().build(history)
+
+
+def test_a_long_build_shows_its_cost_while_it_runs(tmp_path, monkeypatch):
+    """``building.json.partial`` holds the running build's cost so far (rewritten by a watcher every
+    BUILDING_EVERY_S) and goes when the build ends; ``on_progress`` is told each time."""
+    import threading
+
+    from memlab.eval import conversation
+
+    monkeypatch.setattr(conversation, "BUILDING_EVERY_S", 0.02)
+    gate = threading.Event()
+    seen = []
+
+    def on_progress(out):
+        building = out / "building.json.partial"
+        if building.exists():
+            seen.append(json.loads(building.read_text()))
+            gate.set()  # the build may end once its progress was shown
+
+    pipeline = _SlowBuild(gate, answerer=PromptedAnswerer(lm=ReplayLM(lambda request: "an answer")), max_context_tokens=400)
+    run_benchmark(pipeline, load_sample()[:1], tmp_path, RunOptions(max_questions=1, progress=False),
+                  on_progress=on_progress)
+    assert seen and seen[0]["conversation_id"] == load_sample()[0].id
+    assert seen[0]["build_usage"]["llm_calls"] == 1 and seen[0]["memory_stats"] is None
+    assert not (tmp_path / "building.json.partial").exists()

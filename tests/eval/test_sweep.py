@@ -107,7 +107,7 @@ def test_a_row_stopped_midway_keeps_a_record_of_what_it_reached(tmp_path, small_
         if staging.name.startswith(".top3."):
             return real(pipeline, conversations, staging, options, **kwargs)
 
-        def run(convs, on_rows, on_built=None):
+        def run(convs, on_rows, on_built=None, on_building=None):
             def stop_after(rows):
                 on_rows(rows)
                 raise KeyboardInterrupt

@@ -108,3 +108,9 @@ def test_a_row_not_finished_shows_what_it_reached_its_cost_and_the_time_left():
     assert cells[1].startswith("no build finished; 0 of 80 questions answered")
     assert cells[6] == "unknown (no build finished yet)" and cells[7] == "-" and cells[8] == "-"
     assert cells[9] == "Cheaper variant (complete)"
+
+    running = {**record, "building": {"conversation_id": "d", "seconds": 3600.0, "llm_calls": 120, "prompt_tokens": 1,
+                                      "completion_tokens": 1, "degenerate": []}}
+    cells = [c.strip() for c in unfinished_table({"slow": running}, {}, best, "judge").splitlines()[2].split("|")[1:-1]]
+    assert cells[1].startswith("c built; d part built; 10 of 80 questions answered")
+    assert cells[2] == "c: 751 calls, 5,944 s **hierarchy 44 -> 2 -> 1**; d (unfinished): 120 calls, 3,600 s so far"
