@@ -333,6 +333,7 @@ def run_benchmark(
                 raise RuntimeError(f"the runner gave {result.conversation_id} in the place of {answered[len(results)].id}")
             write(result.rows[written["rows"]:])  # the conversations' order, whatever the runner
             written["rows"] = 0
+            building.unlink(missing_ok=True)  # a build that failed left its last report
             results.append(result)
             if result.stopped:
                 break
