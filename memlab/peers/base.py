@@ -29,7 +29,7 @@ from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from datetime import date, datetime, time, timezone
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 from memlab.bounds import NonNegativeInt, PositiveInt
 from memlab.embed.base import Embedder
@@ -95,6 +95,8 @@ class PeerMemory(ABC):
         self.folder = folder
         #: The memories as they were when the store was closed (the runner reports on a released memory).
         self.closed_with: list[MemoryUnit] | None = None
+        #: Adds the peer could not make (``PeerPipeline.through_peer``).
+        self.failed_adds = 0
 
     @abstractmethod
     def _listed(self) -> list[MemoryUnit]:
@@ -134,6 +136,8 @@ class PeerPipeline(Pipeline):
 
     #: The peer's name: its home folder and its failures' stage (``<peer>.add``).
     peer: str = ""
+    #: The logger under which the peer reports a reply it could not use.
+    peer_logger: str = ""
     query_settings = ("answerer", "top_k", "max_context_tokens", "reserve_tokens")
 
     def __init__(
@@ -204,6 +208,23 @@ class PeerPipeline(Pipeline):
         """Raise the model's own error when the gateway could not reach it."""
         if memory.gateway.fatal is not None:
             raise memory.gateway.fatal from cause
+
+    def through_peer(self, memory: PeerMemory, add: Callable[[], Any]) -> Any | None:
+        """``add()``, one call into the peer, with what it could not use counted (module docstring):
+        an exception is a failed add (None), each error the peer logs meanwhile a failure, and a
+        model that cannot be reached raises its own error."""
+        with errors_logged(self.peer_logger) as errors:
+            try:
+                result = add()
+            except Exception as exc:
+                self.check_model(memory, exc)
+                memory.failed_adds += 1
+                self.fail(memory, f"{type(exc).__name__}: {exc}")
+                return None
+        self.check_model(memory)
+        for message in errors:
+            self.fail(memory, message)
+        return result
 
     def build(self, history: History) -> PeerMemory:
         memory = self._open(history.id)

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from memlab.bounds import NonNegativeFloat, PositiveInt
-from memlab.peers.base import PeerError, PeerMemory, PeerPipeline, errors_logged, naive_utc
+from memlab.peers.base import PeerError, PeerMemory, PeerPipeline, naive_utc
 from memlab.pipelines.base import extends_signature
 from memlab.types import MemoryUnit, Query, Retrieved, Session, Turn
 
@@ -75,7 +75,7 @@ class GraphitiMemory(PeerMemory):
         #: Each episode's turn ids, by episode uuid: the provenance of the facts made from it.
         self.episode_turns: dict[str, tuple[str, ...]] = {}
         self.episode_sessions: dict[str, str] = {}
-        self.episodes = self.failed_episodes = 0
+        self.episodes = 0
         self._counts: dict[str, int] | None = None
 
     def run(self, coroutine: Any) -> Any:
@@ -124,7 +124,7 @@ class GraphitiMemory(PeerMemory):
             self.loop.close()
 
     def stats(self) -> dict[str, Any]:
-        return {"episodes": self.episodes, "failed_episodes": self.failed_episodes, **self.counts(),
+        return {"episodes": self.episodes, "failed_episodes": self.failed_adds, **self.counts(),
                 "gateway_refused": len(self.gateway.log.refused)}
 
     def structure(self) -> dict[str, Any]:
@@ -144,6 +144,7 @@ class Graphiti(PeerPipeline):
     memlab decodes greedily, as every row); ``max_tokens`` caps each reply."""
 
     peer = "graphiti"
+    peer_logger = "graphiti_core"
 
     @extends_signature(PeerPipeline)
     def __init__(
@@ -200,23 +201,15 @@ class Graphiti(PeerPipeline):
         from graphiti_core.nodes import EpisodeType
 
         memory.episodes += 1
-        with errors_logged("graphiti_core") as errors:
-            try:
-                added = memory.run(memory.graph.add_episode(
-                    name=f"{session.id} {turns[0].id}",
-                    episode_body="\n".join(turn.render() for turn in turns),
-                    source_description="chat messages",
-                    reference_time=self.added_at(session),
-                    source=EpisodeType.message,
-                ))
-            except Exception as exc:
-                self.check_model(memory, exc)
-                memory.failed_episodes += 1
-                self.fail(memory, f"{type(exc).__name__}: {exc}")
-                return
-        self.check_model(memory)
-        for message in errors:
-            self.fail(memory, message)
+        added = self.through_peer(memory, lambda: memory.run(memory.graph.add_episode(
+            name=f"{session.id} {turns[0].id}",
+            episode_body="\n".join(turn.render() for turn in turns),
+            source_description="chat messages",
+            reference_time=self.added_at(session),
+            source=EpisodeType.message,
+        )))
+        if added is None:
+            return
         memory.episode_turns[added.episode.uuid] = tuple(t.id for t in turns)
         memory.episode_sessions[added.episode.uuid] = session.id
 

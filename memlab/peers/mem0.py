@@ -54,7 +54,7 @@ from typing import Any, Iterator
 
 from memlab.bounds import NonNegativeFloat, PositiveInt
 from memlab.dates import format_day
-from memlab.peers.base import PeerError, PeerMemory, PeerPipeline, errors_logged, naive_utc, noon
+from memlab.peers.base import PeerError, PeerMemory, PeerPipeline, naive_utc, noon
 from memlab.pipelines.base import extends_signature
 from memlab.types import MemoryUnit, Query, Retrieved, Session, Turn
 
@@ -132,7 +132,7 @@ class Mem0Memory(PeerMemory):
         super().__init__(**opened)
         self.peer = peer
         self.user_id = user_id
-        self.adds = self.empty_adds = self.failed_adds = self.facts_extracted = self.facts_stored = 0
+        self.adds = self.empty_adds = self.facts_extracted = self.facts_stored = 0
 
     def _listed(self) -> list[MemoryUnit]:
         listed = self.peer.get_all(filters={"user_id": self.user_id}, top_k=_MAX_MEMORIES)["results"]
@@ -164,6 +164,7 @@ class Mem0(PeerPipeline):
     """
 
     peer = "mem0"
+    peer_logger = "mem0"
     query_settings = PeerPipeline.query_settings + ("threshold",)
 
     @extends_signature(PeerPipeline)
@@ -213,19 +214,15 @@ class Mem0(PeerPipeline):
             instructions = (f"These messages were sent on {day}. Resolve relative dates ('yesterday', "
                             f"'last week') against {day}, and write absolute dates.")
         memory.adds += 1
-        with errors_logged("mem0") as errors:
-            try:
-                with clock_reading(self.today):
-                    stored = memory.peer.add(messages, user_id=memory.user_id, metadata=metadata,
-                                             prompt=instructions)["results"]
-            except Exception as exc:
-                self.check_model(memory, exc)
-                memory.failed_adds += 1
-                self.fail(memory, f"{type(exc).__name__}: {exc}")
-                return
-        self.check_model(memory)
-        for message in errors:
-            self.fail(memory, message)
+
+        def add() -> Any:
+            with clock_reading(self.today):
+                return memory.peer.add(messages, user_id=memory.user_id, metadata=metadata, prompt=instructions)
+
+        added = self.through_peer(memory, add)
+        if added is None:
+            return
+        stored = added["results"]
         memory.facts_extracted += facts_in(memory.gateway.log.last_reply)
         memory.facts_stored += len(stored)
         if not stored:
