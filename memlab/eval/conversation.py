@@ -194,7 +194,8 @@ def run_conversation(
     failures_before = _failure_counts(pipeline, judge)
     stages_before = pipeline.stage_usage()
     before, t0 = usage.snapshot(), active_seconds()
-    watch = _BuildWatch(conversation.id, usage, before, t0, on_building) if on_building and not load_from else None
+    watch = _BuildWatch(conversation.id, pipeline, judge, failures_before, usage, before, t0, on_building) \
+        if on_building and not load_from else None
     try:
         memory = load_from.load(pipeline, conversation) if load_from else pipeline.build(conversation.history())
     except LMUnavailableError as e:
@@ -235,9 +236,7 @@ def run_conversation(
         # A memory still consolidating while questions ran ends different from how it began.
         final = pipeline.memory_stats(memory)
         result.memory_stats = final if final == at_build else {**final, "before_answering": at_build}
-    after = _failure_counts(pipeline, judge)
-    result.failures = {stage: n - failures_before.get(stage, 0) for stage, n in after.items()
-                       if n > failures_before.get(stage, 0)}
+    result.failures = _failures_since(pipeline, judge, failures_before)
     result.stage_usage = {name: UsageMeter.diff(now, stages_before.get(name, {}))
                           for name, now in pipeline.stage_usage().items()}
     return result
@@ -257,11 +256,18 @@ BUILDING_EVERY_S = 60.0
 class _BuildWatch:
     """Reports a running build's cost so far from a background thread, every ``BUILDING_EVERY_S``:
     a build of hours (a peer library's, a published graph construction) then shows in the run's
-    progress before it ends. A report that fails is logged; the build goes on."""
+    progress before it ends, with its failed calls by stage and how far it got where the pipeline
+    says (``Pipeline.build_reached``). A report that fails is logged; the build goes on."""
 
-    def __init__(self, conversation_id: str, usage: "_Usage", before: dict[str, float], t0: float, report) -> None:
-        self._record = lambda: {"conversation_id": conversation_id, "build_seconds": active_seconds() - t0,
-                                "build_usage": UsageMeter.diff(usage.snapshot(), before), "memory_stats": None}
+    def __init__(self, conversation_id: str, pipeline: Pipeline, judge, failures_before: dict[str, int],
+                 usage: "_Usage", before: dict[str, float], t0: float, report) -> None:
+        def record() -> dict[str, Any]:
+            return {"conversation_id": conversation_id, "build_seconds": active_seconds() - t0,
+                    "build_usage": UsageMeter.diff(usage.snapshot(), before), "memory_stats": None,
+                    "failures": _failures_since(pipeline, judge, failures_before),
+                    "reached": pipeline.build_reached()}
+
+        self._record = record
         self._report = report
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memlab-build-watch", daemon=True)
@@ -284,6 +290,12 @@ def _failure_counts(pipeline: Pipeline, judge) -> dict[str, int]:
     for failure in pipeline.failures() + list(getattr(judge, "failures", [])):
         counts[failure.stage] = counts.get(failure.stage, 0) + 1
     return counts
+
+
+def _failures_since(pipeline: Pipeline, judge, before: dict[str, int]) -> dict[str, int]:
+    """The failed calls by stage since ``before`` (``_failure_counts``)."""
+    return {stage: n - before.get(stage, 0) for stage, n in _failure_counts(pipeline, judge).items()
+            if n > before.get(stage, 0)}
 
 
 

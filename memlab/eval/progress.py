@@ -28,7 +28,8 @@ def read_progress(staging: Path) -> dict[str, Any]:
     """``{"rows": [...], "builds": [...], "building": ...}`` of the run staged in ``staging``: each
     answered question (``ROW_FIELDS``, plus its LLM calls and tokens), each finished build (its
     conversation, cold seconds, LLM calls and tokens, and the structure's degenerate flags), and the
-    build that was running when the record was made, if any (the same, so far; None otherwise). A
+    build that was running when the record was made, if any (the same so far, with its failed calls
+    by stage and the turns it had reached where the pipeline says; None otherwise). A
     line cut short by a killed process is skipped; any other unreadable line raises ``ValueError``
     naming the file."""
     rows = [_row(line) for line in _lines(staging / "predictions.jsonl.partial")]
@@ -82,4 +83,5 @@ def _build(record: dict[str, Any]) -> dict[str, Any]:
             "seconds": float(record.get("build_seconds") or 0.0) + cached_call_seconds(usage),
             "llm_calls": usage.get("llm_calls", 0), "prompt_tokens": usage.get("prompt_tokens", 0),
             "completion_tokens": usage.get("completion_tokens", 0),
-            "degenerate": list(structure.get("degenerate") or [])}
+            "degenerate": list(structure.get("degenerate") or []),
+            "failures": dict(record.get("failures") or {}), "reached": record.get("reached")}

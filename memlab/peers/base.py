@@ -172,6 +172,7 @@ class PeerPipeline(Pipeline):
         self.home = Path(home) if home else peer_home(self.peer)
         self.workdir = workdir
         self._peer_failures: list[Failure] = []
+        self._reached: dict[str, int] | None = None
 
     # -- what a peer implements ----------------------------------------------------------------
 
@@ -228,14 +229,23 @@ class PeerPipeline(Pipeline):
 
     def build(self, history: History) -> PeerMemory:
         memory = self._open(history.id)
+        reached = self._reached = {"turns": 0, "of": sum(len(session.turns) for session in history.sessions)}
         try:
             for session in history.sessions:
                 for start in range(0, len(session.turns), self.turns_per_add):
-                    self._add(memory, session, session.turns[start:start + self.turns_per_add])
+                    turns = session.turns[start:start + self.turns_per_add]
+                    self._add(memory, session, turns)
+                    reached["turns"] += len(turns)
         except BaseException:
             memory.close()
             raise
+        finally:
+            self._reached = None
         return memory
+
+    def build_reached(self) -> dict[str, int] | None:
+        reached = self._reached
+        return dict(reached) if reached is not None else None
 
     def gateway(self, default_max_tokens: int) -> ModelGateway:
         """An open gateway serving this pipeline's LM and embedder."""

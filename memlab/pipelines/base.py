@@ -31,6 +31,9 @@ Contract
 * ``search_statistics(traces)`` summarises how the search went over a run's answered questions
   (each one's ``Answer.trace.steps``) for ``metrics.json["search"]``; {} where a pipeline has
   nothing to report (CompassMem gives its appendix Table 4 statistics).
+* ``build_reached()`` says how far the build running now has got, ``{"turns": added, "of": total}``,
+  read from another thread for the run's progress while a build of hours runs; None where a
+  pipeline does not say (its builds report their cost alone).
 * ``release(memory)`` is called once the memory's questions are answered; a memory that still
   works in the background (MAGMA's consolidation worker) finishes and stops there.
 * ``save_memory(memory, folder)`` / ``load_memory(folder)`` write a built memory through the
@@ -119,6 +122,10 @@ class Pipeline(CheckedArguments, nn.Module):
     def search_statistics(self, traces: list[list[dict[str, Any]]]) -> dict[str, Any]:
         """How the search went over the answered questions' ``traces`` (contract above); {} by default."""
         return {}
+
+    def build_reached(self) -> dict[str, int] | None:
+        """How far the build running now has got (contract above); None: not said."""
+        return None
 
     def release(self, memory: Any) -> None:
         """Done with ``memory`` (contract above); nothing to do for memories without background work."""

@@ -234,8 +234,7 @@ def _progress_cells(record: Mapping[str, Any], reference: RunResult | None, prim
         f"recorded {record.get('recorded', '?')})"
     build_cell = "; ".join([f"{b['conversation_id']}: {b['llm_calls']:,.0f} calls, {b['seconds']:,.0f} s"
                             + (f" **{'; '.join(b['degenerate'])}**" if b.get("degenerate") else "") for b in builds]
-                           + ([f"{building['conversation_id']} (unfinished): {building['llm_calls']:,.0f} calls, "
-                               f"{building['seconds']:,.0f} s so far"] if building else [])) or "-"
+                           + ([_building_cell(building)] if building else [])) or "-"
     latencies = [r["cold_latency_s"] for r in rows if isinstance(r.get("cold_latency_s"), (int, float))]
     calls = [r["llm_calls"] for r in rows if isinstance(r.get("llm_calls"), (int, float))]
     tokens = [r["tokens"] for r in rows if isinstance(r.get("tokens"), (int, float))]
@@ -243,21 +242,36 @@ def _progress_cells(record: Mapping[str, Any], reference: RunResult | None, prim
         reached, build_cell,
         f"{np.median(latencies):,.1f} (n={len(latencies)})" if latencies else "-",
         _number(np.mean(calls) if calls else None, 1), _count(np.mean(tokens) if tokens else None),
-        _time_left(questions, built, builds, rows, latencies),
+        _time_left(questions, built, builds, building, rows, latencies),
         _prefix_score(rows, primary), _prefix_paired(record, reference, primary), record.get("stand_in") or "-",
     ]
 
 
+def _building_cell(building: Mapping[str, Any]) -> str:
+    """The build running when the record was made: its cost so far, how far it got, what failed."""
+    reached = building.get("reached")
+    failures = building.get("failures") or {}
+    return (f"{building['conversation_id']} (unfinished): {building['llm_calls']:,.0f} calls, "
+            f"{building['seconds']:,.0f} s so far"
+            + (f", {reached['turns']} of {reached['of']} turns added" if reached else "")
+            + (f", failed calls {', '.join(f'{stage} {n}' for stage, n in sorted(failures.items()))}"
+               if failures else ""))
+
+
 def _time_left(questions: Mapping[str, int], built: Sequence[str], builds: Sequence[Mapping[str, Any]],
-               rows: Sequence[Mapping[str, Any]], latencies: Sequence[float]) -> str:
+               building: Mapping[str, Any] | None, rows: Sequence[Mapping[str, Any]],
+               latencies: Sequence[float]) -> str:
     """The rest at the measured pace: the questions left times the mean question, and the builds
-    left times the mean build; ``unknown`` while either pace is unmeasured."""
+    left times the mean build less what the build running has done (never below nothing);
+    ``unknown`` while either pace is unmeasured."""
     questions_left = sum(questions.values()) - len(rows)
     builds_left = len([c for c in questions if c not in built])
     if (questions_left and not latencies) or (builds_left and not builds):
         return "unknown (no " + ("build" if builds_left and not builds else "question") + " finished yet)"
-    seconds = questions_left * (float(np.mean(latencies)) if latencies else 0.0) + \
-        builds_left * (float(np.mean([b["seconds"] for b in builds])) if builds else 0.0)
+    mean_build = float(np.mean([b["seconds"] for b in builds])) if builds else 0.0
+    seconds = questions_left * (float(np.mean(latencies)) if latencies else 0.0) + builds_left * mean_build
+    if building is not None and builds_left:
+        seconds -= min(float(building["seconds"]), mean_build)
     return f"~{seconds / 3600:.1f} h ({_plural(questions_left, 'question')}, {_plural(builds_left, 'build')})"
 
 

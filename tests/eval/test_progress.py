@@ -27,7 +27,8 @@ def test_a_staged_attempt_is_read_as_its_answered_questions_and_finished_builds(
     progress = read_progress(tmp_path)
     assert progress["builds"] == [{"conversation_id": "c", "seconds": 500.0, "llm_calls": 40, "prompt_tokens": 9000,
                                    "completion_tokens": 3000,
-                                   "degenerate": ["one category holds 40 of 44 entities"]}]
+                                   "degenerate": ["one category holds 40 of 44 entities"],
+                                   "failures": {}, "reached": None}]
     assert len(progress["rows"]) == 1
     row = progress["rows"][0]
     assert row["question_id"] == "c:q0" and row["llm_calls"] == 3 and row["tokens"] == 920
@@ -41,10 +42,12 @@ def test_a_staging_folder_with_nothing_yet_is_an_empty_record(tmp_path):
 def test_a_build_still_running_is_read_as_its_cost_so_far(tmp_path):
     running = {"conversation_id": "d", "build_seconds": 30.0, "memory_stats": None,
                "build_usage": {"llm_calls": 7, "prompt_tokens": 70, "completion_tokens": 7, "llm_seconds": 90.0,
-                               "latency_s": 30.0}}
+                               "latency_s": 30.0},
+               "failures": {"mem0.add": 2}, "reached": {"turns": 14, "of": 369}}
     (tmp_path / "building.json.partial").write_text(json.dumps(running))
     assert read_progress(tmp_path)["building"] == {"conversation_id": "d", "seconds": 90.0, "llm_calls": 7,
-                                                   "prompt_tokens": 70, "completion_tokens": 7, "degenerate": []}
+                                                   "prompt_tokens": 70, "completion_tokens": 7, "degenerate": [],
+                                                   "failures": {"mem0.add": 2}, "reached": {"turns": 14, "of": 369}}
     # the build ended between the two reads: it counts once, as finished
     (tmp_path / "builds.jsonl.partial").write_text(json.dumps({**running, "memory_stats": {}}) + "\n")
     progress = read_progress(tmp_path)

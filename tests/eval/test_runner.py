@@ -255,4 +255,5 @@ def test_a_long_build_shows_its_cost_while_it_runs(tmp_path, monkeypatch):
                   on_progress=on_progress)
     assert seen and seen[0]["conversation_id"] == load_sample()[0].id
     assert seen[0]["build_usage"]["llm_calls"] == 1 and seen[0]["memory_stats"] is None
+    assert seen[0]["failures"] == {} and seen[0]["reached"] is None  # a pipeline that does not say how far
     assert not (tmp_path / "building.json.partial").exists()

@@ -98,6 +98,25 @@ def test_mem0_stores_its_memories_with_their_turns_and_the_session_dates(embedde
     assert no_network == []
 
 
+def test_a_build_says_how_far_it_got_while_it_runs(embedder, conversation, tmp_path):
+    """``build_reached`` is what the run's progress shows of a build of hours (``memlab.eval.conversation``)."""
+    seen = []
+
+    def respond(request):
+        if "## New Messages" in request.messages[-1]["content"]:
+            seen.append(pipeline.build_reached())
+        return _facts(request)
+
+    pipeline = _pipeline(ReplayLM(respond), embedder, tmp_path)
+    assert pipeline.build_reached() is None
+    memory = pipeline.build(conversation.history())
+    sizes = [len(turns) for _, turns in _adds(conversation)]
+    total = sum(sizes)
+    assert seen == [{"turns": sum(sizes[:i]), "of": total} for i in range(len(sizes))]
+    assert pipeline.build_reached() is None  # no build running
+    pipeline.release(memory)
+
+
 def test_without_the_date_mem0_dates_every_memory_on_its_own_clock(embedder, conversation, tmp_path):
     lm = ReplayLM(_facts)
     pipeline = _pipeline(lm, embedder, tmp_path, session_date="none", today="2026-01-31")

@@ -110,7 +110,19 @@ def test_a_row_not_finished_shows_what_it_reached_its_cost_and_the_time_left():
     assert cells[9] == "Cheaper variant (complete)"
 
     running = {**record, "building": {"conversation_id": "d", "seconds": 3600.0, "llm_calls": 120, "prompt_tokens": 1,
-                                      "completion_tokens": 1, "degenerate": []}}
+                                      "completion_tokens": 1, "degenerate": [], "failures": {}, "reached": None}}
     cells = [c.strip() for c in unfinished_table({"slow": running}, {}, best, "judge").splitlines()[2].split("|")[1:-1]]
     assert cells[1].startswith("c built; d part built; 10 of 80 questions answered")
     assert cells[2] == "c: 751 calls, 5,944 s **hierarchy 44 -> 2 -> 1**; d (unfinished): 120 calls, 3,600 s so far"
+    # the hour the running build has done is not counted again
+    assert cells[6] == f"~{(70 * 40 + 5944 - 3600) / 3600:.1f} h (70 questions, 1 build)"
+
+    # a build that says how far it got, with the calls it could not use
+    said = {**running["building"], "reached": {"turns": 40, "of": 369}, "failures": {"peer.add": 3, "answerer": 1},
+            "seconds": 9000.0}
+    cells = [c.strip() for c in unfinished_table({"slow": {**record, "building": said}}, {}, best, "judge")
+             .splitlines()[2].split("|")[1:-1]]
+    assert cells[2].endswith("d (unfinished): 120 calls, 9,000 s so far, 40 of 369 turns added, "
+                             "failed calls answerer 1, peer.add 3")
+    # past the mean build, the rest of it counts as nothing (never below nothing)
+    assert cells[6] == f"~{70 * 40 / 3600:.1f} h (70 questions, 1 build)"
