@@ -295,8 +295,9 @@ def row_status(sweep: Sweep, row: SweepRow, out: Path, expected: Sequence[str]) 
             try:
                 progress = json.loads(record.read_text(encoding="utf-8"))
                 answered, building = len(progress["rows"]), progress.get("building")
-                reached = f", {building['conversation_id']} part built ({building['llm_calls']:,} LLM calls)" \
-                    if building else ""
+                reached = f", {building['conversation_id']} part built ({building['llm_calls']:,} LLM calls" \
+                    + (f", {building['reached']['turns']} of {building['reached']['of']} turns"
+                       if building.get("reached") else "") + ")" if building else ""
             except (OSError, ValueError, KeyError, TypeError) as e:
                 return RowStatus(row.name, "partial", f"its progress record {record} is unreadable "
                                                       f"({type(e).__name__}: {e})")

@@ -132,6 +132,24 @@ def test_a_row_stopped_midway_keeps_a_record_of_what_it_reached(tmp_path, small_
     assert not (out / "unfinished" / "top5.json").exists() and "Rows not finished" not in (out / "group.md").read_text()
 
 
+def test_the_status_of_a_row_stopped_in_a_build_says_how_far_the_build_got(tmp_path):
+    lm = {"_component_": "memlab.lm.llamacpp.LlamaCppLM", "model": "smollm2-135m-instruct-q4_1"}
+    sweep = load_sweep(sweep_file(tmp_path, lm))
+    out = tmp_path / "out"
+    (out / "unfinished").mkdir(parents=True)
+    building = {"conversation_id": "sample-1", "seconds": 90.0, "llm_calls": 1234, "prompt_tokens": 1,
+                "completion_tokens": 1, "degenerate": [], "failures": {}, "reached": {"turns": 6, "of": 419}}
+    (out / "unfinished" / "top5.json").write_text(json.dumps({"rows": [], "builds": [], "building": building}))
+    top5 = sweep_status(sweep, out)[1]
+    assert top5.state == "partial"
+    assert top5.detail.startswith("0 of 3 questions answered, sample-1 part built (1,234 LLM calls, 6 of 419 turns) "
+                                  "when it stopped")
+    # a pipeline that does not say how far its build got
+    (out / "unfinished" / "top5.json").write_text(json.dumps({"rows": [], "builds": [],
+                                                               "building": {**building, "reached": None}}))
+    assert "sample-1 part built (1,234 LLM calls) when it stopped" in sweep_status(sweep, out)[1].detail
+
+
 @pytest.mark.slow
 def test_the_command_runs_a_sweep_and_reports_the_rows(tmp_path, small_lm, capsys, caplog):
     path = sweep_file(tmp_path, small_lm)
