@@ -243,14 +243,18 @@ def replace_block(text: str, start: str, end: str, block: str, where: Path) -> s
 
 
 def contents(text: str) -> str:
-    """A linked list of the ``## `` sections of ``text`` (code blocks skipped), GitHub's anchors."""
-    lines, fenced = [CONTENTS_START, ""], False
-    for line in text.splitlines():
+    """A linked list of the ``## `` sections of ``text`` (code blocks skipped), GitHub's anchors,
+    nested under the ``# `` part they are in (every ``# `` heading after the title is a part)."""
+    lines, fenced, in_part = [CONTENTS_START, ""], False, False
+    for number, line in enumerate(text.splitlines()):
         fenced ^= line.startswith("```")
-        if not fenced and line.startswith("## "):
-            title = line[3:].strip()
-            anchor = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
-            lines.append(f"- [{title}](#{anchor})")
+        level = len(line) - len(line.lstrip("#"))
+        if fenced or level not in (1, 2) or line[level:level + 1] != " " or (level == 1 and number == 0):
+            continue
+        title = line[level + 1:].strip()
+        anchor = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+        in_part = in_part or level == 1
+        lines.append(("  " if level == 2 and in_part else "") + f"- [{title}](#{anchor})")
     return "\n".join(lines + ["", CONTENTS_END])
 
 

@@ -92,6 +92,10 @@ def test_bad_manifests_and_missing_markers_are_one_error(tmp_path, caplog):
 def test_contents_lists_sections_outside_code_blocks():
     listed = headline.contents("# Title\n## One (issue 4): `a` b\n```\n## not a section\n```\n## Two\n")
     assert listed.splitlines()[2:4] == ["- [One (issue 4): `a` b](#one-issue-4-a-b)", "- [Two](#two)"]
+    # sections nested under the parts they are in; the title is no part
+    parts = headline.contents("# Title\n## Before\n# Part A\n## One\n```\n# comment\n```\n# Part B\n## Two\n#tag\n")
+    assert parts.splitlines()[2:-2] == ["- [Before](#before)", "- [Part A](#part-a)", "  - [One](#one)",
+                                        "- [Part B](#part-b)", "  - [Two](#two)"]
 
 
 def test_the_judge_checks_become_a_table_beside_every_judged_figure(tmp_path):
