@@ -27,6 +27,9 @@ _PATTERNS = (
     rf"\b(?:does|do|did|is|was|are|were|has|have|had)(?: not|n't) (?:been |explicitly |directly )?(?:{_SAYING})\b",
     r"\bno (?:information|info|mention|record|details?|evidence|data|indication|reference)\b",
     r"\b(?:not enough|insufficient|lack of|no relevant) (?:information|context|evidence|details?)\b",
+    # SimpleMem's answer prompt (A.3) asks for "I do not have enough information in my memory."; the
+    # answerer speaking of itself, since "they do not have enough information" can be an answer.
+    r"\bi (?:do not|don't|did not|didn't) have (?:enough|sufficient|any) (?:information|info|context|details?)\b",
     r"\b(?:cannot|can't|can not|could not|couldn't|unable to) (?:be )?(?:determined?|answer(?:ed)?|tell|find|found|say|know|infer(?:red)?)\b",
     r"\bi (?:do not|don't) know\b",
     r"\b(?:unknown|unanswerable|unspecified|unmentioned)\b",

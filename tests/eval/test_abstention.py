@@ -13,7 +13,8 @@ from memlab.eval.abstention import abstains
     "The conversation doesn't say.", "It is not specified.", "Caroline did not mention her salary.",
     "This cannot be determined from the conversation.", "I don't know", "Unknown", "N/A", "None.",
     "There is not enough information to answer.", "It was not discussed.", "It was never mentioned.",
-    "Melanie hasn\u2019t mentioned a brother.",
+    "Melanie hasn\u2019t mentioned a brother.", "I do not have enough information in my memory.",
+    "I don't have any information about her brother.",
 ])
 def test_abstentions_are_recognised(answer):
     assert abstains(answer)
@@ -22,6 +23,7 @@ def test_abstentions_are_recognised(answer):
 @pytest.mark.parametrize("answer", [
     "Chemistry", "She did not go to the concert.", "No, she prefers tea.", "Melanie is unhappy with her job.",
     "Not yet, but next month.", "", "2023", "None of her friends came, so she went alone to the park",
+    "They do not have enough information about the agency yet, so they are researching it.",
 ])
 def test_answers_are_not_abstentions(answer):
     assert not abstains(answer)
