@@ -1,7 +1,7 @@
 """Check a judge before believing it: does it accept gold answers and reject wrong ones?
 
     python eval/judge_check.py JUDGE_CONFIG [key=value ...] --audit DIR [--conversations ID,...]
-                               [--max-questions N] --out FILE
+                               [--max-questions N] [--labels FILE] --out FILE
 
 ``JUDGE_CONFIG`` is a YAML whose top node is a judge component (``configs/judges/*.yaml``, the
 judges memlab ships). ``--audit`` is the LoCoMo audit folder (``../shared/data/locomo/audit``):
@@ -12,8 +12,12 @@ accept) and with each wrong answer (it should reject). Writes ``FILE`` (JSON): p
 category, how many it accepted of how many it gave a verdict on, the rate with its Wilson 95%
 interval, the reference judge's rate on the same items (gpt-4o-mini with the usual generous
 prompt, the audit's ``reference_judge_accepted``), and ``lenient``: whether it accepts more than a
-third of the vague wrong answers. Every verdict is cached like any LLM call, so an interrupted
-check resumes; the judge's unusable replies are counted, not guessed.
+third of the vague wrong answers. ``--labels`` adds the positive control: the judge's verdicts on
+real predictions labelled right, partly right or wrong by reading (``memlab.eval.labels``; the
+committed set is ``eval/judge_labels/positive_control_dev.json``), as ``positive_control``: its
+acceptance of each, and Cohen's kappa, over all of them and per half. Every verdict is cached
+like any LLM call, so an interrupted check resumes; the judge's unusable replies are counted, not
+guessed.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 from memlab.config import ConfigError, instantiate, load_config
 from memlab.eval.intervals import wilson_interval
 from memlab.eval.judge import Judge, JudgeIn
+from memlab.eval.labels import LabelFileError, judge_agreement, judge_labelled, judged_items, load_labels
 from memlab.eval.scripting import ScriptError, reports_script_errors
 from memlab.fileio import write_json_atomic
 from memlab.types import LOCOMO_CATEGORIES
@@ -117,10 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--audit", required=True, type=Path, help="the LoCoMo audit folder")
     parser.add_argument("--conversations", help="comma-separated conversation ids (default: all in the audit)")
     parser.add_argument("--max-questions", type=int, help="at most N questions per conversation")
+    parser.add_argument("--labels", type=Path, help="a labelled positive control (eval/judge_labels/*.json)")
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
     items = load_items(args.audit, set(args.conversations.split(",")) if args.conversations else None,
                        args.max_questions)
+    try:
+        labels = load_labels(args.labels) if args.labels else None
+    except LabelFileError as e:
+        raise ScriptError(str(e)) from None
     try:
         judge = instantiate(load_config(args.config, args.overrides))
     except (ConfigError, ValueError, TypeError) as e:
@@ -128,9 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(judge, Judge):
         raise ScriptError(f"{args.config}: builds a {type(judge).__name__}, not a judge")
     result = check_judge(judge, items)
+    if labels is not None:
+        verdicts = judge_labelled(judge, judged_items(labels))
+        result["positive_control"] = {"labels": str(args.labels), **judge_agreement(labels, verdicts)}
     write_json_atomic(args.out, {"config": str(args.config), "overrides": args.overrides, **result})
     sets = result["sets"]
-    print(json.dumps({name: sets[name]["rate"] for name in sets} | {"lenient": result["lenient"]}))
+    control = result.get("positive_control", {}).get("all")
+    print(json.dumps({name: sets[name]["rate"] for name in sets} | {"lenient": result["lenient"]}
+                     | ({"accepts_right": control["accepts_right"]["rate"], "kappa": control["kappa"]["value"]}
+                        if control else {})))
     return 0
 
 

@@ -139,8 +139,9 @@ def load_judge_checks(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
 
 
 def judge_table(folder: Path) -> str:
-    """The committed judge checks (``eval/judge_checks/*.json``) as two tables: each judge's
-    acceptance of the gold and of the two wrong-answer sets, and its vague-wrong acceptance per category."""
+    """The committed judge checks (``eval/judge_checks/*.json``) as tables: each judge's acceptance
+    of the gold and of the two wrong-answer sets, its vague-wrong acceptance per category, and, for
+    the checks that have one, its positive control (``memlab.eval.labels``)."""
     checks = load_judge_checks(folder)
     lines = [JUDGES_START, ""]
     if not checks:
@@ -173,7 +174,38 @@ def judge_table(folder: Path) -> str:
             cells.append("-" if block is None else
                          f"{block['gold']['rate']:.2f} / {block['vague_wrong']['rate']:.2f} ({block['gold']['judged']})")
         lines.append(f"| {judge_name(check['judge'])} | " + " | ".join(cells) + " |")
+    controlled = [(path, check) for path, check in checks if check.get("positive_control")]
+    if controlled:
+        lines += ["", "Positive control: real predictions of categories 1-4, labelled right, partly right or wrong "
+                      "by reading (the file's rule); what each judge accepts of each, and Cohen's kappa of its "
+                      "verdicts with right vs wrong (partly right left out). All items, then the half kept for "
+                      "reporting a judge chosen on the other.", "",
+                  "| judge | labelled items (no verdict) | accepts right (recall) | accepts partly right "
+                  "| accepts wrong | kappa | report half: accepts right / wrong, kappa |",
+                  "|---|---|---|---|---|---|---|"]
+        for _, check in controlled:
+            control = check["positive_control"]
+            every, report = control["all"], control["report"]
+            lines.append(f"| {judge_name(check['judge'])} | {every['n']} ({every['no_verdict']}) | "
+                         f"{_share(every['accepts_right'])} | {_share(every['accepts_partial'])} | "
+                         f"{_share(every['accepts_wrong'])} | {_kappa(every['kappa'])} | "
+                         f"{_share(report['accepts_right'])} / {_share(report['accepts_wrong'])}, "
+                         f"{_kappa(report['kappa'])} |")
     return "\n".join(lines + ["", JUDGES_END])
+
+
+def _share(block: dict[str, Any]) -> str:
+    if block["rate"] is None:
+        return "-"
+    low, high = block["ci"]
+    return f"{block['rate']:.2f} [{low:.2f}, {high:.2f}] ({block['accepted']}/{block['n']})"
+
+
+def _kappa(block: dict[str, Any]) -> str:
+    if block["value"] is None:
+        return "-"
+    interval = f" [{block['ci'][0]:.2f}, {block['ci'][1]:.2f}]" if block.get("ci") else ""
+    return f"{block['value']:.2f}{interval} (n={block['n']})"
 
 
 def judge_checks(folder: Path) -> dict[str, str]:

@@ -116,6 +116,16 @@ def test_the_judge_checks_become_a_table_beside_every_judged_figure(tmp_path):
     assert "| **yes** | `eval/judge_checks/generous.json` |" in table and "1.00 / 1.00 (2)" in table
     assert headline.judge_checks(folder) == {
         "simplemem/judge_correct_wrong": "gold 1.00 / vague 1.00 / specific 1.00 (n=3), **lenient**"}
+    assert "Positive control" not in table  # a check made without labels has none
+
+    from memlab.eval.labels import judge_agreement
+    labelled = [{"id": f"q{n}", "category": "single-hop", "label": label, "half": half}
+                for n, (label, half) in enumerate([("right", "choose"), ("right", "report"), ("wrong", "report")])]
+    result["positive_control"] = judge_agreement({"items": labelled}, {"q0": True, "q1": True, "q2": True})
+    (folder / "generous.json").write_text(json.dumps(result))
+    table = headline.judge_table(folder)
+    assert ("| `simplemem/judge_correct_wrong` (replay) | 3 (0) | 1.00 [0.34, 1.00] (2/2) | - | "
+            "1.00 [0.21, 1.00] (1/1) | 0.00") in table  # accepting everything agrees no better than chance
     (folder / "broken.json").write_text("{")
     with pytest.raises(headline.HeadlineError, match="broken.json: not a judge check"):
         headline.judge_table(folder)
