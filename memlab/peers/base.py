@@ -16,8 +16,9 @@ Contract
 * ``release(memory)`` closes the store and removes its folder; the memory keeps what it held for
   the run's report. A memory is the peer's own store: it is not saved (``--save-memory``).
 * What the peer could not use (a reply its parser rejected, a call the model refused) is a
-  ``Failure`` of stage ``<peer>.add``, with the reply; a model that cannot be reached ends the
-  build with its own error (``gateway.fatal``), never as a failed add.
+  ``Failure`` of stage ``<peer>.add``, with the reply: one per error the peer logs (its own
+  retries of a reply included), or one for an add that failed with nothing logged; a model that
+  cannot be reached ends the build with its own error (``gateway.fatal``), never as a failed add.
 """
 
 from __future__ import annotations
@@ -212,18 +213,19 @@ class PeerPipeline(Pipeline):
 
     def through_peer(self, memory: PeerMemory, add: Callable[[], Any]) -> Any | None:
         """``add()``, one call into the peer, with what it could not use counted (module docstring):
-        an exception is a failed add (None), each error the peer logs meanwhile a failure, and a
-        model that cannot be reached raises its own error."""
+        each error the peer logs meanwhile is a failure (one per model reply it could not use, its
+        own retries included); an exception is a failed add (None), and a failure of its own only
+        where the peer logged nothing; a model that cannot be reached raises its own error."""
+        result, failed = None, None
         with errors_logged(self.peer_logger) as errors:
             try:
                 result = add()
             except Exception as exc:
                 self.check_model(memory, exc)
                 memory.failed_adds += 1
-                self.fail(memory, f"{type(exc).__name__}: {exc}")
-                return None
+                failed = f"{type(exc).__name__}: {exc}"
         self.check_model(memory)
-        for message in errors:
+        for message in errors or ([failed] if failed else []):
             self.fail(memory, message)
         return result
 

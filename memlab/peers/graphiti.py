@@ -28,10 +28,10 @@ as a user passing the time of the call does. Each fact carries the ids of the tu
 it came from (its provenance) and is shown to the answerer with the day graphiti says it became
 valid, or, where graphiti found no such day, the day it was said (the episode's reference time).
 
-Failures: an episode graphiti could not add (a reply its parser rejected after its own retries, a
-call the model refused) and each error graphiti logs while it adds are a ``Failure`` of stage
-``graphiti.add``; ``stats()`` counts the episodes, those that failed, entities, facts and facts
-invalidated.
+Failures: each error graphiti logs while it adds (a reply its parser rejected, once per attempt of
+its own retries: greedy decoding gives a retried request the same reply), or an episode it could
+not add with nothing logged (a call the model refused), is a ``Failure`` of stage ``graphiti.add``;
+``stats()`` counts the episodes, those that failed, entities, facts and facts invalidated.
 """
 
 from __future__ import annotations

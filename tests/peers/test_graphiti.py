@@ -126,7 +126,31 @@ def test_an_episode_graphiti_could_not_add_is_a_failure(embedder, history, tmp_p
     memory = pipeline.build(history)
     pipeline.release(memory)
     assert memory.stats()["failed_episodes"] == 1
-    assert any(f.stage == "graphiti.add" and "context window" in f.error for f in pipeline.failures())
+    failures = [f for f in pipeline.failures() if f.stage == "graphiti.add"]
+    assert failures and all("context window" in f.error for f in failures)
+
+
+def test_each_error_graphiti_logs_is_a_failure_and_a_failed_add_counts_once(embedder, history, tmp_path):
+    """One reply graphiti could not parse, served to each of its retries: one failure per attempt
+    it logged, the failed episode not counted again; an add that fails logging nothing is one."""
+    import logging
+
+    pipeline = _pipeline(ReplayLM(_graph_replies), embedder, tmp_path)
+    memory = pipeline.build(History(history.id, history.speakers, history.sessions[:1]))
+    try:
+        def logged_then_failed():
+            for attempt in range(3):
+                logging.getLogger("graphiti_core.llm_client").error("Unterminated string, attempt %d", attempt)
+            raise ValueError("gave up")
+
+        assert pipeline.through_peer(memory, logged_then_failed) is None
+        assert [f.error for f in pipeline.failures()][-3:] == [f"Unterminated string, attempt {i}" for i in range(3)]
+        before = len(pipeline.failures())
+        assert pipeline.through_peer(memory, lambda: (_ for _ in ()).throw(ValueError("silent"))) is None
+        assert [f.error for f in pipeline.failures()[before:]] == ["ValueError: silent"]
+        assert memory.failed_adds == 2
+    finally:
+        pipeline.release(memory)
 
 
 class _Down(ReplayLM):
