@@ -79,7 +79,18 @@ class GraphitiMemory(PeerMemory):
         self._counts: dict[str, int] | None = None
 
     def run(self, coroutine: Any) -> Any:
-        return self.loop.run_until_complete(coroutine)
+        """``coroutine`` run to its end on the graph's loop. Interrupted (Ctrl-C, SIGTERM), graphiti's
+        own tasks are cancelled before the interrupt goes on: left pending, they would resume in
+        the next run (closing the store) and keep calling the model."""
+        try:
+            return self.loop.run_until_complete(coroutine)
+        except BaseException:
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            raise
 
     def unit_of(self, edge: Any) -> MemoryUnit:
         turns = tuple(dict.fromkeys(t for episode in edge.episodes for t in self.episode_turns.get(episode, ())))

@@ -153,6 +153,35 @@ def test_each_error_graphiti_logs_is_a_failure_and_a_failed_add_counts_once(embe
         pipeline.release(memory)
 
 
+def test_an_interrupted_run_leaves_no_graphiti_task_to_resume_later(tmp_path):
+    """Ctrl-C in an episode: its other tasks are cancelled, not carried on by the next run (closing)."""
+    import asyncio
+
+    from memlab.peers.graphiti import GraphitiMemory
+
+    loop = asyncio.new_event_loop()
+    memory = GraphitiMemory(graph=None, loop=loop, group_id="", gateway=None, folder=tmp_path)
+    calls = []
+
+    async def another_call():
+        await asyncio.sleep(0.05)
+        calls.append("the model called after the interrupt")
+
+    async def episode():
+        asyncio.ensure_future(another_call())
+        await asyncio.sleep(0)
+        raise KeyboardInterrupt
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            memory.run(episode())
+        memory.run(asyncio.sleep(0.1))  # what closing the store does next
+        assert calls == []
+        assert memory.run(asyncio.sleep(0, result="still usable")) == "still usable"
+    finally:
+        loop.close()
+
+
 class _Down(ReplayLM):
     def _generate(self, requests):
         raise LMUnavailableError("the model server at http://127.0.0.1:9 is down")
