@@ -27,6 +27,7 @@ from memlab.errors import MemlabError
 from memlab.eval import metrics as M
 from memlab.eval.abstention import ABSTENTION_GOLD, abstains
 from memlab.eval.saved_memories import SavedMemories
+from memlab.eval.temporal_match import temporal_correct
 from memlab.lm.base import LM, UsageMeter
 from memlab.lm.errors import LMUnavailableError
 from memlab.pipelines.base import Pipeline
@@ -141,12 +142,14 @@ def context_recall(ranking: list[Retrieved], answer: Answer, gold: tuple[str, ..
     return M.recall_at_k(shown, gold, max(1, answer.shown))  # nothing shown: recall 0
 
 
-def score_answer(prediction: str, question: Question) -> dict[str, float]:
+def score_answer(prediction: str, question: Question) -> dict[str, float | None]:
     return {
         "f1_locomo": M.locomo_f1(prediction, question.answer, question.category),
         "f1_amem": M.amem_f1(prediction, question.answer),
         "bleu1": M.bleu1(prediction, question.answer),
         "abstained": float(abstains(prediction)),
+        # LoCoMo's temporal questions whose gold is a date phrase (None elsewhere: not measured).
+        "temporal_date": temporal_correct(prediction, question.answer) if question.category == "temporal" else None,
     }
 
 

@@ -10,8 +10,9 @@ from memlab.eval import metrics as M
 from memlab.types import ANSWERABLE_CATEGORIES, LOCOMO_CATEGORIES
 
 #: ``abstained``: the answer says the conversation does not hold it (``memlab.eval.abstention``):
-#: right on adversarial questions, a false abstention on the others.
-ANSWER_METRICS = ("f1_locomo", "f1_amem", "bleu1", "judge", "abstained")
+#: right on adversarial questions, a false abstention on the others. ``temporal_date``: a temporal
+#: question's predicted date inside the days its gold phrase denotes (``memlab.eval.temporal_match``).
+ANSWER_METRICS = ("f1_locomo", "f1_amem", "bleu1", "judge", "abstained", "temporal_date")
 RETRIEVAL_METRICS = (
     "recall@1", "recall@5", "recall@10", "recall@20",
     "recall@tok500", "recall@tok1000", "recall@tok2000",

@@ -4,7 +4,8 @@ memory formed (``memlab sweep`` writes it as ``group.md``).
 
 Columns, per row: LoCoMo F1; A-Mem F1 question-weighted and as the unweighted mean of the four
 LoCoMo categories (the papers' small-model rows, SimpleMem's 25.23 for Qwen2.5-1.5B and A-Mem's
-20.67, are such means); the judge, against the original gold and the audited one; R@10 with the
+20.67, are such means); the judge, against the original gold and the audited one; the temporal
+questions' date-aware accuracy (``memlab.eval.temporal_match``, with its n); R@10 with the
 share of the conversation its top 10 units cover (over a quarter, the figure says little: a
 memory of 13 events is nearly all read at k = 10) and a flag where the memory's provenance is
 wider than the text the answerer reads (CompassMem's attached turns); A-Mem F1 per category;
@@ -29,7 +30,8 @@ from memlab.types import ANSWERABLE_CATEGORIES
 #: Above this share of the conversation's turns in the top 10 units, R@10 is flagged.
 WIDE_TOP10 = 0.25
 HEADERS = ("row", "n", "F1 (LoCoMo)", "F1 (A-Mem)", "F1 (A-Mem), category mean", "judge", "judge, audited gold",
-           "R@10 (top 10 covers)", "F1 (A-Mem) by category", "abstains on adversarial", "build LLM calls",
+           "temporal, date-aware", "R@10 (top 10 covers)", "F1 (A-Mem) by category", "abstains on adversarial",
+           "build LLM calls",
            "build s", "query s p50", "tokens / query", "structure", "{primary} − best row")
 
 
@@ -55,12 +57,22 @@ def _cells(run: RunResult, label: str, reference: RunResult | None, primary: str
     return [
         label, str(overall.get("n", "-")), _with_ci(overall, "f1_locomo"), _with_ci(overall, "f1_amem"),
         _category_mean(run), _with_ci(overall, "judge"), _with_ci(audited, "judge") if audited else "-",
-        recall_cell(run, turns), _by_category(run),
+        _temporal_date(metrics), recall_cell(run, turns), _by_category(run),
         _with_ci(adversarial, "abstained") + f" (n={adversarial['n']})" if adversarial else "-",
         _count(usage.get("build", {}).get("llm_calls")), _count(timing.get("build_seconds")),
         _number(timing.get("query_seconds_p50"), 1), _count(usage.get("tokens_per_query")), structure_summary(run),
         _paired(reference, run, primary),
     ]
+
+
+def _temporal_date(metrics: Mapping[str, Any]) -> str:
+    """The date-aware accuracy of the temporal questions whose gold it resolves, with their n;
+    "not recorded" for a run made before it was measured."""
+    temporal = metrics.get("by_category", {}).get("temporal") or {}
+    interval = (temporal.get("ci") or {}).get("temporal_date")
+    if "temporal_date" not in temporal:
+        return "not recorded"
+    return "-" if interval is None else f"{with_interval(temporal, 'temporal_date')} (n={interval['n']})"
 
 
 def _with_ci(block: Mapping[str, Any] | None, metric: str) -> str:

@@ -126,3 +126,16 @@ def test_a_row_not_finished_shows_what_it_reached_its_cost_and_the_time_left():
                              "failed calls answerer 1, peer.add 3")
     # past the mean build, the rest of it counts as nothing (never below nothing)
     assert cells[6] == f"~{70 * 40 / 3600:.1f} h (70 questions, 1 build)"
+
+
+def test_the_date_aware_temporal_column_gives_its_n_or_says_it_was_not_recorded():
+    old = _run("old", lambda i: True)
+    measured = _run("new", lambda i: True)
+    measured.metrics["by_category"]["temporal"] = {"n": 10, "temporal_date": 0.75,
+                                                   "ci": {"temporal_date": {"low": 0.41, "high": 0.93, "n": 8}}}
+    unresolved = _run("none", lambda i: True)
+    unresolved.metrics["by_category"]["temporal"] = {"n": 10, "temporal_date": None, "ci": {"temporal_date": None}}
+    table = group_table([old, measured, unresolved], {}, None, "judge", {"c": 100}).splitlines()
+    column = table[0].split("|").index(" temporal, date-aware ")
+    assert [line.split("|")[column].strip() for line in table[2:]] == [
+        "not recorded", "0.750 [0.41, 0.93] (n=8)", "-"]
