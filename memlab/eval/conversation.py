@@ -301,7 +301,6 @@ def _failures_since(pipeline: Pipeline, judge, before: dict[str, int]) -> dict[s
             if n > before.get(stage, 0)}
 
 
-
 def _answer_batch(pipeline, memory, questions, options, count_tokens, usage: _Usage, judge) -> list[dict[str, Any]]:
     """One row per question of ``questions``, answered (or retrieved for) in one pipeline call."""
     queries = [question.as_query() for question in questions]

@@ -295,9 +295,11 @@ def row_status(sweep: Sweep, row: SweepRow, out: Path, expected: Sequence[str]) 
             try:
                 progress = json.loads(record.read_text(encoding="utf-8"))
                 answered, building = len(progress["rows"]), progress.get("building")
-                reached = f", {building['conversation_id']} part built ({building['llm_calls']:,} LLM calls" \
-                    + (f", {building['reached']['turns']} of {building['reached']['of']} turns"
-                       if building.get("reached") else "") + ")" if building else ""
+                reached = ""
+                if building:
+                    turns = building.get("reached")
+                    reached = (f", {building['conversation_id']} part built ({building['llm_calls']:,} LLM calls"
+                               + (f", {turns['turns']} of {turns['of']} turns" if turns else "") + ")")
             except (OSError, ValueError, KeyError, TypeError) as e:
                 return RowStatus(row.name, "partial", f"its progress record {record} is unreadable "
                                                       f"({type(e).__name__}: {e})")
