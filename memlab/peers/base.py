@@ -249,9 +249,9 @@ class PeerPipeline(Pipeline):
         reached = self._reached
         return dict(reached) if reached is not None else None
 
-    def gateway(self, default_max_tokens: int) -> ModelGateway:
-        """An open gateway serving this pipeline's LM and embedder."""
-        return ModelGateway(self.lm, self.embedder, default_max_tokens=default_max_tokens,
+    def gateway(self, max_tokens: int) -> ModelGateway:
+        """An open gateway serving this pipeline's LM and embedder, each reply at most ``max_tokens``."""
+        return ModelGateway(self.lm, self.embedder, max_tokens=max_tokens,
                             constrain_json=self.constrain_json).__enter__()
 
     def retrieve(self, memory: PeerMemory, query: Query) -> list[Retrieved]:

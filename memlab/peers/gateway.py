@@ -13,7 +13,9 @@ How a chat request maps onto a ``ChatRequest``:
 
 * ``messages``: role and text (a list of text parts is joined; any other part is refused);
 * ``temperature`` (OpenAI's default 1.0 when absent), ``max_tokens`` or ``max_completion_tokens``
-  (``default_max_tokens`` when absent), ``stop``, ``seed`` (memlab's 0 when absent);
+  capped at the gateway's ``max_tokens`` (which is also what a request without one gets): a peer
+  that asks for 16,384 tokens, as graphiti's fact extraction does, would let a looping 1.5B model
+  run for a quarter of an hour on one reply; ``stop``, ``seed`` (memlab's 0 when absent);
 * ``response_format``: ``json_object`` asks for any JSON object (``{"type": "object"}``, which a
   llama.cpp backend decodes under a grammar, as llama.cpp's own server does), ``json_schema``
   for its schema, ``text`` for none. ``constrain_json=False`` serves every request as text, as a
@@ -53,7 +55,7 @@ class UnsupportedRequest(ValueError):
     """A request the gateway cannot serve faithfully (HTTP 400)."""
 
 
-def chat_request(body: Any, default_max_tokens: int) -> ChatRequest:
+def chat_request(body: Any, max_tokens: int) -> ChatRequest:
     """The ``ChatRequest`` of one chat-completions body (module docstring); ``UnsupportedRequest``
     names what it cannot serve."""
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
@@ -69,7 +71,7 @@ def chat_request(body: Any, default_max_tokens: int) -> ChatRequest:
     return ChatRequest(
         messages=tuple(_message(m) for m in body["messages"]),
         temperature=float(body.get("temperature", 1.0)),
-        max_tokens=int(body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens),
+        max_tokens=min(int(body.get("max_completion_tokens") or body.get("max_tokens") or max_tokens), max_tokens),
         json_schema=_schema(body.get("response_format")),
         stop=(stop,) if isinstance(stop, str) else tuple(stop),
         seed=body.get("seed", 0),
@@ -150,10 +152,10 @@ class ModelGateway:
     """``lm`` and ``embedder`` behind ``http://127.0.0.1:PORT/v1`` for as long as the gateway is
     open (module docstring). Use as a context manager; ``base_url`` is the address to give a peer."""
 
-    def __init__(self, lm: LM, embedder: Embedder, default_max_tokens: int = 1024, constrain_json: bool = True) -> None:
+    def __init__(self, lm: LM, embedder: Embedder, max_tokens: int = 1024, constrain_json: bool = True) -> None:
         self.lm = lm
         self.embedder = embedder
-        self.default_max_tokens = default_max_tokens
+        self.max_tokens = max_tokens
         self.constrain_json = constrain_json
         self.log = GatewayLog()
         self.fatal: Exception | None = None
@@ -199,7 +201,7 @@ class ModelGateway:
         return self._refuse(404, f"memlab's gateway serves POST /v1/chat/completions and /v1/embeddings, not {path}")
 
     def _chat(self, body: Any) -> dict[str, Any]:
-        request = chat_request(body, self.default_max_tokens)
+        request = chat_request(body, self.max_tokens)
         if not self.constrain_json:
             request = dataclasses.replace(request, json_schema=None)
         self.log.chat_requests += 1

@@ -14,9 +14,9 @@ Its telemetry is off (``GRAPHITI_TELEMETRY_ENABLED=false``, checked).
 memlab supplies the parts graphiti is configured with: its ``OpenAIGenericClient`` (structured
 output as JSON schema, which llama.cpp decodes under a grammar) and its ``OpenAIEmbedder`` reach
 memlab's ``LM`` and ``Embedder`` through the loopback gateway (``memlab.peers.gateway``), so every
-call goes through the response cache and the usage meter. ``max_tokens`` caps each reply
-(graphiti's generic client allows 16,384 "for local models", which a looping 1.5B model would
-fill at 41 tokens/s); its cross-encoder client is pointed at the gateway too, and the default
+call goes through the response cache and the usage meter. ``max_tokens`` caps each reply at the
+gateway (graphiti's generic client allows 16,384 "for local models", and its fact extraction asks
+for 16,384 whatever the client says, which a looping 1.5B model fills in a quarter of an hour); its cross-encoder client is pointed at the gateway too, and the default
 search never calls it.
 
 The conversation goes in as it happened: each session's turns, ``turns_per_add`` at a time, as a

@@ -39,15 +39,16 @@ def _body(**extra):
 
 def test_a_request_maps_onto_a_chat_request():
     request = chat_request(_body(temperature=0, max_tokens=12, stop="\n", seed=3, top_p=0.1,
-                                 response_format={"type": "json_object"}), default_max_tokens=99)
+                                 response_format={"type": "json_object"}), max_tokens=99)
     assert request == ChatRequest(messages=({"role": "user", "content": "hi"},), temperature=0.0, max_tokens=12,
                                   json_schema={"type": "object"}, stop=("\n",), seed=3)
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
     request = chat_request(_body(max_completion_tokens=7, response_format={
-        "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}), default_max_tokens=99)
+        "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}), max_tokens=99)
     assert (request.json_schema, request.max_tokens, request.temperature, request.seed) == (schema, 7, 1.0, 0)
     assert chat_request(_body(response_format={"type": "text"}), 99).json_schema is None
     assert chat_request(_body(), 99).max_tokens == 99
+    assert chat_request(_body(max_tokens=16384), 2048).max_tokens == 2048  # a peer asking for more is capped
     parts = chat_request({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                                       {"type": "text", "text": "b"}]}]}, 9)
     assert parts.messages == ({"role": "user", "content": "ab"},)
