@@ -52,6 +52,7 @@ class _Parser(argparse.ArgumentParser):
 WRITES: dict[str, tuple[str, ...]] = {
     "run": ("--out", "--save-memory"), "train": ("output_dir",), "evaluate-stage": (), "compare-stages": ("--out",),
     "headline": ("--benchmarks",), "sweep": ("--out",), "report": ("--out",), "export-memory": ("--out",),
+    "rescore": ("RUN_DIR",),  # in place: its metrics.json, predictions.jsonl and config.yaml
     "models": (),  # install writes only into memlab's own models folder
     "cache": ("FOLDER", "--cache"),
 }
@@ -145,6 +146,13 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--ray", metavar="ADDRESS", type=_ray_address,
                        help="the same tasks on a Ray cluster (memlab run --ray)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    rescore = commands.add_parser("rescore", help="score finished runs' recorded answers again, in place, with "
+                                  "the current scorers and a judge: only judge calls are paid (memlab.eval.rescore)")
+    rescore.add_argument("runs", type=_path, nargs="+", metavar="RUN_DIR", help="folders written by memlab run")
+    rescore.add_argument("--judge", type=_path, required=True, help="a judge YAML (configs/judges/*.yaml)")
+    rescore.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                         help="a dotted override of the judge config (repeatable)")
 
     report = commands.add_parser("report", help="compare finished runs over the same questions in an HTML page "
                                  "with plots, and its markdown twin")
@@ -395,6 +403,43 @@ def cmd_compare_stages(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rescore(args: argparse.Namespace) -> int:
+    from memlab.config import instantiate, load_config
+    from memlab.eval.conversation import close_lms
+    from memlab.eval.rescore import rescore_run
+    from memlab.fileio import refuse_writing_into
+
+    for folder in args.runs:
+        refuse_writing_into(folder, "RUN_DIR", {"the judge config --judge": args.judge})
+    try:
+        node = load_config(args.judge, args.overrides)
+        judge = instantiate(node)
+    except ValueError as e:
+        log.error("%s", e)
+        return 2
+    status = 0
+    try:
+        for folder in args.runs:
+            try:
+                metrics = rescore_run(folder, judge, node, args.judge)
+            except ValueError as e:  # this folder is not a run: say so, go on with the others
+                log.error("%s", e)
+                status = 2
+                continue
+            unjudged = metrics["rescored_from"]["unjudged"]
+            print(f"{folder}: judge {_figure(metrics['overall'].get('judge'))} over {metrics['overall']['n']} "
+                  f"questions" + (f"; {unjudged} answers got no usable verdict" if unjudged else ""))
+            if unjudged:
+                status = max(status, 1)
+    finally:
+        close_lms(None, judge)
+    return status
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from memlab.reporting import ReportError, write_report
 
@@ -556,7 +601,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage,
                     "compare-stages": cmd_compare_stages, "report": cmd_report, "headline": cmd_headline,
-                    "sweep": cmd_sweep, "export-memory": cmd_export_memory,
+                    "sweep": cmd_sweep, "rescore": cmd_rescore, "export-memory": cmd_export_memory,
                     "models": cmd_models, "cache": cmd_cache}
         return commands[args.command](args)
     except (ConfigError, DataError, OverwriteError) as e:

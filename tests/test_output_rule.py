@@ -78,6 +78,9 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
     "report": [
         (["report", "{t}/data", "--out", "{t}/data/report"], "no metrics.json"),  # read first: not a run
     ],
+    "rescore": [
+        (["rescore", "{t}/cfg", "--judge", "{t}/cfg/rag.yaml"], "RUN_DIR {t}/cfg contains the judge config"),
+    ],
     "export-memory": [
         (["export-memory", "{t}/data", "--format", "jsonl", "--out", "{t}"], "contains the saved memory {t}/data"),
     ],

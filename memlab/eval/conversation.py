@@ -364,16 +364,21 @@ def _row(question, ranking, answer, error, latency, usage_diff, count_tokens, ju
     return row
 
 
+def judge_verdict(judge, category: str, question: str, gold: str, prediction: str) -> float | None:
+    """The value a run records for ``judge``'s verdict on one answer (``Judge.metric``)."""
+    # An adversarial question's gold is a planted wrong answer; what it tests is abstaining.
+    if category == "adversarial":
+        gold = ABSTENTION_GOLD
+    return judge.metric(judge.run_one(judge.In(question, gold, prediction)))
+
+
 def _judged(judge, question: Question, gold: str, prediction: str, row: dict[str, Any]) -> float | None:
     """The judge's verdict on ``prediction`` against ``gold`` (None without a judge, or when
     judging raised: then the row's error says why)."""
     if judge is None:
         return None
-    # An adversarial question's gold is a planted wrong answer; what it tests is abstaining.
-    if question.category == "adversarial":
-        gold = ABSTENTION_GOLD
     try:
-        return judge.metric(judge.run_one(judge.In(question.text, gold, prediction)))
+        return judge_verdict(judge, question.category, question.text, gold, prediction)
     except LMUnavailableError:
         raise
     except Exception as e:  # a judge that breaks costs this question's verdict, not the run
@@ -382,12 +387,12 @@ def _judged(judge, question: Question, gold: str, prediction: str, row: dict[str
         return None
 
 
-def run_lms(pipeline: Pipeline, judge=None) -> list[LM]:
-    """The LMs a run uses: the pipeline's and the judge's."""
-    return pipeline.lms() + (judge.lms() if judge is not None else [])
+def run_lms(pipeline: Pipeline | None, judge=None) -> list[LM]:
+    """The LMs a run uses: the pipeline's (if any) and the judge's."""
+    return (pipeline.lms() if pipeline is not None else []) + (judge.lms() if judge is not None else [])
 
 
-def close_lms(pipeline: Pipeline, judge=None) -> None:
+def close_lms(pipeline: Pipeline | None, judge=None) -> None:
     """Free the run's models now: llama.cpp frees its model noisily if left to interpreter shutdown."""
     for lm in run_lms(pipeline, judge):
         close = getattr(lm, "close", None)

@@ -5,10 +5,13 @@ interchangeable, and the judge's LM is injected (it should not be the pipeline's
 the numbers are to be reported). What the judge was — model, prompt and number of runs — is
 pinned in metrics.json through ``judge_info()``.
 
-Two prompted judges: ``CorrectWrongJudge`` (SimpleMem's binary CORRECT/WRONG prompt, the
-default) and ``MagmaGraderJudge`` (MAGMA's continuous semantic grader, appendix C.3). What
-the runner records per question is ``Judge.metric(verdict)``: 1/0 for a binary judge, the
-score for a graded one, so metrics.json's ``judge`` means are accuracy or mean score.
+Two prompted judges: ``CorrectWrongJudge`` (SimpleMem's binary CORRECT/WRONG prompt, or another
+prompt with its output) and ``MagmaGraderJudge`` (MAGMA's continuous semantic grader, appendix
+C.3). Three that combine judges: ``AgreementJudge`` (both must accept), ``AnyOfJudge`` (one must)
+and ``RulesFirstJudge`` (the calendar and a word-for-word check decide first: memlab's judge, chosen
+in issue 85 on a labelled positive control). What the runner records per question is
+``Judge.metric(verdict)``: 1/0 for a binary judge, the score for a graded one, so metrics.json's
+``judge`` means are accuracy or mean score.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from memlab.bounds import NonNegativeFloat, PositiveInt
+from memlab.eval.states_gold import states_gold
+from memlab.eval.temporal_match import temporal_correct
 from memlab.lm.base import LM
 from memlab.lm.errors import ParseError, RefusedReplyError
 from memlab.lm.jsonparse import parse_json, visible_text
@@ -337,36 +342,42 @@ class MagmaGraderJudge(PromptedJudge):
         return {**super().judge_info(), "scale": "continuous [0, 1], mean score"}
 
 
-class AgreementJudge(Judge):
-    """Two judges that must agree: an answer is accepted only when both accept it.
+class PairJudge(Judge):
+    """Two judges, one verdict: the first judge's ``DECISIVE`` verdict settles an item, and the
+    second is asked only about the others, where its ``DECISIVE`` verdict settles it in turn;
+    otherwise, if either gave no usable verdict, neither does the pair, and if both gave the
+    other verdict, that is the pair's. The metric is 1/0 (a graded judge counts through its own
+    ``correct``, its pass mark). Each judge keeps its own LM, prompt and cache entries, so
+    pairing two judges already run costs no model call."""
 
-    The remedy for a lenient judge (issue 42): a vague but topical wrong answer that one judge
-    waves through is rejected unless the other accepts it too. A rejection by either judge is
-    decisive; otherwise, if either gave no usable verdict, neither does the pair. The metric is
-    1/0 (a graded judge counts through its own ``correct``, its pass mark). Each judge keeps its
-    own LM, prompt and cache entries, so pairing two judges already run costs no model call.
-    """
+    DECISIVE: bool
 
     def __init__(self, first: Judge, second: Judge) -> None:
         super().__init__()
         for name, judge in (("first", first), ("second", second)):
             if not isinstance(judge, Judge):
-                raise TypeError(f"AgreementJudge: {name} must be a judge, got {type(judge).__name__}")
+                raise TypeError(f"{type(self).__name__}: {name} must be a judge, got {type(judge).__name__}")
         self.first = first
         self.second = second
 
     def forward(self, batch: list[JudgeIn]) -> list[JudgeOut]:
-        return [self._agree(a, b) for a, b in zip(self.first(batch), self.second(batch), strict=True)]
+        firsts = self.first(batch)
+        asked = [i for i, out in enumerate(firsts) if out.correct is not self.DECISIVE]
+        seconds = dict(zip(asked, self.second([batch[i] for i in asked]) if asked else [], strict=True))
+        return [self._combine(out, seconds[i]) if i in seconds else self._verdict(self.DECISIVE, out.explanation)
+                for i, out in enumerate(firsts)]
 
-    @staticmethod
-    def _agree(a: JudgeOut, b: JudgeOut) -> JudgeOut:
-        rejecting = next((out for out in (a, b) if out.correct is False), None)
-        if rejecting is not None:
-            return JudgeOut(correct=False, score=0.0, explanation=rejecting.explanation)
+    def _combine(self, a: JudgeOut, b: JudgeOut) -> JudgeOut:
+        if b.correct is self.DECISIVE:
+            return self._verdict(self.DECISIVE, b.explanation)
         if a.correct is None or b.correct is None:
             error = "; ".join(out.error or "no usable verdict" for out in (a, b) if out.correct is None)
             return JudgeOut(correct=None, score=None, explanation="", error=error)
-        return JudgeOut(correct=True, score=1.0, explanation=f"{a.explanation} | {b.explanation}")
+        return self._verdict(not self.DECISIVE, f"{a.explanation} | {b.explanation}")
+
+    @staticmethod
+    def _verdict(correct: bool, explanation: str) -> JudgeOut:
+        return JudgeOut(correct=correct, score=float(correct), explanation=explanation)
 
     def lms(self) -> list[LM]:
         return self.first.lms() + self.second.lms()
@@ -375,6 +386,81 @@ class AgreementJudge(Judge):
     def failures(self) -> list:
         return list(getattr(self.first, "failures", [])) + list(getattr(self.second, "failures", []))
 
+
+class AgreementJudge(PairJudge):
+    """Two judges that must agree: an answer is accepted only when both accept it, so a rejection
+    by either is decisive (``PairJudge``). The remedy for a lenient judge (issue 42): a vague but
+    topical wrong answer that one judge waves through is rejected unless the other accepts it too.
+    """
+
+    DECISIVE = False
+
     def judge_info(self) -> dict[str, Any]:
         return {"agreement_of": [self.first.judge_info(), self.second.judge_info()],
                 "rule": "accepted only when both judges accept"}
+
+
+class AnyOfJudge(PairJudge):
+    """Two judges of which one must accept, so an acceptance by either is decisive (``PairJudge``):
+    for a strict judge whose rejections a second opinion may overturn (issue 85)."""
+
+    DECISIVE = True
+
+    def judge_info(self) -> dict[str, Any]:
+        return {"any_of": [self.first.judge_info(), self.second.judge_info()],
+                "rule": "accepted when either judge accepts"}
+
+
+class RulesFirstJudge(Judge):
+    """Deterministic checks first, an LLM judge for the rest (issue 85).
+
+    * A gold that is a date phrase the calendar resolves (``memlab.eval.temporal_match``) is
+      decided by the calendar, both ways: a predicted day inside the gold's days is right, any
+      other answer wrong. A small LLM judge rejects correctly resolved dates ("20 May 2023" for
+      "the weekend before May 24, 2023") and accepts a near miss.
+    * A prediction that states the gold word for word (``memlab.eval.states_gold``) is accepted.
+    * Every other item goes to ``judge``, in one batch; only those cost model calls, so a row
+      already judged by ``judge`` is re-judged from the cache.
+
+    The metric is 1/0; ``judge`` counts through its own ``correct``.
+    """
+
+    def __init__(self, judge: Judge) -> None:
+        super().__init__()
+        if not isinstance(judge, Judge):
+            raise TypeError(f"RulesFirstJudge: judge must be a judge, got {type(judge).__name__}")
+        self.judge = judge
+
+    @staticmethod
+    def decide(item: JudgeIn) -> JudgeOut | None:
+        """The rules' verdict on ``item``, or None where they leave it to the LLM judge."""
+        on_calendar = temporal_correct(item.prediction, item.gold)
+        if on_calendar is not None:
+            correct = bool(on_calendar)
+            where = "inside" if correct else "not inside"
+            return JudgeOut(correct=correct, score=float(correct),
+                            explanation=f"calendar: the predicted date is {where} the days the gold denotes")
+        if states_gold(item.prediction, item.gold):
+            return JudgeOut(correct=True, score=1.0, explanation="states every content word of the gold")
+        return None
+
+    def forward(self, batch: list[JudgeIn]) -> list[JudgeOut]:
+        outs: list[JudgeOut | None] = [self.decide(item) for item in batch]
+        undecided = [i for i, out in enumerate(outs) if out is None]
+        if undecided:
+            for i, out in zip(undecided, self.judge([batch[i] for i in undecided]), strict=True):
+                outs[i] = out if out.correct is None else JudgeOut(out.correct, float(out.correct), out.explanation)
+        return outs
+
+    def lms(self) -> list[LM]:
+        return self.judge.lms()
+
+    @property
+    def failures(self) -> list:
+        return list(getattr(self.judge, "failures", []))
+
+    def judge_info(self) -> dict[str, Any]:
+        return {"rules_first": ["a date phrase the calendar resolves decides both ways (memlab.eval.temporal_match)",
+                                "a prediction stating every content word of the gold is accepted "
+                                "(memlab.eval.states_gold)"],
+                "then": self.judge.judge_info()}

@@ -42,9 +42,7 @@ def summarise(
     through the cache reports the same figures: ``build_seconds`` and the query percentiles
     add the recorded model time of cached calls to this run's wall time (the ``*_wall_*``
     entries are this run's wall time alone)."""
-    # LoCoMo's overall leaves adversarial questions out; on other data (LongMemEval, whose
-    # "temporal" is not LoCoMo's) every question counts.
-    locomo = bool(rows) and all(row["category"] in LOCOMO_CATEGORIES.values() for row in rows)
+    locomo = is_locomo(rows)
     blocks = M.aggregate(rows, METRICS, ANSWERABLE_CATEGORIES if locomo else None)
     query_usage: dict[str, float] = {k: 0 for k in USAGE_KEYS}
     for row in rows:
@@ -79,10 +77,7 @@ def summarise(
         "failed_questions": sum(1 for row in rows if row.get("error")),
     }
     if (extra or {}).get("errata") is not None:
-        # The same predictions scored against the audited gold (a corrected row's own scores).
-        audited = [{**row, **row["audited"]} if row.get("audited") else row for row in rows]
-        metrics["audited"] = {"questions_corrected": sum(1 for row in rows if row.get("audited")),
-                              **M.aggregate(audited, METRICS, ANSWERABLE_CATEGORIES if locomo else None)}
+        metrics["audited"] = audited_blocks(rows)
     if retrieval_only:
         blocks = [metrics["overall"], *metrics["by_category"].values()]
         if "audited" in metrics:
@@ -92,6 +87,20 @@ def summarise(
                 block[key] = None
                 block["ci"][key] = None
     return metrics
+
+
+def is_locomo(rows: list[dict[str, Any]]) -> bool:
+    """Whether ``rows`` are LoCoMo's, whose overall leaves adversarial questions out; on other data
+    (LongMemEval, whose "temporal" is not LoCoMo's) every question counts."""
+    return bool(rows) and all(row["category"] in LOCOMO_CATEGORIES.values() for row in rows)
+
+
+def audited_blocks(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """metrics.json's ``audited``: the same predictions scored against the audited gold (each
+    corrected row's ``audited`` scores in place of its own), and how many rows were corrected."""
+    audited = [{**row, **row["audited"]} if row.get("audited") else row for row in rows]
+    return {"questions_corrected": sum(1 for row in rows if row.get("audited")),
+            **M.aggregate(audited, METRICS, ANSWERABLE_CATEGORIES if is_locomo(rows) else None)}
 
 
 def format_table(metrics: dict[str, Any], columns: tuple[str, ...] | None = None) -> str:

@@ -47,21 +47,27 @@ _BETWEEN = re.compile(r"^(?:approximately\s+)?between\s+(?P<m>" + "|".join(MONTH
                       re.IGNORECASE)
 
 
+# What may stand beside a date in a phrase that is only that date ("in May 2023", "on 7 May, 2023").
+_FILLER = re.compile(r"[\s,.]*(?:(?:in|on|the|of)\b[\s,.]*)*", re.IGNORECASE)
 _YEAR_ALONE = re.compile(r"^(?:in\s+)?((?:19|20)\d\d)$", re.IGNORECASE)
 _WRITTEN_YEAR = re.compile(r"\b(?:19|20)\d\d\b")
 
 
+def _mention(text: str):
+    """The one explicit date mention ``text`` holds (a day, a month or a year, its year written:
+    a day without one would be read in the reference's year, which here is no year), or None."""
+    mentions = [m for m in find_mentions(text, _ANY_DAY, use_tense=False)
+                if m.granularity in ("day", "month", "year") and _WRITTEN_YEAR.search(m.span)]
+    return mentions[0] if len(mentions) == 1 else None
+
+
 def _explicit(text: str) -> Days | None:
-    """The one explicit date ``text`` is, or holds alone (a day, a month or a year), its year
-    written (a day without one would be read in the reference's year, which here is no year)."""
+    """The one explicit date ``text`` is, or holds alone (``_mention``)."""
     if match := _YEAR_ALONE.match(text.strip()):
         year = int(match.group(1))
         return date(year, 1, 1), date(year, 12, 31)
-    mentions = [m for m in find_mentions(text, _ANY_DAY, use_tense=False)
-                if m.granularity in ("day", "month", "year") and _WRITTEN_YEAR.search(m.span)]
-    if len(mentions) != 1:
-        return None
-    return mentions[0].start, mentions[0].end
+    mention = _mention(text)
+    return None if mention is None else (mention.start, mention.end)
 
 
 def _day(text: str) -> date | None:
@@ -96,12 +102,16 @@ def resolve(text: object) -> Days | None:
         return None if anchor is None else week_of(anchor)[:2]
     if match := _AROUND.match(text):
         return _explicit(match.group("anchor"))
-    return _explicit(text) if _explicit(text) is not None and _only_a_date(text) else None
+    return _explicit(text) if _only_a_date(text) else None
 
 
 def _only_a_date(text: str) -> bool:
-    """Whether ``text`` is a date and nothing more (a gold like "Since 2016" is a duration)."""
-    return not re.search(r"\b(?:since|until|ago|for|years?|months?|weeks?|days?)\b", text, re.IGNORECASE)
+    """Whether ``text`` is a date and nothing more: a gold like "Since 2016" is a duration, and
+    "first weekend of August 2023" or "early August 2023" is not the whole month."""
+    if _YEAR_ALONE.match(text.strip()):
+        return True
+    mention = _mention(text)
+    return mention is not None and _FILLER.fullmatch(text.replace(mention.span, " ", 1)) is not None
 
 
 def temporal_correct(prediction: object, gold: object) -> float | None:

@@ -81,9 +81,13 @@ def sweep_group(entry: dict[str, str], root: Path) -> list[str]:
         raise HeadlineError(f"{entry['sweep']}: {e}") from None
     q = sweep.questions
     done = sum(s.state == "complete" for s in statuses)
+    judges = {judge_name(s.metrics["judge_info"]) for s in statuses if s.state == "complete" and s.metrics
+              and s.metrics.get("judge_info")}
+    checks = judge_checks(root / "eval" / "judge_checks")
+    named = "".join(f" ({judge}; its check: {checks.get(judge, 'not checked')})" for judge in sorted(judges))
     title = (f"**{', '.join(q.conversations or ['all conversations'])}, all sessions, "
              f"{'categories 1-4 and adversarial' if 'adversarial' in (q.categories or ()) else 'categories 1-4'}, "
-             f"one judge, every row on the same questions** ({done} of {len(statuses)} rows complete; "
+             f"one judge, every row on the same questions**{named} ({done} of {len(statuses)} rows complete; "
              f"`memlab sweep {entry['sweep']} --out {entry['runs']}`)")
     return [title, "", text or "No row is complete yet.", ""]
 
@@ -97,7 +101,7 @@ def run_figures(folder: Path) -> dict[str, Any]:
         raise HeadlineError(f"{folder}: not a finished run ({e})") from None
     overall = aggregate(rows, METRICS)["overall"]
     categories = sorted({row["category"] for row in rows}, key=lambda c: (c not in ANSWERABLE_CATEGORIES, c))
-    judge = (metrics.get("judge_info") or {}).get("prompt_id")
+    judge = judge_name(metrics["judge_info"]) if metrics.get("judge_info") else None
     return {"questions": question_set(metrics, categories), "n": overall["n"], "overall": overall, "judge": judge,
             "tokens_per_query": metrics["usage"].get("tokens_per_query"),
             "build_calls": metrics["usage"]["build"].get("llm_calls")}
@@ -115,9 +119,14 @@ def question_set(metrics: dict[str, Any], categories: list[str]) -> str:
 
 
 def judge_name(info: dict[str, Any]) -> str:
-    """A judge's name in a table: its prompt, or the prompts of the judges that must agree."""
+    """A judge's name in a table: its prompt, or how it combines the judges it is made of
+    (``memlab.eval.judge``: the rules first, two that must agree, two of which one must accept)."""
+    if "rules_first" in info:
+        return "rules, then " + judge_name(info["then"])
     if "agreement_of" in info:
         return "agreement of " + " and ".join(judge_name(part) for part in info["agreement_of"])
+    if "any_of" in info:
+        return "(" + " or ".join(judge_name(part) for part in info["any_of"]) + ")"
     model = str(info.get("judge_model", "")).split("@")[0]  # the name, without the settings digest
     return f"`{info.get('prompt_id')}` ({model})"
 
@@ -209,15 +218,20 @@ def _kappa(block: dict[str, Any]) -> str:
 
 
 def judge_checks(folder: Path) -> dict[str, str]:
-    """``{prompt id: "gold 0.97 / vague 0.62 / specific 0.18, lenient"}``: each single judge's
-    acceptance rates from the committed checks of ``eval/judge_check.py`` in ``folder``."""
+    """``{judge name: "gold 0.97 / vague 0.62 / specific 0.18 (n=1035), lenient; right answers 0.79,
+    kappa 0.82 (report half)"}``: each judge's acceptance rates from the committed checks of
+    ``eval/judge_check.py`` in ``folder``, and its agreement with the labels where it was measured."""
     checks: dict[str, str] = {}
     for _, check in load_judge_checks(folder):
-        prompt, sets = check["judge"].get("prompt_id"), check["sets"]
+        sets = check["sets"]
         rates = " / ".join(f"{label} {sets[name]['rate']:.2f}" for label, name in
                            (("gold", "gold"), ("vague", "vague_wrong"), ("specific", "specific_wrong")))
-        if prompt:
-            checks[prompt] = f"{rates} (n={check['questions']})" + (", **lenient**" if check.get("lenient") else "")
+        summary = f"{rates} (n={check['questions']})" + (", **lenient**" if check.get("lenient") else "")
+        report = (check.get("positive_control") or {}).get("report")
+        if report and report["accepts_right"]["rate"] is not None and report["kappa"]["value"] is not None:
+            summary += (f"; labelled right answers accepted {report['accepts_right']['rate']:.2f}, kappa "
+                        f"{report['kappa']['value']:.2f} (report half, n={report['n']})")
+        checks[judge_name(check["judge"])] = summary
     return checks
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memlab.config import load_config
-from memlab.eval.judge import AgreementJudge, CorrectWrongJudge, JudgeIn, MagmaGraderJudge
+from memlab.eval.judge import AgreementJudge, AnyOfJudge, CorrectWrongJudge, JudgeIn, MagmaGraderJudge
 from tests.fakes import ReplayLM
 
 ITEMS = [JudgeIn("Q1", "Rex", "Rex"), JudgeIn("Q2", "Rex", "A pet"), JudgeIn("Q3", "Rex", "Max"),
@@ -43,3 +43,24 @@ def test_the_shipped_agreement_config_pairs_the_two_shipped_judges():
     assert node["second"]["_component_"].endswith("MagmaGraderJudge")
     with pytest.raises(TypeError, match="second must be a judge"):
         AgreementJudge(CorrectWrongJudge(ReplayLM([])), object())
+
+
+def test_either_judge_may_accept_and_the_second_is_asked_only_what_the_first_left():
+    first_lm, second_lm = ReplayLM(labels), ReplayLM(scores)
+    judge = AnyOfJudge(CorrectWrongJudge(first_lm), MagmaGraderJudge(second_lm, pass_mark=0.5))
+    outs = judge(ITEMS)
+    # "Max": rejected by the first, accepted by the grader (1.0); "a dog": no verdict, then accepted.
+    assert [out.correct for out in outs] == [True, True, True, True]
+    assert [judge.metric(out) for out in outs] == [1.0, 1.0, 1.0, 1.0]
+    asked = [request.messages[-1]["content"] for request in second_lm.requests]
+    assert len(asked) == 2 and any("Candidate: Max" in a for a in asked) and any("Candidate: a dog" in a for a in asked)
+    assert judge.judge_info()["rule"] == "accepted when either judge accepts"
+
+
+def test_a_pair_asks_its_second_judge_nothing_the_first_settled():
+    second_lm = ReplayLM([])  # any request would fail: no reply is scripted
+    judge = AgreementJudge(CorrectWrongJudge(ReplayLM(lambda r: '{"label": "WRONG"}')), MagmaGraderJudge(second_lm))
+    assert [out.correct for out in judge(ITEMS)] == [False] * 4 and second_lm.requests == []
+    strict = AnyOfJudge(CorrectWrongJudge(ReplayLM(lambda r: '{"label": "WRONG"}')),
+                        CorrectWrongJudge(ReplayLM(lambda r: '{"label": "WRONG"}')))
+    assert [(out.correct, out.score) for out in strict(ITEMS[:1])] == [(False, 0.0)]

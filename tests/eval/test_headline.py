@@ -98,6 +98,17 @@ def test_contents_lists_sections_outside_code_blocks():
                                         "- [Part B](#part-b)", "  - [Two](#two)"]
 
 
+def test_a_combined_judge_is_named_by_how_it_combines_its_parts():
+    from memlab.eval.judge import AgreementJudge, AnyOfJudge, CorrectWrongJudge, MagmaGraderJudge, RulesFirstJudge
+    from tests.fakes import ReplayLM
+
+    judge = RulesFirstJudge(AnyOfJudge(CorrectWrongJudge(ReplayLM([])), AgreementJudge(
+        MagmaGraderJudge(ReplayLM([])), CorrectWrongJudge(ReplayLM([]), prompt="memlab/judge_states_answer"))))
+    assert headline.judge_name(judge.judge_info()) == (
+        "rules, then (`simplemem/judge_correct_wrong` (replay) or agreement of `magma/judge_semantic` (replay) "
+        "and `memlab/judge_states_answer` (replay))")
+
+
 def test_the_judge_checks_become_a_table_beside_every_judged_figure(tmp_path):
     from memlab.eval.judge import CorrectWrongJudge
     from tests.eval.test_judge_check import audit_folder
@@ -115,7 +126,7 @@ def test_the_judge_checks_become_a_table_beside_every_judged_figure(tmp_path):
     assert "| `simplemem/judge_correct_wrong` (replay) | 3 | 1.000 [0.44, 1.00] (3/3) |" in table
     assert "| **yes** | `eval/judge_checks/generous.json` |" in table and "1.00 / 1.00 (2)" in table
     assert headline.judge_checks(folder) == {
-        "simplemem/judge_correct_wrong": "gold 1.00 / vague 1.00 / specific 1.00 (n=3), **lenient**"}
+        "`simplemem/judge_correct_wrong` (replay)": "gold 1.00 / vague 1.00 / specific 1.00 (n=3), **lenient**"}
     assert "Positive control" not in table  # a check made without labels has none
 
     from memlab.eval.labels import judge_agreement
@@ -126,6 +137,8 @@ def test_the_judge_checks_become_a_table_beside_every_judged_figure(tmp_path):
     table = headline.judge_table(folder)
     assert ("| `simplemem/judge_correct_wrong` (replay) | 3 (0) | 1.00 [0.34, 1.00] (2/2) | - | "
             "1.00 [0.21, 1.00] (1/1) | 0.00") in table  # accepting everything agrees no better than chance
+    assert headline.judge_checks(folder)["`simplemem/judge_correct_wrong` (replay)"].endswith(
+        "; labelled right answers accepted 1.00, kappa 0.00 (report half, n=2)")
     (folder / "broken.json").write_text("{")
     with pytest.raises(headline.HeadlineError, match="broken.json: not a judge check"):
         headline.judge_table(folder)

@@ -52,7 +52,9 @@ def test_other_days_and_no_date_are_wrong(gold, prediction):
 
 
 @pytest.mark.parametrize("gold", ["4 years", "Since 2016", "August", "few days before November 22, 2023",
-                                  "The week of April 3rd to 9th", "Roast marshmallows"])
+                                  "The week of April 3rd to 9th", "Roast marshmallows",
+                                  # a date qualified is not the whole month (the audit's "early August" is wrong)
+                                  "first weekend of August 2023", "early August 2023", "mid-2023"])
 def test_a_gold_that_is_not_a_resolvable_date_is_not_scored(gold):
     assert resolve(gold) is None and temporal_correct("2 June 2023", gold) is None
 
