@@ -57,7 +57,7 @@ def _cells(run: RunResult, label: str, reference: RunResult | None, primary: str
     return [
         label, str(overall.get("n", "-")), _with_ci(overall, "f1_locomo"), _with_ci(overall, "f1_amem"),
         _category_mean(run), _with_ci(overall, "judge"), _with_ci(audited, "judge") if audited else "-",
-        _temporal_date(metrics), recall_cell(run, turns), _by_category(run),
+        temporal_date_cell(metrics), recall_cell(run, turns), _by_category(run),
         _with_ci(adversarial, "abstained") + f" (n={adversarial['n']})" if adversarial else "-",
         _count(usage.get("build", {}).get("llm_calls")), _count(timing.get("build_seconds")),
         _number(timing.get("query_seconds_p50"), 1), _count(usage.get("tokens_per_query")), structure_summary(run),
@@ -65,7 +65,7 @@ def _cells(run: RunResult, label: str, reference: RunResult | None, primary: str
     ]
 
 
-def _temporal_date(metrics: Mapping[str, Any]) -> str:
+def temporal_date_cell(metrics: Mapping[str, Any]) -> str:
     """The date-aware accuracy of the temporal questions whose gold it resolves, with their n;
     "not recorded" for a run made before it was measured."""
     temporal = metrics.get("by_category", {}).get("temporal") or {}

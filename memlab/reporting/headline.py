@@ -39,7 +39,7 @@ from memlab.eval.metrics import aggregate
 from memlab.eval.report import METRICS
 from memlab.eval.runner import select_conversations
 from memlab.fileio import atomic_file
-from memlab.reporting.group import recall_cell, structure_summary
+from memlab.reporting.group import recall_cell, structure_summary, temporal_date_cell
 from memlab.reporting.page import with_interval
 from memlab.reporting.runs import load_run
 from memlab.types import ANSWERABLE_CATEGORIES
@@ -259,9 +259,9 @@ def render(rows: list[dict[str, str]], root: Path) -> str:
     for (questions, n), members in groups.items():
         lines += [f"**{questions}** ({n} questions)", "",
                   "| system | configuration | F1 (LoCoMo) | F1 (A-Mem) | judge (prompt; its check: acceptance of gold / "
-                  "vague wrong / specific wrong answers) | R@10 (top 10 covers) | tokens / query | build LLM calls | "
-                  "structure (what did not form) | run |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "vague wrong / specific wrong answers) | temporal, date-aware | R@10 (top 10 covers) | tokens / query "
+                  "| build LLM calls | structure (what did not form) | run |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for row, figures in members:
             judge = with_interval(figures["overall"], "judge")
             if figures["judge"]:
@@ -270,7 +270,7 @@ def render(rows: list[dict[str, str]], root: Path) -> str:
             run = load_run(root / row["run"])
             structure = structure_summary(run) + (f"; **{row['flag']}**" if row.get("flag") else "")
             lines.append(f"| {row['system']} | {row['configuration']} | {with_interval(figures['overall'], 'f1_locomo')} | "
-                         f"{with_interval(figures['overall'], 'f1_amem')} | {judge} | "
+                         f"{with_interval(figures['overall'], 'f1_amem')} | {judge} | {temporal_date_cell(run.metrics)} | "
                          f"{recall_cell(run, conversation_turns(root, run.metrics), figures['overall'])} | "
                          f"{'-' if tokens is None else f'{tokens:,.0f}'} | {'-' if calls is None else f'{calls:,.0f}'} | "
                          f"{structure} | `{row['run']}` |")
