@@ -65,7 +65,7 @@ def rescore_rows(rows: list[dict[str, Any]], judge: Judge) -> int:
         row["judge"] = judge_verdict(judge, row["category"], row["question"], row["gold"], row["prediction"])
         unjudged += row["judge"] is None
         audited = row.get("audited")
-        if audited and "judge" in audited:
+        if audited:  # the audit corrects this question: its gold is scored the same way
             audited.update(score_answer(row["prediction"], dataclasses.replace(question, answer=audited["gold"])))
             same = audited["gold"] == row["gold"]
             audited["judge"] = row["judge"] if same else \
