@@ -52,7 +52,7 @@ class _Parser(argparse.ArgumentParser):
 WRITES: dict[str, tuple[str, ...]] = {
     "run": ("--out", "--save-memory"), "train": ("output_dir",), "evaluate-stage": (), "compare-stages": ("--out",),
     "headline": ("--benchmarks",), "sweep": ("--out",), "report": ("--out",), "export-memory": ("--out",),
-    "rescore": ("RUN_DIR",),  # in place: its metrics.json, predictions.jsonl and config.yaml
+    "rescore": ("RUN_DIR",), "check-judge": ("--out",),  # in place: its metrics.json, predictions.jsonl and config.yaml
     "models": (),  # install writes only into memlab's own models folder
     "cache": ("FOLDER", "--cache"),
 }
@@ -146,6 +146,19 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--ray", metavar="ADDRESS", type=_ray_address,
                        help="the same tasks on a Ray cluster (memlab run --ray)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    check_judge = commands.add_parser("check-judge", help="measure a judge against the LoCoMo audit's gold and "
+                                      "wrong answers and, with --labels, labelled real answers "
+                                      "(memlab.eval.judge_audit)")
+    check_judge.add_argument("config", type=_path, help="a judge YAML (configs/judges/*.yaml)")
+    check_judge.add_argument("overrides", nargs="*", help="dotted overrides of the judge config")
+    check_judge.add_argument("--audit", type=_path, required=True,
+                             help="the LoCoMo audit folder (../shared/data/locomo/audit)")
+    check_judge.add_argument("--conversations", type=_names, help="comma-separated conversation ids (default: all)")
+    check_judge.add_argument("--max-questions", type=_positive, help="at most N questions per conversation")
+    check_judge.add_argument("--labels", type=_path,
+                             help="a labelled positive control (eval/judge_labels/positive_control_dev.json)")
+    check_judge.add_argument("--out", type=_path, required=True, help="the JSON file to write")
 
     rescore = commands.add_parser("rescore", help="score finished runs' recorded answers again, in place, with "
                                   "the current scorers and a judge: only judge calls are paid (memlab.eval.rescore)")
@@ -403,6 +416,42 @@ def cmd_compare_stages(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check_judge(args: argparse.Namespace) -> int:
+    from memlab.config import instantiate, load_config
+    from memlab.eval.conversation import close_lms
+    from memlab.eval.judge import Judge
+    from memlab.eval.judge_audit import check_judge, load_audit_items
+    from memlab.eval.labels import judge_agreement, judge_labelled, judged_items, load_labels
+    from memlab.fileio import refuse_writing_into, write_json_atomic
+
+    refuse_writing_into(args.out, "--out", {"the judge config": args.config, "--audit": args.audit,
+                                             "--labels": args.labels})
+    try:  # every input read, and the judge built, before any verdict is paid for
+        items = load_audit_items(Path(args.audit), set(args.conversations or ()), args.max_questions)
+        labels = load_labels(args.labels) if args.labels else None
+        judge = instantiate(load_config(args.config, args.overrides))
+    except (ValueError, TypeError) as e:
+        log.error("%s", e)
+        return 2
+    if not isinstance(judge, Judge):
+        log.error("%s: builds a %s, not a judge", args.config, type(judge).__name__)
+        return 2
+    try:
+        result = check_judge(judge, items)
+        if labels is not None:
+            verdicts = judge_labelled(judge, judged_items(labels))
+            result["positive_control"] = {"labels": str(args.labels), **judge_agreement(labels, verdicts)}
+    finally:
+        close_lms(None, judge)
+    write_json_atomic(args.out, {"config": str(args.config), "overrides": args.overrides, **result})
+    sets = result["sets"]
+    control = result.get("positive_control", {}).get("all")
+    print(json.dumps({name: sets[name]["rate"] for name in sets} | {"lenient": result["lenient"]}
+                     | ({"accepts_right": control["accepts_right"]["rate"], "kappa": control["kappa"]["value"]}
+                        if control else {})))
+    return 0
+
+
 def cmd_rescore(args: argparse.Namespace) -> int:
     from memlab.config import instantiate, load_config
     from memlab.eval.conversation import close_lms
@@ -601,7 +650,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage,
                     "compare-stages": cmd_compare_stages, "report": cmd_report, "headline": cmd_headline,
-                    "sweep": cmd_sweep, "rescore": cmd_rescore, "export-memory": cmd_export_memory,
+                    "sweep": cmd_sweep, "rescore": cmd_rescore, "check-judge": cmd_check_judge, "export-memory": cmd_export_memory,
                     "models": cmd_models, "cache": cmd_cache}
         return commands[args.command](args)
     except (ConfigError, DataError, OverwriteError) as e:

@@ -78,6 +78,10 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
     "report": [
         (["report", "{t}/data", "--out", "{t}/data/report"], "no metrics.json"),  # read first: not a run
     ],
+    "check-judge": [
+        (["check-judge", "{t}/cfg/rag.yaml", "--audit", "{t}/data", "--out", "{t}/cfg/rag.yaml"],
+         "--out {t}/cfg/rag.yaml is the judge config {t}/cfg/rag.yaml"),
+    ],
     "rescore": [
         (["rescore", "{t}/cfg", "--judge", "{t}/cfg/rag.yaml"], "RUN_DIR {t}/cfg contains the judge config"),
     ],

@@ -15,7 +15,7 @@ compare; each group says its conversations, session prefix, categories and n. Ev
 recomputed from the run's ``predictions.jsonl`` with its 95% interval
 (``memlab.eval.metrics.aggregate``: bootstrap over questions, Wilson for a 0/1 judge), so runs
 made before intervals existed get them too. A judge-scored figure carries its judge's check
-(``eval/judge_checks/*.json``, written by ``eval/judge_check.py``): how often that judge accepts
+(``eval/judge_checks/*.json``, written by ``memlab check-judge``): how often that judge accepts
 the gold answers and the audit's vague and specific wrong answers, and whether it is lenient.
 
 The table replaces what lies between ``<!-- headline:start -->`` and ``<!-- headline:end -->``
@@ -132,7 +132,7 @@ def judge_name(info: dict[str, Any]) -> str:
 
 
 def load_judge_checks(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """The committed checks of ``eval/judge_check.py`` in ``folder`` (none when it is absent),
+    """The committed checks of ``memlab check-judge`` in ``folder`` (none when it is absent),
     each with the keys the tables read (a file without them is one ``HeadlineError``)."""
     checks = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
@@ -142,7 +142,7 @@ def load_judge_checks(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
                     and all("rate" in check["sets"][name] for name in ("gold", "specific_wrong", "vague_wrong"))):
                 raise ValueError("no judge, by_category, questions or rates")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise HeadlineError(f"{path}: not a judge check of eval/judge_check.py ({e})") from None
+            raise HeadlineError(f"{path}: not a judge check of memlab check-judge ({e})") from None
         checks.append((path, check))
     return checks
 
@@ -220,7 +220,7 @@ def _kappa(block: dict[str, Any]) -> str:
 def judge_checks(folder: Path) -> dict[str, str]:
     """``{judge name: "gold 0.97 / vague 0.62 / specific 0.18 (n=1035), lenient; right answers 0.79,
     kappa 0.82 (report half)"}``: each judge's acceptance rates from the committed checks of
-    ``eval/judge_check.py`` in ``folder``, and its agreement with the labels where it was measured."""
+    ``memlab check-judge`` in ``folder``, and its agreement with the labels where it was measured."""
     checks: dict[str, str] = {}
     for _, check in load_judge_checks(folder):
         sets = check["sets"]

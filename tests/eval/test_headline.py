@@ -111,14 +111,13 @@ def test_a_combined_judge_is_named_by_how_it_combines_its_parts():
 
 def test_the_judge_checks_become_a_table_beside_every_judged_figure(tmp_path):
     from memlab.eval.judge import CorrectWrongJudge
+    from memlab.eval.judge_audit import check_judge, load_audit_items
     from tests.eval.test_judge_check import audit_folder
-    from tests.eval_scripts import eval_script
     from tests.fakes import ReplayLM
 
-    check = eval_script("judge_check")
     (tmp_path / "audit").mkdir()
-    items = check.load_items(audit_folder(tmp_path / "audit"), None, None)
-    result = check.check_judge(CorrectWrongJudge(lm=ReplayLM(lambda request: '{"label": "CORRECT"}')), items)
+    items = load_audit_items(audit_folder(tmp_path / "audit"))
+    result = check_judge(CorrectWrongJudge(lm=ReplayLM(lambda request: '{"label": "CORRECT"}')), items)
     folder = tmp_path / "eval" / "judge_checks"
     folder.mkdir(parents=True)
     (folder / "generous.json").write_text(json.dumps(result))
