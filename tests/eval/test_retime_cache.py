@@ -1,7 +1,8 @@
+"""memlab.lm.retime: cached latencies recorded across a pause are measured again, their replies kept."""
 
 from memlab.lm.cache import ResponseCache
+from memlab.lm.retime import retime
 from memlab.lm.types import ChatRequest, Completion
-from tests.eval_scripts import eval_script
 from tests.fakes import ReplayLM
 
 
@@ -28,15 +29,14 @@ def _rerun(request: ChatRequest) -> str:
 
 
 def test_retime_re_runs_only_the_suspect_entries_and_keeps_their_replies(tmp_path):
-    retime = eval_script("retime_cache")
     cache = ResponseCache(tmp_path / "cache.sqlite")
     requests = _fill(cache)
     lm = ReplayLM(_rerun)
 
-    assert [r["status"] for r in retime.retime(cache, lm, dry_run=True)] == ["dry run"] * 3
+    assert [r["status"] for r in retime(cache, lm, dry_run=True)] == ["dry run"] * 3
     assert lm.requests == []
 
-    report = retime.retime(cache, lm)
+    report = retime(cache, lm)
     assert [r["status"] for r in report] == [
         "re-timed", "re-timed (other reply, as long or longer)", "shorter reply: left as recorded"]
     assert [r.messages[-1]["content"].split(":")[0] for r in lm.requests] == ["paused", "paused-longer", "paused-shorter"]
@@ -48,8 +48,7 @@ def test_retime_re_runs_only_the_suspect_entries_and_keeps_their_replies(tmp_pat
 
 
 def test_retime_can_be_limited_to_requests_containing_a_text(tmp_path):
-    retime = eval_script("retime_cache")
     cache = ResponseCache(tmp_path / "cache.sqlite")
     _fill(cache)
-    report = retime.retime(cache, ReplayLM([]), contains="paused-shorter", dry_run=True)
+    report = retime(cache, ReplayLM([]), contains="paused-shorter", dry_run=True)
     assert len(report) == 1 and report[0]["recorded_s"] == 900.0
