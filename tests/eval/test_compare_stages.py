@@ -1,13 +1,18 @@
 """``memlab compare-stages``: rows of stages under one evaluator, leave-one-conversation-out, unknown ids and
-training overlap refused; and the eval/ scripts' own: time_build.py times a build."""
+training overlap refused; and what the eval/ scripts build on: a build's cost, the scripts' refusals."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
+import pytest
+
 from memlab.cli import main
 from memlab.data import SAMPLE_PATH
+from memlab.eval.build_cost import build_costs
+from memlab.eval.scripting import ScriptError, add_build_arguments, pipeline_and_conversations
 from tests.eval_scripts import eval_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,21 +29,28 @@ def test_the_teacher_cache_script_refuses_an_unknown_conversation_before_any_mod
     assert "conv-x" in capsys.readouterr().err
 
 
-def test_time_build_reports_a_builds_seconds_and_llm_calls(capsys):
-    # rag_turns builds with the embedder alone: no LLM call, one line for the one conversation
-    assert eval_script("time_build").main([str(REPO / "configs/pipelines/rag_turns.yaml"), "--data", str(SAMPLE_PATH),
-                                       "--conversations", "sample-1"]) == 0
-    line = json.loads(capsys.readouterr().out)
-    assert line["conversation"] == "sample-1" and line["llm_calls"] == 0 and line["build_seconds"] >= 0
-    assert line["turns"] > 0 and "memory" in line
+def _build_args(config: str, conversations: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_build_arguments(parser)
+    return parser.parse_args([config, "--data", str(SAMPLE_PATH), "--conversations", conversations])
 
 
-def test_time_build_refuses_training_conversations_and_unknown_ids(capsys):
+def test_a_builds_cost_is_its_seconds_and_llm_calls():
+    # rag_turns builds with the embedder alone: no LLM call, one record for the one conversation
+    pipeline, conversations = pipeline_and_conversations(_build_args(str(REPO / "configs/pipelines/rag_turns.yaml"),
+                                                                     "sample-1"))
+    (record,) = build_costs(pipeline, conversations)
+    assert record["conversation"] == "sample-1" and record["llm_calls"] == 0 and record["build_seconds"] >= 0
+    assert record["turns"] > 0 and "structure" in record["memory"]
+    json.dumps(record)  # printable as one JSON line
+
+
+def test_a_build_script_refuses_training_conversations_and_unknown_ids():
     trained = str(REPO / "configs/pipelines/compassmem_trained_construction.yaml")
-    assert eval_script("time_build").main([trained, "--data", str(SAMPLE_PATH), "--conversations", "conv-41"]) == 2
-    assert "would be scored on conversations they learnt from" in capsys.readouterr().err  # the run's own refusal
-    assert eval_script("time_build").main([trained, "--data", str(SAMPLE_PATH), "--conversations", "conv-x"]) == 2
-    assert "['conv-x'] are not in it" in capsys.readouterr().err
+    with pytest.raises(ScriptError, match="would be scored on conversations they learnt from"):  # the run's own refusal
+        pipeline_and_conversations(_build_args(trained, "conv-41"))
+    with pytest.raises(ScriptError, match=r"\['conv-x'\] are not in it"):
+        pipeline_and_conversations(_build_args(trained, "conv-x"))
 
 
 def test_first_stages_are_compared_under_one_evaluator(tmp_path, capsys):
