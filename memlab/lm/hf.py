@@ -3,7 +3,9 @@
 ``model`` is a local folder saved by ``save_pretrained`` (weights + tokenizer with a chat
 template), a path to a .gguf file, or a known GGUF name (``memlab.lm.models``); GGUF files
 are loaded through transformers' ``gguf_file`` support (dequantized; needs the ``gguf``
-package). Nothing is ever fetched from a hub (``local_files_only``).
+package). Nothing is ever fetched from a hub (``local_files_only``). ``adapter`` is a LoRA
+adapter folder saved by peft (a trained answerer, ``memlab.training.answering``) applied over
+the model; the LM's name, and so its cache entries, carry the adapter's content identity.
 
 Requests that share sampling settings (temperature, max_tokens, stop, seed) are batched,
 ``batch_size`` at a time. Temperature 0 is greedy decoding; otherwise sampling is seeded
@@ -49,9 +51,11 @@ class HFLM(LM):
         dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
         batch_size: PositiveInt = 8,
         cache: str | None = "default",
+        adapter: str | None = None,
     ) -> None:
         super().__init__(cache=cache)
         self.model = model
+        self.adapter = adapter
         self.device = device
         self.dtype = dtype
         self.batch_size = batch_size
@@ -86,7 +90,15 @@ class HFLM(LM):
             else:
                 label, fingerprint = Path(gguf).stem, model_fingerprint(folder / gguf)
             self._name = f"hf:{label}@{fingerprint}:{self.dtype}"
+            if self.adapter is not None:
+                self._name += f"+lora@{_folder_fingerprint(self._adapter_folder())}"
         return self._name
+
+    def _adapter_folder(self) -> Path:
+        folder = Path(str(self.adapter)).expanduser()
+        if not (folder / "adapter_config.json").is_file():
+            raise LMUnavailableError(f"HFLM: {self.adapter!r} is not a peft adapter folder (no adapter_config.json)")
+        return folder
 
     @property
     def context_window(self) -> int:  # type: ignore[override]
@@ -123,6 +135,14 @@ class HFLM(LM):
                 )
             except (OSError, ValueError, ImportError) as exc:
                 raise LMUnavailableError(f"HFLM: cannot load the model in {folder}: {exc}") from None
+            if self.adapter is not None:
+                from peft import PeftModel
+
+                adapter = self._adapter_folder()
+                try:
+                    model = PeftModel.from_pretrained(model, str(adapter), is_trainable=False)
+                except (OSError, ValueError, KeyError, RuntimeError) as exc:
+                    raise LMUnavailableError(f"HFLM: cannot apply the adapter in {adapter}: {exc}") from None
             if not tokenizer.chat_template:
                 raise LMUnavailableError(f"HFLM: the tokenizer in {folder} has no chat template")
             tokenizer.padding_side = "left"  # generation continues from the right end of every row
@@ -133,6 +153,10 @@ class HFLM(LM):
             model.to(torch.device(self.device)).eval()
             self._tokenizer, self._model = tokenizer, model
             return tokenizer, model
+
+    def loaded(self) -> tuple[Any, Any]:
+        """The tokenizer and the model, loaded (what a recipe fine-tunes)."""
+        return self._load()
 
     def count_tokens(self, text: str) -> int:
         tokenizer, _ = self._load()
@@ -213,7 +237,8 @@ class HFLM(LM):
         return completions
 
     def __repr__(self) -> str:
-        return f"HFLM(model={self.model!r}, device={self.device!r}, dtype={self.dtype!r})"
+        adapter = f", adapter={self.adapter!r}" if self.adapter is not None else ""
+        return f"HFLM(model={self.model!r}, device={self.device!r}, dtype={self.dtype!r}{adapter})"
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:

