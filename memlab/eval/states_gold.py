@@ -2,7 +2,7 @@
 
 An LLM judge run by a small model rejects many answers that state the gold in other casing,
 inflection or around it: "Work." for "work", "adoPTION agency" for "Adoption agencies", "Got new
-beds" for "Got new beds for them", "3" for "three times" (issue 85's labelled positive control).
+beds" for "Got new beds for them", "3 times" for "three times" (issue 85's labelled positive control).
 ``states_gold`` accepts those without a model: a prediction states the gold when
 
 * every content word of the gold (BM25's tokens: lowercase, English function words dropped,
@@ -14,7 +14,7 @@ beds" for "Got new beds for them", "3" for "three times" (issue 85's labelled po
 
 It only ever accepts: where it does not, the prediction may still be right in other words, and
 an LLM judge decides (``memlab.eval.judge.RulesFirstJudge``). What it wrongly accepts is measured
-on the LoCoMo audit's wrong answers (BENCHMARKS, "Judges"): a bag of words cannot tell "two cats
+on the LoCoMo audit's wrong answers (BENCHMARKS, "Choosing the judge"): a bag of words cannot tell "two cats
 and a dog" from "a cat and two dogs".
 """
 
