@@ -26,40 +26,7 @@ from memlab.config import build_pipeline
 from memlab.data import DataError
 from memlab.data.select import load_conversations
 from memlab.eval.runner import refuse_training_overlap
-from memlab.pipelines.compassmem.pipeline import fusion_outcome
-from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
-from memlab.training.relations import macro_f1
-
-OUTCOMES = ("merge", "link", "none")
-
-
-class RecordingFuser(EventFuser):
-    """The teacher's fuser, unchanged, keeping every pair it is asked and its reply."""
-
-    def __init__(self, fuser: EventFuser) -> None:
-        super().__init__()
-        self.fuser = fuser
-        self.asked: list[tuple[FuseIn, FuseOut]] = []
-
-    def forward(self, batch: list[FuseIn]) -> list[FuseOut]:
-        out = self.fuser(batch)
-        self.asked.extend(zip(batch, out))
-        return out
-
-
-def outcome(out: FuseOut, item: FuseIn, merge_threshold: float) -> str:
-    """merge / link / none, as the pipeline reads the reply (e* only: a pair may merge above the threshold)."""
-    decided = fusion_outcome(out, item.similarity >= merge_threshold)
-    return "none" if decided is None else "merge" if decided == "merge" else "link"
-
-
-def scores(gold: list[str], predicted: list[str]) -> dict[str, float | None]:
-    linked = [g != "none" for g in gold], [p != "none" for p in predicted]
-    tp = sum(g and p for g, p in zip(*linked))
-    return {"accuracy": sum(g == p for g, p in zip(gold, predicted)) / len(gold),
-            "macro_f1": macro_f1(gold, predicted, OUTCOMES),
-            "link_agreement": sum(g == p for g, p in zip(*linked)) / len(gold),
-            "link_f1": 2 * tp / (sum(linked[0]) + sum(linked[1])) if sum(linked[0]) + sum(linked[1]) else 0.0}
+from memlab.training.fusion import RecordingFuser, fusion_scores, outcome
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     majority = [Counter(gold).most_common(1)[0][0]] * len(gold)
     print(json.dumps({"conversations": ids, "sessions": args.sessions, "pairs": len(pairs),
                       "teacher": dict(Counter(gold)), "candidate": dict(Counter(predicted)),
-                      "candidate_scores": scores(gold, predicted), "majority": majority[0],
-                      "majority_scores": scores(gold, majority),
+                      "candidate_scores": fusion_scores(gold, predicted), "majority": majority[0],
+                      "majority_scores": fusion_scores(gold, majority),
                       "teacher_failed": sum(out.error is not None for _, out in recorder.asked)}))
     return 0
 

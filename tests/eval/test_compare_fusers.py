@@ -1,4 +1,4 @@
-"""eval/compare_fusers.py: how a fuser's reply is read, and the scores against a teacher."""
+"""memlab.training.fusion: how a fuser's reply is read, and the scores against a teacher."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from memlab.stages.event_view import EventView
 from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
-from tests.eval_scripts import eval_script
+from memlab.training.fusion import RecordingFuser, fusion_scores, outcome
 
 
 def pair(similarity: float) -> FuseIn:
@@ -14,7 +14,6 @@ def pair(similarity: float) -> FuseIn:
 
 
 def test_a_reply_is_read_as_the_pipeline_reads_it():
-    outcome = eval_script("compare_fusers").outcome
     assert outcome(FuseOut(same_event=True), pair(0.95), 0.9) == "merge"
     assert outcome(FuseOut(same_event=True), pair(0.6), 0.9) == "link"  # may not merge below the threshold
     assert outcome(FuseOut(has_overlap=True, relation="follow_up"), pair(0.6), 0.9) == "link"
@@ -23,14 +22,13 @@ def test_a_reply_is_read_as_the_pipeline_reads_it():
 
 
 def test_scores_against_the_teacher_and_the_majority():
-    module = eval_script("compare_fusers")
     gold = ["link", "link", "link", "none"]
-    result = module.scores(gold, ["link", "none", "link", "none"])
+    result = fusion_scores(gold, ["link", "none", "link", "none"])
     assert result["accuracy"] == 0.75 and result["link_agreement"] == 0.75
     assert result["link_f1"] == pytest.approx(2 * 2 / (3 + 2))
     # macro over the outcomes present: link F1 0.8, none F1 2/3
     assert result["macro_f1"] == pytest.approx((0.8 + 2 / 3) / 2)
-    assert module.scores(gold, ["link"] * 4)["accuracy"] == 0.75
+    assert fusion_scores(gold, ["link"] * 4)["accuracy"] == 0.75
 
 
 def test_the_recorder_keeps_every_pair_and_reply():
@@ -38,6 +36,6 @@ def test_the_recorder_keeps_every_pair_and_reply():
         def forward(self, batch):
             return [FuseOut(has_overlap=True, relation="related") for _ in batch]
 
-    recorder = eval_script("compare_fusers").RecordingFuser(Overlapping())
+    recorder = RecordingFuser(Overlapping())
     out = recorder([pair(0.5), pair(0.7)])
     assert [item.similarity for item, _ in recorder.asked] == [0.5, 0.7] and [o for _, o in recorder.asked] == out
