@@ -52,7 +52,7 @@ class _Parser(argparse.ArgumentParser):
 WRITES: dict[str, tuple[str, ...]] = {
     "run": ("--out", "--save-memory"), "train": ("output_dir",), "evaluate-stage": (), "compare-stages": ("--out",),
     "headline": ("--benchmarks",), "sweep": ("--out",), "report": ("--out",), "export-memory": ("--out",),
-    "rescore": ("RUN_DIR",), "check-judge": ("--out",),  # in place: its metrics.json, predictions.jsonl and config.yaml
+    "rescore": ("RUN_DIR",), "check-judge": ("--out",), "answer-loss": (),  # in place: its metrics.json, predictions.jsonl and config.yaml
     "models": (),  # install writes only into memlab's own models folder
     "cache": ("FOLDER", "--cache"),
 }
@@ -159,6 +159,19 @@ def _parser() -> argparse.ArgumentParser:
     check_judge.add_argument("--labels", type=_path,
                              help="a labelled positive control (eval/judge_labels/positive_control_dev.json)")
     check_judge.add_argument("--out", type=_path, required=True, help="the JSON file to write")
+
+    answer_loss = commands.add_parser("answer-loss", help="where finished runs lose their answer score: per "
+                                      "category, the F1 lost on disputed gold, on evidence not read, on evidence "
+                                      "read (memlab.eval.answer_loss)")
+    answer_loss.add_argument("runs", type=_path, nargs="+", metavar="RUN_DIR",
+                             help="folders written by memlab run (their predictions.jsonl are pooled)")
+    answer_loss.add_argument("--errata", type=_path, help="an errata file in the LoCoMo audit's format")
+    answer_loss.add_argument("--k", type=_positive, default=10,
+                             help="units read, for runs without recall@context (default 10)")
+    answer_loss.add_argument("--metric", default="f1_amem", help="the per-question score (default f1_amem)")
+    answer_loss.add_argument("--data", type=_path, help="the LoCoMo file the runs answered: count the answer-missed "
+                             "questions whose gold is a span of an evidence turn")
+    answer_loss.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
 
     rescore = commands.add_parser("rescore", help="score finished runs' recorded answers again, in place, with "
                                   "the current scorers and a judge: only judge calls are paid (memlab.eval.rescore)")
@@ -452,6 +465,28 @@ def cmd_check_judge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_answer_loss(args: argparse.Namespace) -> int:
+    from memlab.eval.answer_loss import disputed_ids, loss_table, markdown
+
+    rows = []
+    for run in map(Path, args.runs):
+        path = run / "predictions.jsonl"
+        if not path.is_file():
+            log.error("%s: no predictions.jsonl, so not a finished memlab run", run)
+            return 2
+        rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    turn_texts = None
+    if args.data is not None:
+        from memlab.data import load_dataset
+
+        turn_texts = {(conversation.id, turn.id): turn.text for conversation in load_dataset(args.data)
+                      for session in conversation.sessions for turn in session.turns}
+    table = loss_table(rows, disputed_ids(Path(args.errata) if args.errata else None), args.k, args.metric,
+                       turn_texts)
+    print(json.dumps(table, indent=2) if args.json else markdown(table, args.metric))
+    return 0
+
+
 def cmd_rescore(args: argparse.Namespace) -> int:
     from memlab.config import instantiate, load_config
     from memlab.eval.conversation import close_lms
@@ -650,7 +685,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage,
                     "compare-stages": cmd_compare_stages, "report": cmd_report, "headline": cmd_headline,
-                    "sweep": cmd_sweep, "rescore": cmd_rescore, "check-judge": cmd_check_judge, "export-memory": cmd_export_memory,
+                    "sweep": cmd_sweep, "rescore": cmd_rescore, "check-judge": cmd_check_judge,
+                    "answer-loss": cmd_answer_loss, "export-memory": cmd_export_memory,
                     "models": cmd_models, "cache": cmd_cache}
         return commands[args.command](args)
     except (ConfigError, DataError, OverwriteError) as e:

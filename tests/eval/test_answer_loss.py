@@ -1,10 +1,11 @@
+"""memlab answer-loss: where a run's answer score is lost, per category."""
+
 import json
 
 import pytest
 
-from tests.eval_scripts import eval_script
-
-answer_loss = eval_script("answer_loss")
+from memlab.cli import main
+from memlab.eval import answer_loss
 
 
 def _row(qid, category, f1, recall10=1.0, context=None):
@@ -26,7 +27,7 @@ def test_the_loss_splits_disputed_then_missing_then_read():
     assert table["single-hop"]["lost"] == 0 and table["single-hop"]["evidence missing"]["share"] == 0.0
 
 
-def test_the_command_reads_runs_and_the_errata(tmp_path, capsys):
+def test_the_command_reads_runs_and_the_errata(tmp_path, capsys, caplog):
     run = tmp_path / "run"
     run.mkdir()
     (run / "predictions.jsonl").write_text("\n".join(json.dumps(r) for r in
@@ -35,11 +36,11 @@ def test_the_command_reads_runs_and_the_errata(tmp_path, capsys):
     errata.write_text(json.dumps([{"conversation": "conv-26", "qa_index": 2, "question": "q?", "category": 3,
                                    "error_type": "HALLUCINATION", "golden_answer": "a", "correct_answer": "b",
                                    "correct_evidence": ["D1:1"]}]))
-    assert answer_loss.main([str(run), "--errata", str(errata), "--json"]) == 0
+    assert main(["answer-loss", str(run), "--errata", str(errata), "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
     assert table["open-domain"]["gold disputed"]["questions"] == 1
     assert table["overall"]["evidence read, answer missed"]["lost"] == pytest.approx(0.5)
-    assert answer_loss.main([str(tmp_path / "missing")]) == 2
+    assert main(["answer-loss", str(tmp_path / "missing")]) == 2 and "missing: no predictions.jsonl" in caplog.text
 
 
 def test_the_read_bucket_counts_golds_that_are_spans_of_their_evidence():

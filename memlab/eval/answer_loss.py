@@ -15,14 +15,11 @@ whose gold answer is a span of one of their evidence turns (both under LoCoMo's 
 normalisation, whole words): what an extractive answerer could reach, and the F1 lost there is
 the most a perfect one, routed perfectly, could win back.
 
-    python eval/answer_loss.py eval/runs/conv26/rag_turns_best --errata ../shared/data/locomo/audit/errata_dev.json
+    memlab answer-loss eval/runs/conv26/rag_turns_best --errata ../shared/data/locomo/audit/errata_dev.json
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 
 from memlab.data.errata import ANSWER_CHANGING, load_errata
@@ -34,12 +31,14 @@ SPAN = "of which gold is a span of an evidence turn"
 
 
 def disputed_ids(errata: Path | None) -> set[str]:
+    """The ids of the questions whose gold answer the errata change (none without errata)."""
     if errata is None:
         return set()
     return {c.question_id for c in load_errata(errata) if c.error_type in ANSWER_CHANGING}
 
 
 def bucket(row: dict, disputed: set[str], k: int) -> str:
+    """Which of ``BUCKETS`` a row's loss falls in (module docstring)."""
     if row["question_id"] in disputed:
         return BUCKETS[0]
     recall = row.get("recall@context")
@@ -89,6 +88,7 @@ def loss_table(rows: list[dict], disputed: set[str], k: int, metric: str,
 
 
 def markdown(table: dict[str, dict], metric: str) -> str:
+    """``loss_table``'s table in markdown."""
     spans = any(SPAN in block for block in table.values())
     head = f"| category | n | {metric} | F1 lost | " + " | ".join(f"{b}: questions, share of loss" for b in BUCKETS)
     head += f" | {SPAN}: questions, share of loss, {metric} if all right" if spans else ""
@@ -99,35 +99,3 @@ def markdown(table: dict[str, dict], metric: str) -> str:
             cells.append(f"{block[SPAN]['questions']}, {block[SPAN]['share']:.2f}, {block[SPAN]['ceiling']:.3f}")
         lines.append(f"| {name} | {block['n']} | {block[metric]:.3f} | {block['lost']:.1f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders (their predictions.jsonl are pooled)")
-    parser.add_argument("--errata", type=Path, help="an errata file in the LoCoMo audit's format")
-    parser.add_argument("--k", type=int, default=10, help="units read, for runs without recall@context (default 10)")
-    parser.add_argument("--metric", default="f1_amem", help="the per-question score (default f1_amem)")
-    parser.add_argument("--data", type=Path, help="the LoCoMo file the runs answered: count the answer-missed "
-                        "questions whose gold is a span of an evidence turn")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
-    args = parser.parse_args(argv)
-    rows = []
-    for run in args.runs:
-        path = run / "predictions.jsonl"
-        if not path.is_file():
-            print(f"{run}: no predictions.jsonl", file=sys.stderr)
-            return 2
-        rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    turn_texts = None
-    if args.data is not None:
-        from memlab.data import load_dataset
-
-        turn_texts = {(conversation.id, turn.id): turn.text for conversation in load_dataset(args.data)
-                      for session in conversation.sessions for turn in session.turns}
-    table = loss_table(rows, disputed_ids(args.errata), args.k, args.metric, turn_texts)
-    print(json.dumps(table, indent=2) if args.json else markdown(table, args.metric))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
