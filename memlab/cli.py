@@ -152,8 +152,8 @@ def _parser() -> argparse.ArgumentParser:
                                       "(memlab.eval.judge_audit)")
     check_judge.add_argument("config", type=_path, help="a judge YAML (configs/judges/*.yaml)")
     check_judge.add_argument("overrides", nargs="*", help="dotted overrides of the judge config")
-    check_judge.add_argument("--audit", type=_path, required=True,
-                             help="the LoCoMo audit folder (../shared/data/locomo/audit)")
+    check_judge.add_argument("--audit", type=_path, help="the LoCoMo audit folder (../shared/data/locomo/audit); "
+                             "without it, only the labelled answers are judged (a candidate's cheap first look)")
     check_judge.add_argument("--conversations", type=_names, help="comma-separated conversation ids (default: all)")
     check_judge.add_argument("--max-questions", type=_positive, help="at most N questions per conversation")
     check_judge.add_argument("--labels", type=_path,
@@ -439,8 +439,12 @@ def cmd_check_judge(args: argparse.Namespace) -> int:
 
     refuse_writing_into(args.out, "--out", {"the judge config": args.config, "--audit": args.audit,
                                              "--labels": args.labels})
+    if args.audit is None and args.labels is None:
+        log.error("check-judge needs --audit, --labels or both: there is nothing to judge")
+        return 2
     try:  # every input read, and the judge built, before any verdict is paid for
-        items = load_audit_items(Path(args.audit), set(args.conversations or ()), args.max_questions)
+        items = load_audit_items(Path(args.audit), set(args.conversations or ()), args.max_questions) \
+            if args.audit else None
         labels = load_labels(args.labels) if args.labels else None
         judge = instantiate(load_config(args.config, args.overrides))
     except (ValueError, TypeError) as e:
@@ -450,16 +454,17 @@ def cmd_check_judge(args: argparse.Namespace) -> int:
         log.error("%s: builds a %s, not a judge", args.config, type(judge).__name__)
         return 2
     try:
-        result = check_judge(judge, items)
+        result = check_judge(judge, items) if items is not None else {"judge": judge.judge_info()}
         if labels is not None:
             verdicts = judge_labelled(judge, judged_items(labels))
             result["positive_control"] = {"labels": str(args.labels), **judge_agreement(labels, verdicts)}
     finally:
         close_lms(None, judge)
     write_json_atomic(args.out, {"config": str(args.config), "overrides": args.overrides, **result})
-    sets = result["sets"]
+    sets = result.get("sets", {})
     control = result.get("positive_control", {}).get("all")
-    print(json.dumps({name: sets[name]["rate"] for name in sets} | {"lenient": result["lenient"]}
+    print(json.dumps({name: sets[name]["rate"] for name in sets}
+                     | ({"lenient": result["lenient"]} if "lenient" in result else {})
                      | ({"accepts_right": control["accepts_right"]["rate"], "kappa": control["kappa"]["value"]}
                         if control else {})))
     return 0

@@ -85,6 +85,13 @@ def test_a_check_is_written_with_its_positive_control(tmp_path, monkeypatch, cap
     control = written["positive_control"]["all"]
     assert control["accepts_right"]["accepted"] == 1 and control["accepts_wrong"]["accepted"] == 0
     assert json.loads(capsys.readouterr().out)["accepts_right"] == 1.0
+    # the labels alone: a candidate's first look, no audit verdict paid for
+    alone = tmp_path / "labels_only.json"
+    assert main(["check-judge", "configs/judges/correct_wrong.yaml", "--labels", str(tmp_path / "labels.json"),
+                 "--out", str(alone)]) == 0
+    written = json.loads(alone.read_text())
+    assert "sets" not in written and written["positive_control"]["all"]["accepts_right"]["accepted"] == 1
+    assert main(["check-judge", "configs/judges/correct_wrong.yaml", "--out", str(alone)]) == 2
 
 
 def test_the_audit_sets_load_for_all_1035_dev_questions():
