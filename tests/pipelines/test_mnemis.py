@@ -291,15 +291,14 @@ def test_a_saved_memory_gets_its_hierarchy_made_again_by_another_categorizer(min
 
 
 def test_thresholds_carry_between_embedders_on_a_saved_memory(minilm, tmp_path, monkeypatch):
-    from tests.eval_scripts import eval_script
+    from memlab.pipelines.mnemis.thresholds import carried, samples
 
-    script = eval_script("mnemis_thresholds")
     memory = pipeline(Script(), minilm).build(history())
     mnemis = pipeline(Script(), minilm)
-    found = script.carried(memory, mnemis, mnemis)  # the same embedder: a threshold carries onto itself
+    found = carried(memory, mnemis, mnemis)  # the same embedder: a threshold carries onto itself
     predicate = found["thresholds"]["predicate_similarity"]
     assert predicate["pairs"] == 3 and found["thresholds"]["entity_threshold"]["pairs"] == 5
-    sample = script.samples(memory, minilm.encode)["predicate_similarity"]
+    sample = samples(memory, minilm.encode)["predicate_similarity"]
     assert predicate["target"] is None or min(sample) <= predicate["target"] <= max(sample)
     # the memory's facts are de-duplicated: no same-pair fact pair reaches 0.9, nothing to carry
     assert found["thresholds"]["fact_threshold"]["target"] is None
