@@ -3,7 +3,6 @@ the calibration script on the embedded sample."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,6 @@ from memlab.embed.similarity import (
     percentile_of,
     value_at,
 )
-from tests.eval_scripts import eval_script
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,13 +49,18 @@ def test_a_threshold_keeps_its_selectivity_under_another_embedder():
     assert cross_group_percentile(angles([0, 90, 0]), ["a", "b", "b"], 100) == pytest.approx(1.0)
 
 
-def test_the_calibration_script_reads_a_configs_thresholds_as_percentiles(capsys):
-    script = eval_script("calibrate_thresholds")
-    code = script.main([str(REPO / "configs/pipelines/compassmem.yaml"),
-                        "--events-from", str(REPO / "configs/pipelines/compassmem_trained_construction.yaml"),
-                        "--data", str(REPO / "memlab/data/samples/sample_locomo.json"),
-                        "--conversations", "sample-1", "--percentile", "50"])
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert code == 0 and result["events"] > 0 and "all-MiniLM-L6-v2" in result["embedder"]["model"]
-    assert result["merge_threshold"]["value"] == 0.9 and 0 <= result["merge_threshold"]["percentile"] <= 100
+def test_a_configs_thresholds_are_read_as_percentiles_of_its_events():
+    from memlab.config import build_pipeline
+    from memlab.data.select import load_conversations
+    from memlab.pipelines.compassmem.thresholds import earlier_event_similarities, threshold_percentiles
+
+    pipeline = build_pipeline(REPO / "configs/pipelines/compassmem.yaml")[0]
+    segmenter = build_pipeline(REPO / "configs/pipelines/compassmem_trained_construction.yaml")[0].segmenter
+    conversations = load_conversations(REPO / "memlab/data/samples/sample_locomo.json", ["sample-1"])
+    sample = earlier_event_similarities(segmenter, pipeline.embedder, conversations)
+    result = threshold_percentiles(pipeline, sample, 50)
+    assert result["events"] > 0 and result["merge_threshold"]["value"] == 0.9
+    assert 0 <= result["merge_threshold"]["percentile"] <= 100
     assert result["at_percentile"]["value"] == pytest.approx(result["quartiles"][1])
+    with pytest.raises(ValueError, match="no event after"):
+        threshold_percentiles(pipeline, np.zeros(0))
