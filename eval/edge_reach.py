@@ -11,7 +11,7 @@ events of the question (what the search starts from):
 * **edges**: every event one relation edge away (either direction) from the top K: ``n`` more events;
 * **dense**: the next ``n`` events of the dense ranking.
 
-and counts the questions where each set holds an event with an evidence turn, and the
+and counts (``memlab.training.navigation.reach``) the questions where each set holds an event with an evidence turn, and the
 discordant ones (evidence reached only by the edges, only by the dense extension). The gold
 evidence is read here, by the evaluation, to score the sets; no search is run. An upper bound on
 what a navigator that walks one hop can gain over the dense list, for any policy.
@@ -23,22 +23,8 @@ import argparse
 import json
 
 from memlab.eval.scripting import add_build_arguments, pipeline_and_conversations, reports_script_errors
-from memlab.training.navigation import adjacent
+from memlab.training.navigation import reach, reach_summary
 from memlab.training.supervision import evaluable_questions
-
-
-def reach(memory, question, top_k: int) -> dict[str, bool | int] | None:
-    """For one question: whether the top ``top_k``, the top plus its one-hop neighbours, and the
-    top plus as many more dense hits hold an evidence turn; None when no event holds one."""
-    evidence = set(question.evidence)
-    holding = {i for i in memory.events() if set(memory.unit(i).source_ids) & evidence}
-    if not holding:
-        return None
-    top = [hit.unit.id for hit in memory.index.search_dense(question.text, k=top_k)]
-    neighbours = list(dict.fromkeys(o for node in top for o in adjacent(memory, node) if o not in top))
-    ranked = [hit.unit.id for hit in memory.index.search_dense(question.text, k=top_k + len(neighbours))]
-    return {"top": bool(holding & set(top)), "edges": bool(holding & set(top + neighbours)),
-            "dense": bool(holding & set(ranked)), "added": len(neighbours)}
 
 
 @reports_script_errors
@@ -53,18 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         memory = pipeline.build(conversation.history())
         rows = [r for r in (reach(memory, q, args.top_k) for q in evaluable_questions(conversation)) if r]
         pooled += rows
-        print(json.dumps({"conversation": conversation.id, **summary(rows)}), flush=True)
-    print(json.dumps({"conversation": "pooled", **summary(pooled)}))
+        print(json.dumps({"conversation": conversation.id, **reach_summary(rows)}), flush=True)
+    print(json.dumps({"conversation": "pooled", **reach_summary(pooled)}))
     return 0
-
-
-def summary(rows: list[dict]) -> dict[str, float | int]:
-    n = len(rows)
-    return {"questions": n, "top_k_holds": sum(r["top"] for r in rows),
-            "with_edges_holds": sum(r["edges"] for r in rows), "with_dense_holds": sum(r["dense"] for r in rows),
-            "only_edges": sum(r["edges"] and not r["dense"] for r in rows),
-            "only_dense": sum(r["dense"] and not r["edges"] for r in rows),
-            "mean_added": round(sum(r["added"] for r in rows) / n, 2) if n else 0}
 
 
 if __name__ == "__main__":

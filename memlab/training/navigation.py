@@ -25,6 +25,10 @@ text, subgoals, ``EventView``s); the gold evidence only makes the labels. Questi
 evidence no event holds are skipped and counted in the card. ``evaluate_explorer_policy``
 scores any ``Navigator`` on such states against the always-EXPAND and majority-action
 baselines.
+
+``reach`` is a search-free bound on what walking one hop can gain: for a question, whether the
+dense top K events, the top K plus every event one relation edge away (``n`` more), and the top
+K plus the next ``n`` dense hits hold an evidence event (``eval/edge_reach.py`` pools it).
 """
 
 from __future__ import annotations
@@ -247,3 +251,27 @@ def evaluate_explorer_policy(policy: Navigator, examples, batch_size: int = 64, 
             "first_neighbours": next_scores([tuple(n.view.key for n in i.neighbours[: i.max_next]) for i in inputs]),
         },
     }
+
+
+def reach(memory: EventMemory, question: Question, top_k: int) -> dict[str, bool | int] | None:
+    """For one question: whether the top ``top_k``, the top plus its one-hop neighbours, and the
+    top plus as many more dense hits hold an evidence turn; None when no event holds one."""
+    evidence = set(question.evidence)
+    holding = {i for i in memory.events() if set(memory.unit(i).source_ids) & evidence}
+    if not holding:
+        return None
+    top = [hit.unit.id for hit in memory.index.search_dense(question.text, k=top_k)]
+    neighbours = list(dict.fromkeys(o for node in top for o in adjacent(memory, node) if o not in top))
+    ranked = [hit.unit.id for hit in memory.index.search_dense(question.text, k=top_k + len(neighbours))]
+    return {"top": bool(holding & set(top)), "edges": bool(holding & set(top + neighbours)),
+            "dense": bool(holding & set(ranked)), "added": len(neighbours)}
+
+
+def reach_summary(rows: list[dict]) -> dict[str, float | int]:
+    """``reach`` rows counted: the questions, how many each set reaches, the discordant ones."""
+    n = len(rows)
+    return {"questions": n, "top_k_holds": sum(r["top"] for r in rows),
+            "with_edges_holds": sum(r["edges"] for r in rows), "with_dense_holds": sum(r["dense"] for r in rows),
+            "only_edges": sum(r["edges"] and not r["dense"] for r in rows),
+            "only_dense": sum(r["dense"] and not r["edges"] for r in rows),
+            "mean_added": round(sum(r["added"] for r in rows) / n, 2) if n else 0}

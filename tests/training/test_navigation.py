@@ -225,21 +225,24 @@ def test_calibration_saves_the_next_threshold_with_the_best_validation_f1(tmp_pa
     assert Stage.load(tmp_path / "policy").next_threshold == 0.15
 
 
-def test_edge_reach_compares_one_hop_with_as_many_more_dense_hits(capsys):
-    from tests.eval_scripts import eval_script
+def test_edge_reach_compares_one_hop_with_as_many_more_dense_hits():
+    from memlab.config import build_pipeline
+    from memlab.data.select import load_conversations
+    from memlab.training.navigation import reach, reach_summary
+    from memlab.training.supervision import evaluable_questions
 
-    script = eval_script("edge_reach")
     events = memory()
     # e1 is the start; its edges reach e0 and e3 (the evidence); the next two dense hits do not
     shoes = question("Which shoe does Rex chew in the house?", ("D2:3",))
-    assert script.reach(events, shoes, top_k=1) == {"top": False, "edges": True, "dense": False, "added": 2}
-    assert script.reach(events, question("Kayak?", ("D9:9",)), top_k=1) is None  # no event holds the evidence
-    assert script.summary([{"top": False, "edges": True, "dense": False, "added": 2},
+    assert reach(events, shoes, top_k=1) == {"top": False, "edges": True, "dense": False, "added": 2}
+    assert reach(events, question("Kayak?", ("D9:9",)), top_k=1) is None  # no event holds the evidence
+    assert reach_summary([{"top": False, "edges": True, "dense": False, "added": 2},
                            {"top": True, "edges": True, "dense": True, "added": 4}]) == {
         "questions": 2, "top_k_holds": 1, "with_edges_holds": 2, "with_dense_holds": 1, "only_edges": 1,
         "only_dense": 0, "mean_added": 3.0}
     config = str(REPO / "configs/pipelines/compassmem_trained_construction.yaml")
-    assert script.main([config, "--data", str(SAMPLE), "--conversations", "sample-1"]) == 0
-    pooled = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert pooled["conversation"] == "pooled" and pooled["questions"] > 0
+    (conversation,) = load_conversations(SAMPLE, ["sample-1"])
+    built = build_pipeline(config)[0].build(conversation.history())
+    pooled = reach_summary([r for r in (reach(built, q, 5) for q in evaluable_questions(conversation)) if r])
+    assert pooled["questions"] > 0
     assert pooled["top_k_holds"] <= min(pooled["with_edges_holds"], pooled["with_dense_holds"])
