@@ -78,8 +78,12 @@ def rescore_run(folder: str | Path, judge: Judge, judge_node: Mapping[str, Any],
     ``config_path``) and write it back (module docstring); returns the new metrics."""
     folder = Path(folder)
     metrics, rows = _read_run(folder)
-    unjudged = rescore_rows(rows, judge)
-    before = {"judge_info": metrics.get("judge_info"), "judge": metrics["overall"].get("judge")}
+    try:
+        unjudged = rescore_rows(rows, judge)
+    except KeyError as e:  # a row without the fields a run writes: nothing is written back
+        raise RescoreError(f"{folder / 'predictions.jsonl'}: a row has no {e} field, so it is not a memlab run's "
+                           "row") from None
+    before = {"judge_info": metrics.get("judge_info"), "judge": (metrics.get("overall") or {}).get("judge")}
     metrics.update(M.aggregate(rows, METRICS, ANSWERABLE_CATEGORIES if is_locomo(rows) else None))
     if "audited" in metrics:
         metrics["audited"] = audited_blocks(rows)

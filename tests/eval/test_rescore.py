@@ -77,6 +77,16 @@ def test_a_folder_that_is_not_a_finished_run_is_refused_and_the_others_are_resco
     (tmp_path / "empty").mkdir()
     with pytest.raises(RescoreError, match="not a finished run"):
         rescore_run(tmp_path / "empty", RulesFirstJudge(CorrectWrongJudge(ReplayLM([]))), {}, "j")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "metrics.json").write_text("{}")
+    (broken / "predictions.jsonl").write_text(json.dumps({"prediction": "x", "category": "single-hop"}) + "\n")
+    with pytest.raises(RescoreError, match="a row has no 'question_id' field"):
+        rescore_run(broken, RulesFirstJudge(CorrectWrongJudge(ReplayLM([]))), {}, "j")
+    assert (broken / "metrics.json").read_text() == "{}"  # nothing written back
+    (broken / "predictions.jsonl").write_text("{not json\n")
+    with pytest.raises(RescoreError, match="not a finished run"):
+        rescore_run(broken, RulesFirstJudge(CorrectWrongJudge(ReplayLM([]))), {}, "j")
     # The shipped config, its model replaced by a replaying one (only memlab classes are built from YAML).
     monkeypatch.setattr("memlab.config.instantiate",
                         lambda node: RulesFirstJudge(CorrectWrongJudge(ReplayLM(lambda r: '{"label": "WRONG"}'))))
