@@ -281,6 +281,14 @@ def expected_question_ids(sweep: Sweep) -> tuple[str, ...]:
     return tuple(question.id for c in selected_conversations(sweep) for question in select_questions(c, options))
 
 
+def _recorded_answers(record: Path) -> int | None:
+    """How many answers a progress record keeps; None without a readable one."""
+    try:
+        return len(json.loads(record.read_text(encoding="utf-8"))["rows"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def row_status(sweep: Sweep, row: SweepRow, out: Path, expected: Sequence[str]) -> RowStatus:
     """Where ``row`` stands in ``out`` (``RowStatus``); ``SweepError`` when its folder holds a
     finished run of this row's config over other questions than the file's."""
@@ -288,9 +296,12 @@ def row_status(sweep: Sweep, row: SweepRow, out: Path, expected: Sequence[str]) 
     partial = sorted(out.glob(f".{row.name}.tmp-*/predictions.jsonl.partial"))
     record = out / UNFINISHED / f"{row.name}.json"
     if not (folder / "metrics.json").is_file():
-        if partial:  # running now, or killed before it could clean up
-            answered = max(sum(1 for line in p.open(encoding="utf-8") if line.strip()) for p in partial)
-            return RowStatus(row.name, "partial", f"{answered} of {len(expected)} questions on disk", answered)
+        staged = max((sum(1 for line in p.open(encoding="utf-8") if line.strip()) for p in partial), default=None)
+        recorded = _recorded_answers(record)
+        # A staging folder is a run going on now or one killed before it cleaned up; the record is
+        # what the last stopped run kept. The one further on says where the row stands.
+        if staged is not None and (recorded is None or staged >= recorded):
+            return RowStatus(row.name, "partial", f"{staged} of {len(expected)} questions on disk", staged)
         if record.is_file():
             try:
                 progress = json.loads(record.read_text(encoding="utf-8"))

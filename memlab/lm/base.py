@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from memlab.components import CheckedArguments
@@ -111,6 +112,18 @@ class LM(CheckedArguments, ABC):
 
     def warm_up(self) -> None:
         """Load the model now instead of on first use."""
+
+    @property
+    def trained_weights(self) -> Path | None:
+        """The folder of weights this LM learnt on top of its published model (a LoRA adapter);
+        None for a published model. Its recipe's ``training.json`` says what they learnt from."""
+        return None
+
+    @property
+    def trained_on(self) -> frozenset[str]:
+        """The conversations ``trained_weights`` were trained or validated on (``training.json``'s
+        split); ``memlab.stage.trained_conversations`` sees them through the stage that holds the LM."""
+        return frozenset()
 
     def runtime(self) -> dict[str, Any]:
         """What runs this LM's calls where it runs, for a run's record of its timings (a local

@@ -94,6 +94,17 @@ class HFLM(LM):
                 self._name += f"+lora@{_folder_fingerprint(self._adapter_folder())}"
         return self._name
 
+    @property
+    def trained_weights(self) -> Path | None:
+        return None if self.adapter is None else self._adapter_folder()
+
+    @property
+    def trained_on(self) -> frozenset[str]:
+        from memlab.checkpoint import training_split
+
+        folder = self.trained_weights
+        return frozenset() if folder is None else training_split(folder)
+
     def _adapter_folder(self) -> Path:
         folder = Path(str(self.adapter)).expanduser()
         if not (folder / "adapter_config.json").is_file():

@@ -54,12 +54,12 @@ import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import torch
 from tqdm.auto import tqdm
 
-from memlab.bounds import NonNegativeFloat, OpenUnitFloat, PositiveFloat, PositiveInt, Range
+from memlab.bounds import NonNegativeFloat, OpenUnitFloat, PositiveFloat, PositiveInt
 from memlab.clock import active_seconds
 from memlab.config import ConfigError
 from memlab.fileio import swap_in
@@ -74,9 +74,9 @@ from memlab.training import (
     total_steps,
     training_conversations,
 )
+from memlab.training.causal_lm import IGNORE_INDEX, LoraSettings, add_lora, collate, tokenize_pair, trainable_state
 from memlab.training.supervision import FIXED_EVAL_IDS, conversation_texts, distillation_dropped, distillation_examples
 
-IGNORE_INDEX = -100
 
 @dataclass
 class ExcludedData:
@@ -85,16 +85,6 @@ class ExcludedData:
 
     path: str | None = None
     exclude_ids: list[str] | None = None
-
-
-@dataclass
-class LoraSettings:
-    """PEFT's ``LoraConfig``."""
-
-    rank: PositiveInt = 8
-    alpha: PositiveFloat = 16
-    dropout: Annotated[float, Range(0, 1, open_max=True)] = 0.05
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
 @dataclass
@@ -236,36 +226,6 @@ def _dequantized_gguf(gguf: str | None) -> dict[str, Any]:
     return {"quantization_config": GgufConfig(dequantize=True)} if gguf else {}
 
 
-def add_lora(model, lora: dict[str, Any]):
-    from peft import LoraConfig, get_peft_model
-
-    config = LoraConfig(r=int(lora["rank"]), lora_alpha=float(lora["alpha"]), lora_dropout=float(lora["dropout"]),
-                        target_modules=list(lora["target_modules"]), task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
-
-
-def tokenize(tokenizer, example: dict[str, Any], max_length: int) -> dict[str, list[int]] | None:
-    """Prompt (chat template, generation prompt) + completion + eos; labels only on the completion."""
-    prompt = tokenizer.apply_chat_template(example["messages"], tokenize=False, add_generation_prompt=True)
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    target_ids = tokenizer(example["completion"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    if len(prompt_ids) + len(target_ids) > max_length:
-        return None
-    return {"input_ids": prompt_ids + target_ids, "labels": [IGNORE_INDEX] * len(prompt_ids) + target_ids}
-
-
-def collate(rows: list[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded batch; padding is masked out of attention and loss."""
-    width = max(len(r["input_ids"]) for r in rows)
-    batch = {"input_ids": [], "attention_mask": [], "labels": []}
-    for r in rows:
-        pad = width - len(r["input_ids"])
-        batch["input_ids"].append(r["input_ids"] + [pad_id] * pad)
-        batch["attention_mask"].append([1] * len(r["input_ids"]) + [0] * pad)
-        batch["labels"].append(r["labels"] + [IGNORE_INDEX] * pad)
-    return {k: torch.tensor(v) for k, v in batch.items()}
-
-
 def setup(config: dict[str, Any]) -> Run:
     cfg = resolve_config(config)
     out = Path(cfg["output_dir"]).expanduser()
@@ -282,10 +242,12 @@ def setup(config: dict[str, Any]) -> Run:
     examples = list(dataset)
     train_examples, eval_examples = split_examples(examples, float(cfg["eval_fraction"]), int(cfg["seed"]))
     run.tokenizer, model = load_student(str(cfg["student"]))
-    model = add_lora(model, cfg["lora"])
+    lora = cfg["lora"]
+    model = add_lora(model, lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"])
     tokenized = {}
     for split, rows in (("train", train_examples), ("eval", eval_examples)):
-        kept = [t for t in (tokenize(run.tokenizer, e, int(cfg["max_length"])) for e in rows) if t is not None]
+        kept = [t for t in (tokenize_pair(run.tokenizer, e["messages"], e["completion"], int(cfg["max_length"]))
+                         for e in rows) if t is not None]
         if not kept:
             raise ValueError(f"distill_stage: every {split} example is longer than max_length={cfg['max_length']} "
                              "tokens; raise max_length")
@@ -323,11 +285,6 @@ def evaluate(model, loader) -> float:
     return total / max(tokens, 1)
 
 
-def lora_state(model) -> dict[str, torch.Tensor]:
-    """A CPU copy of the trainable (adapter) weights: what "the best student" needs to restore."""
-    return {k: v.detach().to("cpu", copy=True) for k, v in model.named_parameters() if v.requires_grad}
-
-
 def train(run: Run) -> dict[str, Any]:
     accelerator, model, optimizer = run.accelerator, run.model, run.optimizer
     epochs, eval_every = int(run.config["optim"]["epochs"]), int(run.config["eval_every"])
@@ -337,7 +294,7 @@ def train(run: Run) -> dict[str, Any]:
         eval_loss = evaluate(model, run.eval_loader)
         improved = stopper.step(-eval_loss)  # EarlyStopping wants higher-is-better
         if improved:
-            run.best = {"step": step, "eval_loss": eval_loss, "weights": lora_state(accelerator.unwrap_model(model))}
+            run.best = {"step": step, "eval_loss": eval_loss, "weights": trainable_state(accelerator.unwrap_model(model))}
         run.log.write(step=step, epoch=epoch, train_loss=train_loss, eval_loss=round(eval_loss, 5), best=improved)
 
     model.train()

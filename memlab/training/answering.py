@@ -9,19 +9,16 @@ messages. The target is the gold answer, the audited one where the LoCoMo errata
 (``Question.audited``), and for an adversarial question (category 5) the fixed abstention
 ``ABSTAIN``. Gold reaches the target only, never the messages: those are what the stage sees.
 
-**Training.** ``lora_adapter`` wraps a transformers causal LM (``HFLM.loaded()``) in a peft LoRA
-adapter on its attention projections. ``target_loss`` is the causal-LM loss on the target tokens
-alone (the prompt, rendered with the model's chat template and generation prompt, is masked), so
-a step teaches the answer's form and content, not the prompt. The adapter is saved with peft's
-``save_pretrained`` and served by ``HFLM(model=..., adapter=folder)`` behind the same prompted
-answerer: a config swaps the answer stage's LM, no pipeline changes.
+**Training** (``memlab.recipes.finetune_answerer``) is supervised LoRA fine-tuning on these pairs
+(``memlab.training.causal_lm``: the loss on the target's tokens alone). The adapter is saved with
+peft's ``save_pretrained`` and served by ``HFLM(model=..., adapter=folder)`` behind the same
+prompted answerer: a config swaps the answer stage's LM, no pipeline changes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from memlab.pipelines.base import Pipeline
 from memlab.stages.answer import PromptedAnswerer
@@ -31,8 +28,6 @@ from memlab.types import ANSWERABLE_CATEGORIES, Conversation
 #: What a trained answerer learns to say when the conversation does not hold the answer: one of
 #: the official LoCoMo F1's accepted phrases, and what ``memlab.eval.abstention`` recognises.
 ABSTAIN = "Not mentioned in the conversation."
-#: The attention projections of Llama- and Qwen-style decoders.
-ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 @dataclass(frozen=True)
@@ -91,44 +86,3 @@ def answer_examples(pipeline: Pipeline, conversations: Iterable[Conversation],
     finally:
         pipeline.replace("answerer", answerer)
     return examples
-
-
-def lora_adapter(model: Any, r: int = 8, alpha: int = 16, dropout: float = 0.05,
-                 target_modules: Sequence[str] = ATTENTION) -> Any:
-    """``model`` wrapped in a fresh, trainable peft LoRA adapter (its base weights frozen)."""
-    from peft import LoraConfig, get_peft_model
-
-    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
-                        task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
-
-
-def encode_examples(tokenizer: Any, examples: Sequence[AnswerExample]) -> list[tuple[list[int], int]]:
-    """Each example as token ids (its prompt with the generation prompt, then its target and the
-    end-of-turn token) and the length of its prompt part."""
-    encoded = []
-    for example in examples:
-        prompt = tokenizer.apply_chat_template(list(example.messages), tokenize=False, add_generation_prompt=True)
-        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        target_ids = tokenizer(example.target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        encoded.append((prompt_ids + target_ids, len(prompt_ids)))
-    return encoded
-
-
-def target_loss(model: Any, tokenizer: Any, examples: Sequence[AnswerExample]) -> Any:
-    """The mean causal-LM loss over the target tokens of ``examples`` (their prompts masked)."""
-    import torch
-
-    encoded = encode_examples(tokenizer, examples)
-    width = max(len(ids) for ids, _ in encoded)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    input_ids = torch.full((len(encoded), width), pad, dtype=torch.long)
-    labels = torch.full((len(encoded), width), -100, dtype=torch.long)
-    attention = torch.zeros((len(encoded), width), dtype=torch.long)
-    for row, (ids, prompt_length) in enumerate(encoded):  # right padding: training needs no generation
-        input_ids[row, :len(ids)] = torch.tensor(ids)
-        attention[row, :len(ids)] = 1
-        labels[row, prompt_length:len(ids)] = torch.tensor(ids[prompt_length:])
-    device = next(model.parameters()).device
-    out = model(input_ids=input_ids.to(device), attention_mask=attention.to(device), labels=labels.to(device))
-    return out.loss

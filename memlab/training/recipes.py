@@ -148,11 +148,13 @@ class MetricsLog:
     """Append-only JSON-lines log of a run (``for_checkpoint``: ``<output_dir>.metrics.jsonl``,
     beside the checkpoint folder, which ``Stage.save`` replaces whole)."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, keep: bool = False) -> None:
+        """A new, empty log at ``path``; with ``keep`` (a resumed run) its earlier lines stay."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._start = active_seconds()
-        self.path.write_text("")
+        if not (keep and self.path.is_file()):
+            self.path.write_text("")
 
     @classmethod
     def for_checkpoint(cls, output_dir: str | os.PathLike) -> "MetricsLog":

@@ -150,6 +150,24 @@ def test_the_status_of_a_row_stopped_in_a_build_says_how_far_the_build_got(tmp_p
     assert "sample-1 part built (1,234 LLM calls) when it stopped" in sweep_status(sweep, out)[1].detail
 
 
+def test_a_stale_staging_folder_does_not_hide_a_record_that_got_further(tmp_path):
+    """A run killed before it cleaned up leaves its staging folder; a later stopped run's record
+    holds more answers. The status counts the one further on, whichever it is."""
+    lm = {"_component_": "memlab.lm.llamacpp.LlamaCppLM", "model": "smollm2-135m-instruct-q4_1"}
+    sweep = load_sweep(sweep_file(tmp_path, lm))
+    out = tmp_path / "out"
+    (out / "unfinished").mkdir(parents=True)
+    staging = out / ".top5.tmp-old"
+    staging.mkdir()
+    (staging / "predictions.jsonl.partial").write_text('{"question_id": "q1"}\n')
+    (out / "unfinished" / "top5.json").write_text(json.dumps({"rows": [{}, {}], "builds": [], "building": None}))
+    top5 = sweep_status(sweep, out)[1]
+    assert (top5.state, top5.answered) == ("partial", 2) and "when it stopped" in top5.detail
+    (staging / "predictions.jsonl.partial").write_text('{"question_id": "q1"}\n' * 3)  # a resumed run got further
+    top5 = sweep_status(sweep, out)[1]
+    assert (top5.answered, top5.detail) == (3, "3 of 3 questions on disk")
+
+
 @pytest.mark.slow
 def test_the_command_runs_a_sweep_and_reports_the_rows(tmp_path, small_lm, capsys, caplog):
     path = sweep_file(tmp_path, small_lm)

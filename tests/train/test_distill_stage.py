@@ -12,6 +12,7 @@ from memlab.data import SAMPLE_PATH
 from memlab.lm.cache import ResponseCache
 from memlab.lm.types import ChatRequest, Completion
 from memlab.training import run_recipe
+from memlab.training.causal_lm import mean_completion_loss, tokenize_pair
 from memlab.training.supervision import conversation_texts, distillation_dropped
 
 SAMPLE = SAMPLE_PATH
@@ -136,9 +137,8 @@ def saved_eval_loss(tmp_path, folder) -> float:
     _, held_out = recipe.split_examples(list(recipe.load_examples(cfg)), cfg["eval_fraction"], cfg["seed"])
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
-    rows = [recipe.tokenize(tokenizer, e, cfg["max_length"]) for e in held_out]
-    loader = [recipe.collate(rows[i : i + 3], tokenizer.pad_token_id) for i in range(0, len(rows), 3)]
-    return recipe.evaluate(model, loader)
+    rows = [tokenize_pair(tokenizer, e["messages"], e["completion"], cfg["max_length"]) for e in held_out]
+    return mean_completion_loss(model, rows, tokenizer.pad_token_id, batch_size=3)
 
 
 @pytest.mark.slow

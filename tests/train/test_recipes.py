@@ -32,6 +32,7 @@ from memlab.training import (
 
 SAMPLE = Path(__file__).resolve().parents[2] / "memlab" / "data" / "samples" / "sample_locomo.json"
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "train"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def three_conversations(tmp_path_factory) -> Path:
 
 RECIPES = ("finetune_reranker", "finetune_router", "train_traversal_policy", "distill_stage", "train_event_segmenter",
            "train_relation_extractor", "train_explorer_policy", "train_global_selector", "finetune_retriever",
-           "fit_tfidf_router")
+           "fit_tfidf_router", "finetune_answerer")
 
 
 def tiny_data(path: Path) -> dict:
@@ -341,3 +342,58 @@ def test_data_sessions_cut_every_conversation_or_each_to_its_own_count(three_con
     with pytest.raises(ConfigError, match=r"data.sessions=\{...\} must be"):
         recipe_settings({"recipe": "r", "output_dir": "o", "data": {"sessions": {"tiny-a": 0}}}, ConversationSettings())
     assert DataSettings().sessions is None
+
+
+@pytest.mark.slow
+def test_answerer_recipe_resumes_after_an_interrupt_and_its_adapter_serves_the_answer_stage(
+        three_conversations, tmp_path, monkeypatch):
+    """SmolLM2-135M as the student over rag_turns' requests: stopped at its 4th step, started
+    again, it ends as one run (log, steps); the adapter carries its split into the overlap check
+    and loads into the answer stage's LM."""
+    pytest.importorskip("peft")
+    pytest.importorskip("gguf")
+    from memlab.config import build_pipeline
+    from memlab.eval.runner import refuse_training_overlap
+    from memlab.lm.hf import HFLM
+    from memlab.stage import trained_conversations
+
+    recipe = load_recipe("finetune_answerer")
+    config = load_recipe_config(CONFIGS / "answerer.yaml", [
+        f"output_dir={tmp_path / 'answerer'}", f"pipeline={REPO / 'configs/pipelines/rag_turns.yaml'}", "pipeline_overrides=[]",
+        "student=smollm2-135m-instruct-q4_1", "lora.rank=4", "optim.max_steps=6", "optim.batch_size=2",
+        "optim.lr=1e-3", "eval_every=3", "checkpoint_every=2", "validation_examples=3", "progress=false"])
+    config["data"] = tiny_data(three_conversations)
+    real, calls = recipe.completion_loss, []
+
+    def stop_at_the_fourth_step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(recipe, "completion_loss", stop_at_the_fourth_step)
+    with pytest.raises(KeyboardInterrupt):
+        recipe.main(config)
+    partial = tmp_path / "answerer.partial"
+    assert (partial / "state" / "resume.pt").is_file() and (partial / "examples.jsonl").is_file()
+    assert not (tmp_path / "answerer").exists()
+    summary = recipe.main(config)  # continues from step 3's state (saved after its validation)
+    assert len(calls) == 4 + 3  # then steps 4, 5 and 6 only: the first three were not trained again
+    assert summary["steps"] == 6 and summary["split"]["train"] == ["tiny-a"]
+    assert summary["examples"]["train"] > 0 and summary["held_out_loss"] > 0
+    log = [json.loads(line) for line in (tmp_path / "answerer.metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in log] == [0, 3, 6]
+    adapter = tmp_path / "answerer"
+    assert {"adapter_config.json", "adapter_model.safetensors", "training.json", "README.md"} <= \
+        {p.name for p in adapter.iterdir()} and not partial.exists()
+    assert "| 6 |" in (adapter / "README.md").read_text()
+
+    pipeline, _, _ = build_pipeline(REPO / "configs/pipelines/rag_turns.yaml", [])
+    pipeline.answerer.lm = HFLM("smollm2-135m-instruct-q4_1", cache=None, adapter=str(adapter))
+    assert trained_conversations(pipeline) == {str(adapter): frozenset({"tiny-a", "tiny-b"})}
+    with pytest.raises(ValueError, match="scored on conversations they learnt from"):
+        refuse_training_overlap(pipeline, ["tiny-b", "tiny-c"], allow=False)
+    refuse_training_overlap(pipeline, ["tiny-c"], allow=False)
+    (adapter / "training.json").unlink()  # an adapter that does not say what it learnt from
+    with pytest.raises(ValueError, match="without a record of the conversations"):
+        refuse_training_overlap(pipeline, ["tiny-c"], allow=False)

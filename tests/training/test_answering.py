@@ -16,7 +16,8 @@ from memlab.lm.hf import HFLM
 from memlab.lm.models import KNOWN_MODELS
 from memlab.stages.answer import PromptedAnswerer
 from memlab.stages.answer.base import AnswerIn
-from memlab.training.answering import ABSTAIN, AnswerExample, answer_examples, lora_adapter, target_loss
+from memlab.training.answering import ABSTAIN, AnswerExample, answer_examples
+from memlab.training.causal_lm import add_lora, completion_loss, tokenize_pair
 from memlab.types import AuditedGold
 from tests.fakes import ReplayLM
 from tests.pipelines.test_no_label_in_prompts import with_lm
@@ -66,12 +67,13 @@ def test_a_lora_step_lowers_the_loss_and_the_saved_adapter_changes_the_answer_st
     answerer = PromptedAnswerer(HFLM(TINY, cache=None, dtype="float32"), max_tokens=8)
     example = AnswerExample("c", "q", "single-hop", tuple(answerer.render(question).messages), "Zanzibar Quokka")
     torch.manual_seed(0)
-    model = lora_adapter(base, r=8, alpha=32, dropout=0.0)
+    model = add_lora(base, rank=8, alpha=32, dropout=0.0)
+    rows = [tokenize_pair(tokenizer, example.messages, example.target)]
     model.train()
     optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-3)
     losses = []
     for _ in range(12):
-        loss = target_loss(model, tokenizer, [example])
+        loss = completion_loss(model, rows, tokenizer.pad_token_id)
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()

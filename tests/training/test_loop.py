@@ -10,24 +10,35 @@ import torch
 
 from memlab.training import MetricsLog, make_accelerator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
+from memlab.training.resume import ResumeError, Resumption
 
 
-def regression(tmp_path, scores: list[float] | None, **options):
-    """Fit y = 2x with a linear model; validation returns the next of ``scores`` (None: a final fit)."""
+def regression(tmp_path, scores: list[float] | None, stop_at: int | None = None, **options):
+    """Fit y = 2x with a linear model (dropout before it, so a resumed run needs torch's random
+    state); validation returns the next of ``scores`` (None: a final fit). ``stop_at``: the batch
+    whose loss raises KeyboardInterrupt, as an interrupted run."""
     torch.manual_seed(0)
-    model = torch.nn.Linear(1, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = torch.nn.Sequential(torch.nn.Dropout(0.2), torch.nn.Linear(1, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 / (1 + step))
     data = [(x / 10, 2 * x / 10) for x in range(10)]
-    rng, saved, remaining = random.Random(0), [], list(scores or [])
+    rng, saved, remaining, calls = random.Random(0), [], list(scores or []), []
 
     def batch_loss(batch):
+        calls.append(len(batch))
+        if len(calls) == stop_at:
+            raise KeyboardInterrupt
         x = torch.tensor([[a] for a, _ in batch])
         return torch.nn.functional.mse_loss(model(x), torch.tensor([[b] for _, b in batch]))
 
-    log = MetricsLog(tmp_path / "metrics.jsonl")
-    summary = fit(Optimisation(model, make_accelerator("no", cpu=True), optimizer), n_steps=options.pop("n_steps", 10),
+    resume = options.get("resume")
+    if resume is not None:  # validations already logged answered the scores they used
+        remaining = remaining[sum(1 for _ in (tmp_path / "metrics.jsonl").open()) if (tmp_path / "metrics.jsonl").exists() else 0:]
+    log = MetricsLog(tmp_path / "metrics.jsonl", keep=resume is not None)
+    summary = fit(Optimisation(model, make_accelerator("no", cpu=True), optimizer, scheduler),
+                  n_steps=options.pop("n_steps", 10),
                   epoch_batches=lambda: shuffled_batches(data, 4, rng), batch_loss=batch_loss,
-                  save=lambda: saved.append(model.weight.item()), log=log,
+                  save=lambda: saved.append(model[1].weight.item()), log=log,
                   validate=(lambda: {"score": remaining.pop(0)}) if scores is not None else None,
                   metric=lambda s: s["score"], patience=2, progress=False, **options)
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -63,7 +74,7 @@ def test_validation_per_epoch_and_the_initial_weights_first(tmp_path):
 def test_a_final_fit_trains_its_length_and_saves_the_last_weights(tmp_path):
     summary, saved, lines, model = regression(tmp_path, None, n_steps=30, eval_every=5)
     assert summary["steps"] == 30 and summary["best"] is None and len(saved) == 1
-    assert saved[0] == model.weight.item() and abs(model.weight.item() - 2) < abs(0.0 - 2)  # it learned
+    assert saved[0] == model[1].weight.item() and abs(model[1].weight.item() - 2) < abs(0.0 - 2)  # it learned
     assert len(lines) == 1 and lines[0]["step"] == 30
 
 
@@ -72,3 +83,37 @@ def test_an_epoch_without_batches_is_an_error_not_a_hang(tmp_path):
         fit(Optimisation(torch.nn.Linear(1, 1), make_accelerator("no", cpu=True), None), n_steps=3,
             epoch_batches=lambda: [], batch_loss=None, save=lambda: None, log=MetricsLog(tmp_path / "m.jsonl"),
             validate=None, metric=None, patience=1, progress=False)
+
+
+@pytest.mark.parametrize("options", [{"n_steps": 10, "eval_every": 3}, {"n_steps": 12, "validate_first": True}])
+@pytest.mark.parametrize("stop_at", [2, 5, 7])
+def test_a_run_interrupted_and_started_again_ends_as_if_it_had_never_stopped(tmp_path, options, stop_at):
+    """State every 2 steps and after each validation; the second start continues from it with
+    fresh objects and ends with the uninterrupted run's weights, log and summary."""
+    scores = [0.1, 0.3, 0.2, 0.5, 0.4, 0.6]
+    whole, whole_saved, whole_lines, whole_model = regression(tmp_path / "whole", scores, **options)
+
+    def resumable():
+        return Resumption(tmp_path / "cut" / "state", every=2, fingerprint="f")
+
+    with pytest.raises(KeyboardInterrupt):
+        regression(tmp_path / "cut", scores, stop_at=stop_at, resume=resumable(), **options)
+    assert (tmp_path / "cut" / "state" / "resume.pt").is_file() or stop_at == 2  # (2: nothing saved yet)
+    summary, _, lines, model = regression(tmp_path / "cut", scores, resume=resumable(), **options)
+    assert model[1].weight.item() == pytest.approx(whole_model[1].weight.item(), abs=1e-7)
+    drop = ("elapsed_s", "examples_per_second")
+    assert [{k: v for k, v in line.items() if k not in drop} for line in lines] == \
+        [{k: v for k, v in line.items() if k not in drop} for line in whole_lines]
+    drop = ("train_seconds", "examples_per_second")
+    assert {k: v for k, v in summary.items() if k not in drop} == {k: v for k, v in whole.items() if k not in drop}
+    assert not (tmp_path / "cut" / "state").exists()  # a complete run leaves no state behind
+
+
+def test_a_state_saved_under_another_configuration_is_refused(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        regression(tmp_path, None, stop_at=4, n_steps=6, resume=Resumption(tmp_path / "state", 1, "a"))
+    with pytest.raises(ResumeError, match="saved by a run with another configuration"):
+        regression(tmp_path, None, n_steps=6, resume=Resumption(tmp_path / "state", 1, "b"))
+    (tmp_path / "state" / "resume.pt").write_bytes(b"torn")
+    with pytest.raises(ResumeError, match="unreadable training state"):
+        regression(tmp_path, None, n_steps=6, resume=Resumption(tmp_path / "state", 1, "a"))

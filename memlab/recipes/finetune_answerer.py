@@ -1,0 +1,246 @@
+"""Fine-tune the answer stage: LoRA on a local causal LM, from the requests the answer stage sends (issue 83).
+
+    memlab train finetune_answerer --config configs/train/answerer.yaml [key=value ...]
+
+Read top to bottom: ``setup`` (conversations split by conversation; the examples of each part,
+``memlab.training.answering.answer_examples``: the ``pipeline`` config retrieves for every
+question as it does when it answers, and its answer stage's exact request is the input, the
+gold answer, audited where the errata correct it, or the abstention for category 5 the target;
+the student with a fresh LoRA adapter), ``train`` (``memlab.training.loop.fit``: the loss on the
+target tokens, the validation conversation's loss every ``eval_every`` steps, early stopping,
+the best adapter kept; the run's state saved every ``checkpoint_every`` steps), ``save_checkpoint``
+(the best adapter), then the loss on the held-out conversations, and the record.
+
+**Resumable.** Training on a CPU takes hours. Everything goes into ``<output_dir>.partial``: the
+examples (``examples.jsonl``, so a restart does not retrieve again), the best adapter so far and
+the run's state (``memlab.training.resume``). Started again with the same config, the recipe
+continues from the last saved step; once complete, the folder is renamed to ``output_dir``.
+
+**The checkpoint** is a peft adapter folder (``adapter_config.json``, ``adapter_model.safetensors``)
+with ``training.json`` (config, ``split``, example counts, the validation curve, the held-out
+loss) and ``README.md``, its card. ``memlab.lm.hf.HFLM(model=<student>, adapter=<output_dir>)``
+serves it behind the same prompted answerer (``configs/pipelines/rag_turns_best_trained_answerer.yaml``);
+``training.json``'s split is what the runner's training-overlap check reads, as for any stage.
+
+**The student** ships as GGUF in a package (``memlab models``): transformers dequantises it to
+dense weights (``HFLM.loaded``), the route with no download, and the adapter is served over the
+same dequantised weights it was trained on.
+
+Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir, seed,
+precision`` (no/fp16/bf16, accelerate's autocast; bf16 also runs on a CPU with bf16 kernels),
+``progress``, ``data {path, eval_ids, validation_ids, conversations, max_questions, final_fit}``,
+``pipeline`` and ``pipeline_overrides`` (the retrieval whose requests are learnt: the row the
+adapter will serve), ``student`` (a known model name, a .gguf file or a model folder), ``lora
+{rank, alpha, dropout, target_modules}``, ``optim {lr, weight_decay, epochs, batch_size,
+warmup_fraction, max_steps}``, ``max_length`` (prompt + target tokens; longer examples are
+dropped and counted), ``eval_every`` (steps), ``patience`` (validations), ``validation_examples``
+(cap, the first N), ``checkpoint_every`` (steps between saved states), ``held_out_loss`` (score
+the evaluation conversations' loss at the end).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from memlab.bounds import PositiveInt
+from memlab.config import build_pipeline
+from memlab.fileio import swap_in, write_json_atomic
+from memlab.lm.hf import HFLM
+from memlab.training import MetricsLog, Optimiser, PipelineSettings, prepare_training, start_recipe, total_steps
+from memlab.training.answering import AnswerExample, answer_examples
+from memlab.training.causal_lm import LoraSettings, add_lora, completion_loss, mean_completion_loss, tokenize_pair
+from memlab.training.loop import Optimisation, fit, shuffled_batches
+from memlab.training.resume import Resumption, config_fingerprint
+
+EXAMPLES_FILE = "examples.jsonl"
+ADAPTER = "adapter"
+STATE = "state"
+CARD = "README.md"
+
+
+@dataclass
+class Settings(PipelineSettings):
+    pipeline: str = "configs/pipelines/rag_turns_best.yaml"
+    student: str = "qwen2.5-coder-0.5b"
+    lora: LoraSettings = field(default_factory=lambda: LoraSettings(rank=16, alpha=32))
+    optim: Optimiser = field(default_factory=lambda: Optimiser(lr=2e-4, epochs=2, batch_size=4,
+                                                               warmup_fraction=0.05))
+    max_length: PositiveInt = 2048
+    eval_every: PositiveInt = 50
+    patience: PositiveInt = 3
+    validation_examples: PositiveInt | None = None
+    checkpoint_every: PositiveInt = 10
+    held_out_loss: bool = True
+
+
+@dataclass
+class Run:
+    config: dict[str, Any]
+    out: Path
+    work: Path  # ``<output_dir>.partial``: renamed to ``out`` once complete
+    split: dict[str, list[str]] = field(default_factory=dict)
+    examples: dict[str, list[AnswerExample]] = field(default_factory=dict)  # part -> examples
+    rows: dict[str, list[dict[str, list[int]]]] = field(default_factory=dict)  # part -> tokenised examples
+    dropped: dict[str, int] = field(default_factory=dict)  # part -> examples over max_length
+    tokenizer: Any = None
+    model: Any = None
+    accelerator: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    log: MetricsLog | None = None
+    resume: Resumption | None = None
+
+
+def setup(config: dict[str, Any]) -> Run:
+    config, parts = start_recipe(config, Settings(recipe="finetune_answerer"), final_fit_supported=True)
+    out = Path(config["output_dir"]).expanduser()
+    if out.exists() and not (out / "training.json").is_file():
+        raise FileExistsError(f"finetune_answerer: {out} exists and is not a trained answerer; choose another "
+                              "output_dir")
+    run = Run(config=config, out=out, work=out.with_name(out.name + ".partial"), split=parts.ids())
+    fingerprint = config_fingerprint(config)
+    if run.work.is_dir() and _recorded_fingerprint(run.work) != fingerprint:
+        shutil.rmtree(run.work)  # another config's leftovers: nothing of it can be continued
+    run.work.mkdir(parents=True, exist_ok=True)
+    run.examples = cached_examples(run.work, fingerprint, lambda: {
+        part: examples_of(config, conversations) for part, conversations in parts._asdict().items()})
+    run.tokenizer, base = HFLM(str(config["student"]), cache=None, dtype="float32").loaded()
+    limit = int(config["max_length"])
+    for part, examples in run.examples.items():
+        tokenised = [tokenize_pair(run.tokenizer, e.messages, e.target, limit) for e in examples]
+        run.rows[part] = [row for row in tokenised if row is not None]
+        run.dropped[part] = len(tokenised) - len(run.rows[part])
+    if not run.rows["train"]:
+        raise ValueError(f"finetune_answerer: no training example of at most max_length={limit} tokens "
+                         f"({len(run.examples['train'])} examples before the cut)")
+    cap = config["validation_examples"]
+    run.rows["validation"] = run.rows["validation"][: int(cap) if cap else None]
+    lora = config["lora"]
+    model = add_lora(base, lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"])
+    run.model, run.optimizer, run.scheduler, run.accelerator = prepare_training(model, config, len(run.rows["train"]))
+    run.resume = Resumption(run.work / STATE, int(config["checkpoint_every"]), fingerprint)
+    run.log = MetricsLog.for_checkpoint(out) if not run.resume.path.is_file() else \
+        MetricsLog(out.parent / f"{out.name}.metrics.jsonl", keep=True)
+    return run
+
+
+def examples_of(config: dict[str, Any], conversations) -> list[AnswerExample]:
+    """The answer-stage examples of ``conversations`` under the recipe's pipeline (none: empty)."""
+    if not conversations:
+        return []
+    pipeline, _, _ = build_pipeline(config["pipeline"], list(config["pipeline_overrides"] or []))
+    return answer_examples(pipeline, conversations)
+
+
+def cached_examples(work: Path, fingerprint: str, make) -> dict[str, list[AnswerExample]]:
+    """The examples of each part, read from ``work`` when an earlier start of this run made them,
+    else made by ``make()`` and written there (retrieval for every question takes minutes)."""
+    path = work / EXAMPLES_FILE
+    if path.is_file() and _recorded_fingerprint(work) == fingerprint:
+        parts: dict[str, list[AnswerExample]] = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            parts.setdefault(row.pop("part"), []).append(
+                AnswerExample(**{**row, "messages": tuple(row["messages"])}))
+        return {part: parts.get(part, []) for part in ("train", "validation", "evaluation")}
+    made = make()
+    write_json_atomic(work / "fingerprint.json", {"fingerprint": fingerprint})
+    with (work / f".{EXAMPLES_FILE}.tmp").open("w", encoding="utf-8") as f:
+        for part, examples in made.items():
+            for example in examples:
+                f.write(json.dumps({"part": part, **asdict(example)}, ensure_ascii=False) + "\n")
+    (work / f".{EXAMPLES_FILE}.tmp").replace(path)
+    return made
+
+
+def _recorded_fingerprint(work: Path) -> str | None:
+    try:
+        return json.loads((work / "fingerprint.json").read_text(encoding="utf-8"))["fingerprint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def train(run: Run) -> dict[str, Any]:
+    pad = run.tokenizer.pad_token_id
+    rng = random.Random(int(run.config["seed"]))
+    validation = run.rows["validation"]
+
+    def validate() -> dict[str, float]:
+        return {"loss": round(mean_completion_loss(run.model, validation, pad), 5)}
+
+    # A final fit (no validation conversation) trains the configured length and keeps the last step.
+    return fit(Optimisation(run.model, run.accelerator, run.optimizer, run.scheduler),
+               n_steps=total_steps(len(run.rows["train"]), run.config["optim"]),
+               epoch_batches=lambda: shuffled_batches(run.rows["train"], int(run.config["optim"]["batch_size"]), rng),
+               batch_loss=lambda batch: completion_loss(run.model, batch, pad), save=lambda: save_checkpoint(run),
+               log=run.log, validate=validate if validation else None, metric=lambda scores: -scores["loss"],
+               patience=int(run.config["patience"]), eval_every=int(run.config["eval_every"]),
+               validate_first=bool(validation), progress=run.config["progress"], desc="answerer",
+               resume=run.resume)
+
+
+def save_checkpoint(run: Run) -> Path:
+    """The adapter as it is now, into the run's folder (the best one, as ``fit`` calls it)."""
+    folder = run.work / ADAPTER
+    run.accelerator.unwrap_model(run.model).save_pretrained(folder)
+    return folder
+
+
+def held_out_loss(run: Run) -> float | None:
+    """The best adapter's loss on the evaluation conversations' examples (None: none, or not asked)."""
+    if not (run.config["held_out_loss"] and run.rows["evaluation"]):
+        return None
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    model = run.accelerator.unwrap_model(run.model)
+    set_peft_model_state_dict(model, load_file(str(run.work / ADAPTER / "adapter_model.safetensors")))
+    return round(mean_completion_loss(model, run.rows["evaluation"], run.tokenizer.pad_token_id), 5)
+
+
+def card(run: Run, summary: dict[str, Any]) -> str:
+    """The checkpoint's README: what it is, what it learnt from, how it was selected."""
+    curve = [json.loads(line) for line in run.log.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    points = "\n".join(f"| {p['step']} | {p['validation']['loss']} |" for p in curve if "validation" in p)
+    cfg = run.config
+    return f"""# Trained answerer: {cfg['student']} + LoRA (memlab recipe `finetune_answerer`)
+
+Serve: `memlab.lm.hf.HFLM(model={cfg['student']!r}, adapter=<this folder>)` as the answer stage's LM
+(`configs/pipelines/rag_turns_best_trained_answerer.yaml`).
+
+- Base model: `{cfg['student']}` (GGUF, dequantised by transformers), LoRA rank {cfg['lora']['rank']}, alpha
+  {cfg['lora']['alpha']}, on {', '.join(cfg['lora']['target_modules'])}.
+- Inputs: the answer stage's requests under `{cfg['pipeline']}` {list(cfg['pipeline_overrides'] or [])}; targets:
+  gold (audited where the errata correct it), "Not mentioned in the conversation." for category 5.
+- Split by conversation: train {run.split['train']}, validation {run.split['validation']},
+  held out {run.split['evaluation']}.
+- Examples: {summary['examples']}; dropped as longer than {cfg['max_length']} tokens: {run.dropped}.
+- Steps: {summary['steps']} of batch {cfg['optim']['batch_size']}, lr {cfg['optim']['lr']}; best step
+  {(summary['best'] or {}).get('step')}; held-out loss {summary['held_out_loss']}.
+
+| step | validation loss |
+|---|---|
+{points}
+"""
+
+
+def main(config: dict[str, Any]) -> dict[str, Any]:
+    run = setup(config)
+    summary = train(run)
+    summary.update(split=run.split, student=str(run.config["student"]),
+                   examples={part: len(rows) for part, rows in run.rows.items()}, dropped_too_long=run.dropped,
+                   held_out_loss=held_out_loss(run), device=str(run.accelerator.device),
+                   torch_threads=torch.get_num_threads())
+    adapter = run.work / ADAPTER
+    write_json_atomic(adapter / "training.json", {"config": run.config, **summary})
+    (adapter / CARD).write_text(card(run, summary), encoding="utf-8")
+    swap_in(adapter, run.out)  # only now does output_dir hold the adapter, whole
+    shutil.rmtree(run.work)
+    return {**summary, "checkpoint": str(run.out)}

@@ -1,0 +1,108 @@
+"""Supervised LoRA fine-tuning of a local causal LM on (chat messages -> completion) pairs: what the
+recipes that teach an LM a stage's replies share (``distill_stage``: a prompted stage's cached
+calls; ``finetune_answerer``: the answer stage's requests with gold targets).
+
+An example is tokenised as its prompt (the model's chat template with the generation prompt),
+then the completion and the end-of-turn token; the loss is the causal-LM loss on the completion's
+tokens alone (the prompt's labels are ``IGNORE_INDEX``), so a step teaches what to reply, not the
+prompt. An example longer than the limit is dropped by the caller, never cut: a cut-off target
+would teach the model never to stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import torch
+
+from memlab.bounds import PositiveFloat, PositiveInt, Range
+
+#: The label that leaves a token out of the loss (transformers' and torch's convention).
+IGNORE_INDEX = -100
+#: The attention projections of Llama- and Qwen-style decoders.
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+@dataclass
+class LoraSettings:
+    """A recipe's ``lora`` section: peft's ``LoraConfig`` (``add_lora``)."""
+
+    rank: PositiveInt = 8
+    alpha: PositiveFloat = 16
+    dropout: Annotated[float, Range(0, 1, open_max=True)] = 0.05
+    target_modules: list[str] = field(default_factory=lambda: list(ATTENTION))
+
+
+def add_lora(model: Any, rank: int = 8, alpha: float = 16, dropout: float = 0.05,
+             target_modules: Sequence[str] = ATTENTION) -> Any:
+    """``model`` wrapped in a fresh, trainable peft LoRA adapter (its base weights frozen)."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=int(rank), lora_alpha=float(alpha), lora_dropout=float(dropout),
+                        target_modules=list(target_modules), task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def tokenize_pair(tokenizer: Any, messages: Sequence[dict[str, str]], completion: str,
+                  max_length: int | None = None) -> dict[str, list[int]] | None:
+    """``input_ids`` (prompt, completion, eos) and ``labels`` (the completion and eos only); None
+    when longer than ``max_length`` tokens."""
+    prompt = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    target_ids = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    if max_length is not None and len(prompt_ids) + len(target_ids) > max_length:
+        return None
+    return {"input_ids": prompt_ids + target_ids, "labels": [IGNORE_INDEX] * len(prompt_ids) + target_ids}
+
+
+def collate(rows: Sequence[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """A right-padded batch; padding is masked out of attention and loss (training never generates)."""
+    width = max(len(r["input_ids"]) for r in rows)
+    batch: dict[str, list[list[int]]] = {"input_ids": [], "attention_mask": [], "labels": []}
+    for r in rows:
+        pad = width - len(r["input_ids"])
+        batch["input_ids"].append(r["input_ids"] + [pad_id] * pad)
+        batch["attention_mask"].append([1] * len(r["input_ids"]) + [0] * pad)
+        batch["labels"].append(r["labels"] + [IGNORE_INDEX] * pad)
+    return {k: torch.tensor(v) for k, v in batch.items()}
+
+
+def completion_loss(model: Any, rows: Sequence[dict[str, list[int]]], pad_id: int) -> torch.Tensor:
+    """The mean loss over the completion tokens of ``rows`` (differentiable)."""
+    device = next(model.parameters()).device
+    return model(**{k: v.to(device) for k, v in collate(rows, pad_id).items()}).loss
+
+
+@torch.no_grad()
+def mean_completion_loss(model: Any, rows: Sequence[dict[str, list[int]]], pad_id: int,
+                         batch_size: int = 4) -> float:
+    """The loss per completion token over ``rows``, batches weighted by their completion tokens;
+    the model is left in the mode it was in."""
+    was_training = model.training
+    model.eval()
+    total, tokens = 0.0, 0
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        n = sum(sum(label != IGNORE_INDEX for label in r["labels"][1:]) for r in chunk)  # the model shifts by one
+        total += float(completion_loss(model, chunk, pad_id)) * n
+        tokens += n
+    model.train(was_training)
+    return total / max(tokens, 1)
+
+
+def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A CPU copy of the trainable (adapter) weights: what restoring a step of training needs."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.named_parameters() if v.requires_grad}
+
+
+@torch.no_grad()
+def restore_trainable(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Copy ``state`` (``trainable_state``) back into ``model``; a missing or extra name is an error."""
+    parameters = {k: v for k, v in model.named_parameters() if v.requires_grad}
+    if set(parameters) != set(state):
+        missing, extra = sorted(set(parameters) - set(state)), sorted(set(state) - set(parameters))
+        raise ValueError(f"trainable weights do not match the model's (missing {missing[:3]}, extra {extra[:3]})")
+    for name, value in state.items():
+        parameters[name].copy_(value)
