@@ -4,22 +4,20 @@
                                 [--sessions N] [--sample K] [--seed S] [--allow-training-overlap] --out FILE
 
 Builds each conversation's memory with CONFIG (a MAGMA config; its trained stages' training
-conversations are refused unless ``--allow-training-overlap``), then writes every causal edge (or, with ``--sample K``, K of them
-drawn at random with ``--seed``) as ``{conversation, cause, effect, score, cause_text,
-effect_text, hand_checked_causal: null}``: a person sets ``hand_checked_causal`` to true or
-false after reading the two events, and the file is the precision's evidence
-(BENCHMARKS.md, "Issue 40"). Prints the count of causal edges per conversation and session.
+conversations are refused unless ``--allow-training-overlap``), then writes every causal edge
+(``memlab.pipelines.magma.inspection.causal_links``; with ``--sample K``, K of them drawn at random
+with ``--seed``). Prints the count of causal edges per conversation and session.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 from pathlib import Path
 
 from memlab.eval.scripting import add_build_arguments, pipeline_and_conversations, reports_script_errors
 from memlab.fileio import atomic_file
+from memlab.pipelines.magma.inspection import causal_links, sample_links
 
 
 @reports_script_errors
@@ -33,17 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     pipeline, conversations = pipeline_and_conversations(args)
     rows = []
     for conversation in conversations:
-        memory = pipeline.build(conversation.history())
-        edges = memory.graph.edges("causal")
-        for cause, effect, data in edges:
-            rows.append({"conversation": conversation.id, "cause": cause, "effect": effect, "score": data.get("weight"),
-                         "cause_text": memory.unit(cause).text, "effect_text": memory.unit(effect).text,
-                         "hand_checked_causal": None})
+        links = causal_links(pipeline.build(conversation.history()), conversation.id)
+        rows += links
         print(json.dumps({"conversation": conversation.id, "sessions": len(conversation.sessions),
-                          "causal_edges": len(edges),
-                          "per_session": round(len(edges) / max(len(conversation.sessions), 1), 2)}), flush=True)
-    if args.sample is not None and args.sample < len(rows):
-        rows = random.Random(args.seed).sample(rows, args.sample)
+                          "causal_edges": len(links),
+                          "per_session": round(len(links) / max(len(conversation.sessions), 1), 2)}), flush=True)
+    rows = sample_links(rows, args.sample, args.seed)
     with atomic_file(Path(args.out)) as tmp:
         tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return 0

@@ -1,51 +1,26 @@
-"""Rebuild the category hierarchy of a saved Mnemis memory with a config's categorizer, and print
-what formed: the structure block and each layer's categories with their children.
-
-The base graph is read as saved (no extraction call); only the hierarchy is made again, with the
-categorizer, ``compression_ratio``, ``max_layers`` and ``category_batch`` of the config, so
-categorizers (prompted, LLM-free, other prompts or models) compare on the same entities.
+"""Rebuild the category hierarchy of a saved Mnemis memory with a config's categorizer
+(``memlab.pipelines.mnemis.inspection.remake_hierarchy``) and print what formed: each layer's
+categories with their children, and the structure block.
 
     memlab run configs/pipelines/mnemis.yaml --data ../shared/data/locomo/locomo10_dev.json --conversations conv-26 \\
         --retrieval-only --save-memory memories/mnemis-conv26
     python eval/mnemis_hierarchy.py memories/mnemis-conv26/conv-26 configs/ablations/mnemis_llm_free_hierarchy.yaml
 
-``--memberships OUT`` also writes a sample of (category, child) pairs to check by reading, one
-JSON line each with ``"label": null``; ``eval/hand_check.py`` scores them once labelled. A pair is
-right when the category's name says something true and specific of the child as its summary
-describes it ("Pets" over "Oliver: Melanie's cat"), wrong when it does not ("Pets" over
-"Pottery class") or says nothing of it ("Things").
+``--memberships OUT`` also writes a sample of (category, child) pairs to label by reading
+(``inspection.memberships``); ``eval/hand_check.py`` scores them once labelled.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 from pathlib import Path
 
 from memlab.config import build_pipeline
-from memlab.pipelines.mnemis.memory import CATEGORY, MnemisMemory
-
-
-def layers_text(memory: MnemisMemory, shown: int = 8) -> str:
-    lines = []
-    for number, layer in enumerate(memory.layers[1:], start=1):
-        categories = [n for n in layer if memory.node_type(n) == CATEGORY and memory.graph.node(n)["layer"] == number]
-        lines.append(f"layer {number}: {len(categories)} categories, {len(layer) - len(categories)} promoted")
-        for category in categories:
-            children = [memory.graph.node(c)["name"] for c in memory.children(category)]
-            more = f", ... ({len(children)})" if len(children) > shown else ""
-            lines.append(f"  {memory.graph.node(category)['name']}: {', '.join(children[:shown])}{more}")
-    return "\n".join(lines)
-
-
-def memberships(memory: MnemisMemory, sample: int, seed: int = 0) -> list[dict]:
-    """``sample`` (category, child) pairs drawn at random from every layer, in layer order."""
-    pairs = [(memory.graph.node(c)["layer"], c, child) for c in memory.graph.nodes(CATEGORY) for child in memory.children(c)]
-    chosen = sorted(random.Random(seed).sample(pairs, min(sample, len(pairs))), key=lambda p: (p[0], p[1], p[2]))
-    return [{"layer": layer, "category": memory.node_line(category), "child": memory.node_line(child), "label": None}
-            for layer, category, child in chosen]
+from memlab.eval.hand_check import write_listing
+from memlab.pipelines.mnemis.inspection import layers_text, memberships, remake_hierarchy
+from memlab.pipelines.mnemis.memory import MnemisMemory
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,20 +36,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.memberships} exists: labels are never overwritten", file=sys.stderr)
         return 2
     pipeline = build_pipeline(args.config, args.overrides)[0]
-    if pipeline.categorizer is None:
-        print(f"{args.config}: no categorizer (system2 is off)", file=sys.stderr)
-        return 2
     memory = MnemisMemory.load(args.memory, pipeline.embedder)
-    memory.counts["rejected_category_replies"] = 0
-    pipeline.build_hierarchy(memory)
-    structure = pipeline.memory_structure(memory)
+    try:
+        structure = remake_hierarchy(memory, pipeline)
+    except ValueError as e:
+        print(f"{args.config}: {e}", file=sys.stderr)
+        return 2
     print(layers_text(memory))
     print(json.dumps({k: v for k, v in structure.items() if k not in ("episodes", "facts")}, indent=1))
     if args.json:
         args.json.write_text(json.dumps(structure, indent=1) + "\n", encoding="utf-8")
     if args.memberships:
-        rows = memberships(memory, args.sample)
-        args.memberships.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        write_listing(args.memberships, memberships(memory, args.sample))
     return 0
 
 

@@ -6,7 +6,7 @@
         [--retrieval-only] [--allow-training-overlap] [--synthesize-misses N] [--request-s S --prompt-token-s S --token-s S]
 
 Every local llama.cpp model of the config is replaced by ``OpenAICompatLM`` pointed at a
-``ReplayServer`` (``eval/replay_server.py``): a stand-in for a GPU server that replays the local
+``ReplayServer`` (``memlab.lm.replay_server``): a stand-in for a GPU server that replays the local
 model's cached replies with set latencies and ``--slots`` concurrent sequences. The served LMs run
 without a response cache, so every call reaches the server and waits its simulated time; every
 other part of the pipeline (embedders, indexes, rerankers) runs for real on this machine. Each
@@ -22,19 +22,15 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from replay_server import ReplayServer  # noqa: E402
-
-from memlab.cli import configure_logging  # noqa: E402
-from memlab.config import dump_config, instantiate, load_config  # noqa: E402
-from memlab.eval.runner import RunOptions, run_config  # noqa: E402
-from memlab.lm.cache import default_cache_path  # noqa: E402
+from memlab.cli import configure_logging
+from memlab.config import dump_config, instantiate, load_config
+from memlab.eval.runner import RunOptions, run_config
+from memlab.lm.cache import default_cache_path
+from memlab.lm.replay_server import ReplayServer
 
 LOCAL_LM = "memlab.lm.llamacpp.LlamaCppLM"
 
@@ -96,7 +92,7 @@ def main() -> int:
     parser.add_argument("--token-s", type=float, default=0.02)
     parser.add_argument("--cache", default=str(default_cache_path()), help="the response cache to replay")
     parser.add_argument("--synthesize-misses", type=int, metavar="N",
-                        help="answer requests the cache lacks with a placeholder of N tokens (replay_server.py)")
+                        help="answer requests the cache lacks with a placeholder of N tokens (memlab.lm.replay_server)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     configure_logging()

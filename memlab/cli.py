@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from memlab.eval.commands import add_scoring_parsers, cmd_answer_loss, cmd_check_judge, cmd_rescore
+from memlab.eval.compare import add_compare_parser, cmd_compare
 
 log = logging.getLogger("memlab")
 
@@ -53,7 +54,7 @@ class _Parser(argparse.ArgumentParser):
 #: command of the parser against this table, so a new command that writes must join it.
 WRITES: dict[str, tuple[str, ...]] = {
     "run": ("--out", "--save-memory"), "train": ("output_dir",), "evaluate-stage": (), "compare-stages": ("--out",),
-    "headline": ("--benchmarks",), "sweep": ("--out",), "report": ("--out",), "export-memory": ("--out",),
+    "headline": ("--benchmarks",), "sweep": ("--out",), "compare": ("--out",), "report": ("--out",), "export-memory": ("--out",),
     "rescore": ("RUN_DIR",), "check-judge": ("--out",), "answer-loss": (),  # in place: its metrics.json, predictions.jsonl and config.yaml
     "models": (),  # install writes only into memlab's own models folder
     "cache": ("FOLDER", "--cache"),
@@ -149,6 +150,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="the same tasks on a Ray cluster (memlab run --ray)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bars")
 
+    add_compare_parser(commands, _path, _names, _positive, _ray_address)
     add_scoring_parsers(commands, _path, _names, _positive)
 
     report = commands.add_parser("report", help="compare finished runs over the same questions in an HTML page "
@@ -561,7 +563,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         commands = {"run": cmd_run, "train": cmd_train, "evaluate-stage": cmd_evaluate_stage,
                     "compare-stages": cmd_compare_stages, "report": cmd_report, "headline": cmd_headline,
-                    "sweep": cmd_sweep, "rescore": cmd_rescore, "check-judge": cmd_check_judge,
+                    "sweep": cmd_sweep, "compare": cmd_compare, "rescore": cmd_rescore, "check-judge": cmd_check_judge,
                     "answer-loss": cmd_answer_loss, "export-memory": cmd_export_memory,
                     "models": cmd_models, "cache": cmd_cache}
         return commands[args.command](args)

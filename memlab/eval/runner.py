@@ -1,7 +1,7 @@
 """The benchmark loop: build memory per conversation, answer its questions, score, write.
 
 ``run_config`` builds a pipeline config's pipeline, judge and conversations and runs
-``run_benchmark`` (what ``memlab run`` and ``eval/compare.py`` call), which writes into ``out_dir``:
+``run_benchmark`` (what ``memlab run`` and ``memlab compare`` call), which writes into ``out_dir``:
 
 * ``predictions.jsonl`` — one line per question (gold data next to what the pipeline did);
   written as ``predictions.jsonl.partial`` while running (a batch's rows as soon as they are

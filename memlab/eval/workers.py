@@ -24,7 +24,7 @@ work folder's caches hold, then starts afresh.
 Executors (``memlab.eval.executors``). ``LocalExecutor`` is a process pool (spawned processes: a forked
 llama.cpp or torch is not safe); ``memlab.eval.ray_executor.RayExecutor`` sends the same tasks to
 a Ray cluster. A run submits its tasks in the conversations' order as slots free up; one executor
-can serve several runs at once (``eval/compare.py --workers N``: configs x conversations).
+can serve several runs at once (``memlab compare --workers N``: configs x conversations).
 Each local worker gets ``cpu_count // workers`` torch threads (at least one), so N workers do
 not oversubscribe the cores; a local llama.cpp model in each worker still competes for them:
 workers pay off against a served model (``OpenAICompatLM``), not a local one on a small machine.

@@ -6,12 +6,29 @@ stands in the fuser slot of a teacher pipeline (typically the prompted F.1 coref
 replayed from the response cache) and keeps every pair and reply, unchanged. ``outcome`` reads a
 reply as the pipeline does (merge, a relation edge, or no link); ``fusion_scores`` compares a
 candidate fuser's outcomes on the same pairs with the teacher's. ``eval/compare_fusers.py`` runs it.
+
+``links_against_observations`` asks of a built memory whether the events its fusion links across
+sessions are about the same thing by LoCoMo's observations: every event after the first session
+has an e*, its most similar event of an earlier session (what fusion asks about), and the pair is
+*related by the observations* when an observation citing a turn of one and an observation citing
+a turn of the other are as similar as the ``percentile`` of cross-session observation pairs,
+speaker names removed (the rule and threshold of ``memlab.training.observation_boundaries``).
+The annotations are read by this evaluation, never by the pipeline. Pairs with no observation
+on either side are counted apart. ``eval/fusion_vs_observations.py`` runs it.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from memlab.embed.similarity import cross_group_percentile, unit_rows
+from memlab.memory.structure import session_of
 from memlab.pipelines.compassmem.pipeline import fusion_outcome
 from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
+from memlab.training.observation_boundaries import without_names
 from memlab.training.relations import macro_f1
 
 #: What a fusion step can do with a (new, existing) event pair.
@@ -47,3 +64,57 @@ def fusion_scores(gold: list[str], predicted: list[str]) -> dict[str, float | No
             "macro_f1": macro_f1(gold, predicted, OUTCOMES),
             "link_agreement": sum(g == p for g, p in zip(*linked)) / len(gold),
             "link_f1": 2 * tp / (sum(linked[0]) + sum(linked[1])) if sum(linked[0]) + sum(linked[1]) else 0.0}
+
+
+def observation_vectors(conversation, embedder) -> tuple[dict[str, list[int]], np.ndarray, list[str]]:
+    """Per turn id, the indices of the observations citing it; the observations' unit vectors
+    (speaker names removed); each one's session id."""
+    by_turn: dict[str, list[int]] = defaultdict(list)
+    texts, sessions = [], []
+    for annotation in conversation.annotations:
+        for observation in annotation.observations:
+            for turn_id in observation.source_ids:
+                by_turn[turn_id].append(len(texts))
+            texts.append(without_names(observation.text, conversation.speakers))
+            sessions.append(annotation.session_id)
+    return by_turn, unit_rows(embedder.encode(texts)), sessions
+
+
+def links_against_observations(memory, conversation, embedder, percentile: float = 90.0) -> dict[str, Any]:
+    """The counts of ``memory``'s (e*, event) pairs (module docstring): ``pairs``, ``related``,
+    ``linked``, ``linked_related`` and ``no_observation``, with the observation ``threshold``."""
+    if not conversation.annotations:
+        raise ValueError(f"{conversation.id}: no observation annotations to score the links against")
+    by_turn, facts, fact_sessions = observation_vectors(conversation, embedder)
+    threshold = cross_group_percentile(facts, fact_sessions, percentile)
+    events = [memory.unit(i) for i in memory.events()]
+    order = {s.id: n for n, s in enumerate(conversation.sessions)}
+    step = {e.id: order.get(session_of(e), -1) for e in events}
+    vectors = unit_rows(memory.index.vectors([e.id for e in events]))
+    linked = {frozenset((u, v)) for u, v, _ in memory.graph.edges("relation")}
+    counts: dict[str, Any] = defaultdict(int)
+    for i, event in enumerate(events):
+        earlier = [j for j, other in enumerate(events) if step[other.id] < step[event.id]]
+        if not earlier:
+            continue
+        nearest = earlier[int(np.argmax(vectors[earlier] @ vectors[i]))]
+        mine = [k for t in event.source_ids for k in by_turn.get(t, ())]
+        theirs = [k for t in events[nearest].source_ids for k in by_turn.get(t, ())]
+        if not mine or not theirs:
+            counts["no_observation"] += 1
+            continue
+        related = float((facts[mine] @ facts[theirs].T).max()) >= threshold
+        is_linked = frozenset((event.id, events[nearest].id)) in linked
+        counts["pairs"] += 1
+        counts["related"] += related
+        counts["linked"] += is_linked
+        counts["linked_related"] += is_linked and related
+    return {"threshold": round(threshold, 4), **counts}
+
+
+def link_agreement(row: dict[str, Any]) -> dict[str, Any]:
+    """``row``'s counts with the base rate, and the links' precision and recall against the observations."""
+    pairs, related, linked, hits = (row.get(k, 0) for k in ("pairs", "related", "linked", "linked_related"))
+    return {**row, "base_rate": round(related / pairs, 3) if pairs else None,
+            "precision": round(hits / linked, 3) if linked else None,
+            "recall": round(hits / related, 3) if related else None}

@@ -13,7 +13,6 @@ from memlab.cli import main
 from memlab.data import SAMPLE_PATH
 from memlab.eval.build_cost import build_costs
 from memlab.eval.scripting import ScriptError, add_build_arguments, pipeline_and_conversations
-from tests.eval_scripts import eval_script
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,9 +23,11 @@ def test_an_unknown_conversation_id_exits_before_any_model_loads(caplog):
     assert "['conv-x'] are not in it (available: ['sample-1'])" in caplog.text
 
 
-def test_the_teacher_cache_script_refuses_an_unknown_conversation_before_any_model_loads(capsys):
-    assert eval_script("compassmem_teacher_cache").main(["--data", str(SAMPLE_PATH), "sample-1", "conv-x"]) == 2
-    assert "conv-x" in capsys.readouterr().err
+def test_an_unknown_conversation_is_refused_when_the_data_is_read_before_any_model_loads():
+    from memlab.data import DataError, load_conversations
+
+    with pytest.raises((DataError, ValueError), match="conv-x"):  # eval/compassmem_teacher_cache.py reads it first
+        load_conversations(SAMPLE_PATH, ["sample-1", "conv-x"])
 
 
 def _build_args(config: str, conversations: str) -> argparse.Namespace:

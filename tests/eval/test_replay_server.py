@@ -1,17 +1,15 @@
-"""eval/replay_server.py: a served model's stand-in, replaying a cache with set latencies."""
+"""memlab.lm.replay_server: a served model's stand-in, replaying a cache with set latencies."""
 
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from memlab.lm import ChatRequest, OpenAICompatLM
+from memlab.lm import ChatRequest, OpenAICompatLM, replay_server
 from memlab.lm.cache import ResponseCache
 from memlab.lm.errors import RequestError
 from memlab.lm.types import Completion
-from tests.eval_scripts import eval_script
 
-replay_server = eval_script("replay_server")
 SCHEMA = {"title": "Reply", "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 
 

@@ -1,10 +1,10 @@
-"""eval/scale_memory.py's measurements on a tiny corpus (the real table runs 10k-1M units)."""
+"""memlab.eval.memory_scale's measurements on a tiny corpus (the real table, eval/scale_memory.py, runs 10k-1M units)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from tests.eval_scripts import eval_script
+from memlab.eval import memory_scale as scale
 
 
 def _corpus(dim: int = 16):
@@ -17,7 +17,6 @@ def _corpus(dim: int = 16):
 
 
 def test_varied_units_are_distinct_and_their_vectors_normalised():
-    scale = eval_script("scale_memory")
     turns, vectors, _, _ = _corpus()
     units, unit_vectors = scale.varied_units(130, turns, vectors)
     assert len({u.text for u in units}) == 130 and len({u.id for u in units}) == 130
@@ -26,7 +25,6 @@ def test_varied_units_are_distinct_and_their_vectors_normalised():
 
 
 def test_a_memory_run_reports_every_column_and_the_recall_of_the_approximate_index(tmp_path, monkeypatch):
-    scale = eval_script("scale_memory")
     monkeypatch.chdir(tmp_path)
     corpus = _corpus()
     exact = scale.run_memory(300, "exact", corpus, queries=3)

@@ -23,7 +23,6 @@ from memlab.stages.segment import PromptedEventSegmenter
 from memlab.stages.select import PromptedNodeSelector
 from memlab.stages.subgoal import PromptedSubgoalPlanner
 from memlab.types import History, Query, Session, Turn
-from tests.eval_scripts import eval_script
 from tests.fakes import ReplayLM
 
 TOPICS = [
@@ -326,21 +325,21 @@ def test_compassmem_with_a_real_small_model(tmp_path):
           len(pipeline.failures()), "failures")
 
 
-def test_search_statistics_aggregate_like_table_4(minilm, tmp_path, capsys):
-    stats_script = eval_script("compassmem_search_stats")
+def test_search_statistics_aggregate_like_table_4(minilm):
+    from memlab.pipelines.compassmem.search import run_search_statistics, search_statistics_table
+
     cm = pipeline(Script(action="EXPAND", satisfy="[1]"), minilm)
     memory = cm.build(history())
     answers = cm.answer_many(memory, [Query("q1", "What is the dog called?"), Query("q2", "Where is the trip?")])
     rows = [{"latency_s": 1.0 + i, "trace": a.trace.steps} for i, a in enumerate(answers)]
-    (tmp_path / "predictions.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    assert stats_script.main([str(tmp_path)]) == 0
-    result = json.loads(capsys.readouterr().out.splitlines()[0])
+    result = run_search_statistics(rows)
     assert result["questions"] == 2 and result["time_mean_s"] == 1.5 and result["subgoals_mean"] == 2
-    assert result["refinement_rate"] == 1.0  # only subgoal 1 is ever satisfied: one refinement each
+    assert result["refined_share"] == 1.0  # only subgoal 1 is ever satisfied: one refinement each
     assert result["actions"]["EXPAND"] == sum(s["steps"] for s in
                                               (next(x for x in a.trace.steps if x["step"] == "search") for a in answers))
-    (tmp_path / "predictions.jsonl").write_text(json.dumps({"trace": []}))
-    assert stats_script.main([str(tmp_path)]) == 2
+    assert search_statistics_table([("run", result)]).splitlines()[2].startswith("| run | 2 | 2.00 |")
+    with pytest.raises(ValueError, match="no question of this run has a CompassMem search step"):
+        run_search_statistics([{"trace": []}])
 
 
 def test_table4_statistics_average_the_per_question_search():

@@ -331,17 +331,16 @@ def test_a_multi_turn_event_carries_its_participants_as_speaker():
     assert event_speaker(MemoryUnit(id="x", text="...", source_ids=())) is None
 
 
-def test_the_trained_causal_config_forms_causal_edges_with_no_llm_call(tmp_path):
+def test_the_trained_causal_config_forms_causal_edges_with_no_llm_call():
+    from memlab.data import load_sample
+    from memlab.pipelines.magma.inspection import causal_links, sample_links
     from memlab.stages.consolidate import ClassifierCausalConsolidator
-    from tests.eval_scripts import eval_script
 
     config = REPO / "configs/ablations/magma_trained_causal.yaml"
-    pipeline, _, _ = build_pipeline(config, [])
+    pipeline, _, _ = build_pipeline(config, ["event_extractor=null", "edge_types=[temporal,causal,semantic]"])
     assert isinstance(pipeline.consolidator, ClassifierCausalConsolidator)
-    out = tmp_path / "links.jsonl"
-    code = eval_script("causal_links").main([str(config), "event_extractor=null", "edge_types=[temporal,causal,semantic]",
-                                             "--data", str(REPO / "memlab/data/samples/sample_locomo.json"),
-                                             "--conversations", "sample-1", "--out", str(out)])
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert code == 0 and rows and all(row["hand_checked_causal"] is None for row in rows)
+    conversation = load_sample()[0]
+    rows = causal_links(pipeline.build(conversation.history()), conversation.id)
+    assert rows and all(row["hand_checked_causal"] is None and row["conversation"] == "sample-1" for row in rows)
     assert all(row["cause"] != row["effect"] and row["score"] > 0.5 for row in rows)
+    assert len(sample_links(rows, 1)) == 1 and sample_links(rows, None) == rows

@@ -244,50 +244,43 @@ def test_invalidation_is_shown_only_facts_that_could_conflict(minilm):
     assert memory.predicate(old[0]) == "lives in ." and set(candidates) <= set(old)
 
 
-def test_closings_are_listed_for_hand_checking_and_scored(minilm, tmp_path, capsys):
-    from tests.eval_scripts import eval_script
+def test_closings_are_listed_for_hand_checking_and_scored(minilm, tmp_path):
+    from memlab.eval.hand_check import precision, read_labelled, write_listing
+    from memlab.pipelines.mnemis.inspection import closings
 
-    audit = eval_script("mnemis_closings")
     pipeline(Script(), minilm).build(history()).save(tmp_path / "conv")
-    listing = tmp_path / "closings.jsonl"
-    assert audit.main([str(tmp_path / "conv"), "--out", str(listing)]) == 0
-    rows = [json.loads(line) for line in listing.read_text().splitlines()]
+    rows = closings(MnemisMemory.load(tmp_path / "conv", minilm))  # as saved
     assert [(r["old"], r["new"], r["quote"], r["new_episode"], r["label"]) for r in rows] == [
         ("Ann lives in Paris.", "Ann moved to Berlin last week (the week of 5 June 2023).", "moved to Berlin",
          "episode:session_2:0", None)]
-    assert audit.main([str(tmp_path / "conv"), "--out", str(listing)]) == 2  # labels never overwritten
+    listing = tmp_path / "closings.jsonl"
+    write_listing(listing, rows)
+    with pytest.raises(FileExistsError, match="labels are never overwritten"):
+        write_listing(listing, rows)
     listing.write_text(json.dumps({**rows[0], "label": "right"}) + "\n" + json.dumps({**rows[0], "label": None}) + "\n")
-    capsys.readouterr()
-    hand_check = eval_script("hand_check")
-    assert hand_check.main([str(listing)]) == 0
-    scored = json.loads(capsys.readouterr().out)[str(listing)]
+    scored = precision(read_labelled(listing))
     assert (scored["rows"], scored["checked"], scored["precision"]) == (2, 1, 1.0) and scored["ci"][0] < 1.0
-    other = tmp_path / "other.jsonl"
-    other.write_text(json.dumps({**rows[0], "label": "wrong"}) + "\n")
-    assert hand_check.main(["--pool", str(listing), str(other)]) == 0
-    pooled = json.loads(capsys.readouterr().out)["pooled"]
+    pooled = precision(read_labelled(listing) + [{**rows[0], "label": "wrong"}])
     assert (pooled["rows"], pooled["checked"], pooled["right"], pooled["precision"]) == (3, 2, 1, 0.5)
-    listing.write_text(json.dumps({**rows[0], "label": "maybe"}) + "\n")
-    assert hand_check.main([str(listing)]) == 2 and "labels must be one of" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="labels must be one of"):
+        precision([{**rows[0], "label": "maybe"}])
 
 
-def test_a_saved_memory_gets_its_hierarchy_made_again_by_another_categorizer(minilm, tmp_path, capsys, monkeypatch):
-    from tests.eval_scripts import eval_script
+def test_a_saved_memory_gets_its_hierarchy_made_again_by_another_categorizer(minilm, tmp_path):
+    from memlab.config import build_pipeline
+    from memlab.pipelines.mnemis.inspection import layers_text, memberships, remake_hierarchy
 
     pipeline(Script(), minilm).build(history()).save(tmp_path / "conv")
-    monkeypatch.chdir(REPO)
-    out = tmp_path / "structure.json"
-    pairs = tmp_path / "memberships.jsonl"
-    remake = eval_script("mnemis_hierarchy")
-    assert remake.main([str(tmp_path / "conv"), "configs/ablations/mnemis_llm_free_hierarchy.yaml",
-                        "--json", str(out), "--memberships", str(pairs), "--sample", "3"]) == 0
-    structure = json.loads(out.read_text())
+    llm_free = build_pipeline(REPO / "configs/ablations/mnemis_llm_free_hierarchy.yaml", [])[0]
+    memory = MnemisMemory.load(tmp_path / "conv", llm_free.embedder)
+    structure = remake_hierarchy(memory, llm_free)
     assert structure["entities"] == 5 and structure["rejected_category_replies"] == 0
-    assert structure["layer_sizes"][0] == 5 and "layer 1:" in capsys.readouterr().out
-    rows = [json.loads(line) for line in pairs.read_text().splitlines()]
+    assert structure["layer_sizes"][0] == 5 and "layer 1:" in layers_text(memory)
+    rows = memberships(memory, 3)
     assert len(rows) == 3 and all(r["layer"] >= 1 and r["category"] and r["child"] and r["label"] is None for r in rows)
-    assert remake.main([str(tmp_path / "conv"), "configs/ablations/mnemis_llm_free_hierarchy.yaml",
-                        "--memberships", str(pairs)]) == 2  # labels never overwritten
+    flat = build_pipeline(REPO / "configs/pipelines/mnemis.yaml", ["system2=false", "categorizer=null", "global_selector=null"])[0]
+    with pytest.raises(ValueError, match="no categorizer"):
+        remake_hierarchy(memory, flat)
 
 
 def test_thresholds_carry_between_embedders_on_a_saved_memory(minilm, tmp_path, monkeypatch):

@@ -179,16 +179,19 @@ def test_the_recipe_trains_on_observations_and_scores_against_both(annotated_con
     assert all(a <= b for a, b in itertools.pairwise([0.05, loaded.threshold, 0.9]))
 
 
-def test_fusion_links_are_scored_against_the_observations(annotated_conversations, capsys):
-    from tests.eval_scripts import eval_script
+def test_fusion_links_are_scored_against_the_observations(annotated_conversations):
+    from memlab.config import build_pipeline
+    from memlab.data import load_dataset, load_sample
+    from memlab.embed import SentenceTransformerEmbedder
+    from memlab.training.fusion import link_agreement, links_against_observations
 
-    script = eval_script("fusion_vs_observations")
-    config = str(Path(__file__).resolve().parents[2] / "configs/pipelines/compassmem_trained_construction.yaml")
-    assert script.main([config, "--data", str(annotated_conversations), "--conversations", "tiny-c"]) == 0
-    pooled = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert pooled["conversation"] == "pooled" and pooled["pairs"] > 0
-    assert 0 <= pooled["related"] <= pooled["pairs"] and pooled["linked_related"] <= pooled["linked"]
-    assert script.summary({"pairs": 4, "related": 2, "linked": 3, "linked_related": 1}) == {
+    config = Path(__file__).resolve().parents[2] / "configs/pipelines/compassmem_trained_construction.yaml"
+    pipeline = build_pipeline(config, [])[0]
+    conversation = next(c for c in load_dataset(annotated_conversations) if c.id == "tiny-c")
+    row = links_against_observations(pipeline.build(conversation.history()), conversation, SentenceTransformerEmbedder())
+    assert row["pairs"] > 0 and 0 <= row["related"] <= row["pairs"] and row["linked_related"] <= row["linked"]
+    assert link_agreement({"pairs": 4, "related": 2, "linked": 3, "linked_related": 1}) == {
         "pairs": 4, "related": 2, "linked": 3, "linked_related": 1, "base_rate": 0.5, "precision": 0.333, "recall": 0.5}
-    sample = str(Path(__file__).resolve().parents[2] / "memlab/data/samples/sample_locomo.json")
-    assert script.main([config, "--data", sample, "--conversations", "sample-1"]) == 2  # no observations
+    sample = load_sample()[0]
+    with pytest.raises(ValueError, match="no observation annotations"):
+        links_against_observations(pipeline.build(sample.history()), sample, SentenceTransformerEmbedder())

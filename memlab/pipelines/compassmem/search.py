@@ -257,3 +257,45 @@ def table4_statistics(stats: list[dict[str, Any]]) -> dict[str, Any]:
             "mean_initial_nodes": mean("initial_nodes"), "mean_satisfaction": mean("satisfaction"),
             "fully_satisfied_share": round(sum(bool(s["fully_satisfied"]) for s in stats) / n, 3),
             "actions": dict(actions)}
+
+
+def run_search_statistics(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Table 4's figures (``table4_statistics``) over a run's predictions, each answer's trace
+    holding its ``search`` step, with what the paper's table reads beside them: time per
+    question, subgoals, paths and their lengths, the action mix, the queue and kept-node spread."""
+    import statistics
+
+    found = [(row, step) for row in rows for step in (row.get("trace") or []) if step.get("step") == "search"]
+    if not found:
+        raise ValueError("no question of this run has a CompassMem search step in its trace")
+    stats = [step for _, step in found]
+    times = [row["latency_s"] for row, _ in found if row.get("latency_s") is not None]
+    paths = [n for s in stats for n in s["path_lengths"]]
+    table4 = table4_statistics(stats)
+    total = sum(table4["actions"].values())
+    return {
+        **table4,
+        "time_mean_s": statistics.fmean(times) if times else None,
+        "time_median_s": statistics.median(times) if times else None,
+        "subgoals_mean": statistics.fmean(s["subgoals"] for s in stats),
+        "paths_mean": statistics.fmean(s["paths"] for s in stats),
+        "path_length_mean": statistics.fmean(paths) if paths else 0.0, "path_length_max": max(paths, default=0),
+        "action_share": {a: table4["actions"].get(a, 0) / total if total else 0.0 for a in ("EXPAND", "SKIP", "ANSWER")},
+        "max_queue_mean": statistics.fmean(s["max_queue"] for s in stats),
+        "kept_max": max(s["kept"] for s in stats), "no_kept": sum(s["kept"] == 0 for s in stats),
+    }
+
+
+def search_statistics_table(runs: list[tuple[str, dict[str, Any]]]) -> str:
+    """A markdown table of ``run_search_statistics`` results, one row per named run."""
+    lines = ["| run | questions | subgoals | satisfied | fully | paths | steps | path len (max) | EXPAND / SKIP / ANSWER "
+             "| refined | kept (max) | none kept |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, s in runs:
+        share = s["action_share"]
+        lines.append(
+            f"| {name} | {s['questions']} | {s['subgoals_mean']:.2f} | {s['mean_satisfaction']:.1%} "
+            f"| {round(s['fully_satisfied_share'] * s['questions'])} | {s['paths_mean']:.2f} | {s['mean_steps']:.2f} "
+            f"| {s['path_length_mean']:.2f} ({s['path_length_max']}) "
+            f"| {share['EXPAND']:.1%} / {share['SKIP']:.1%} / {share['ANSWER']:.1%} | {s['refined_share']:.1%} "
+            f"| {s['mean_kept']:.2f} ({s['kept_max']}) | {s['no_kept']} |")
+    return "\n".join(lines)
