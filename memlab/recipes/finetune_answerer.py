@@ -45,7 +45,7 @@ import random
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -60,6 +60,9 @@ from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.resume import Resumption, config_fingerprint
 
 EXAMPLES_FILE = "examples.jsonl"
+EXAMPLES_KEY_FILE = "examples.key.json"
+#: The settings the examples are made from: the rest (student, optimiser ...) reuses them.
+EXAMPLES_DEPEND_ON = ("data", "pipeline", "pipeline_overrides")
 ADAPTER = "adapter"
 STATE = "state"
 CARD = "README.md"
@@ -72,6 +75,7 @@ class Settings(PipelineSettings):
     lora: LoraSettings = field(default_factory=lambda: LoraSettings(rank=16, alpha=32))
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=2e-4, epochs=2, batch_size=4,
                                                                warmup_fraction=0.05))
+    precision: Literal["no", "fp16", "bf16"] = "bf16"
     max_length: PositiveInt = 2048
     eval_every: PositiveInt = 50
     patience: PositiveInt = 3
@@ -105,11 +109,8 @@ def setup(config: dict[str, Any]) -> Run:
         raise FileExistsError(f"finetune_answerer: {out} exists and is not a trained answerer; choose another "
                               "output_dir")
     run = Run(config=config, out=out, work=out.with_name(out.name + ".partial"), split=parts.ids())
-    fingerprint = config_fingerprint(config)
-    if run.work.is_dir() and _recorded_fingerprint(run.work) != fingerprint:
-        shutil.rmtree(run.work)  # another config's leftovers: nothing of it can be continued
     run.work.mkdir(parents=True, exist_ok=True)
-    run.examples = cached_examples(run.work, fingerprint, lambda: {
+    run.examples = cached_examples(run.work, config_fingerprint({k: config[k] for k in EXAMPLES_DEPEND_ON}), lambda: {
         part: examples_of(config, conversations) for part, conversations in parts._asdict().items()})
     run.tokenizer, base = HFLM(str(config["student"]), cache=None, dtype="float32").loaded()
     limit = int(config["max_length"])
@@ -124,8 +125,12 @@ def setup(config: dict[str, Any]) -> Run:
     run.rows["validation"] = run.rows["validation"][: int(cap) if cap else None]
     lora = config["lora"]
     model = add_lora(base, lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"])
-    run.model, run.optimizer, run.scheduler, run.accelerator = prepare_training(model, config, len(run.rows["train"]))
-    run.resume = Resumption(run.work / STATE, int(config["checkpoint_every"]), fingerprint)
+    run.model, run.optimizer, run.scheduler, run.accelerator = prepare_training(model, config, len(run.rows["train"]),
+                                                                             cpu_bf16=True)
+    # a saved state continues only the run of this very config (where it writes and whether it
+    # shows a bar aside): another one is refused, naming the folder
+    trained_by = config_fingerprint({k: v for k, v in config.items() if k not in ("output_dir", "progress")})
+    run.resume = Resumption(run.work / STATE, int(config["checkpoint_every"]), trained_by)
     run.log = MetricsLog.for_checkpoint(out) if not run.resume.path.is_file() else \
         MetricsLog(out.parent / f"{out.name}.metrics.jsonl", keep=True)
     return run
@@ -139,11 +144,12 @@ def examples_of(config: dict[str, Any], conversations) -> list[AnswerExample]:
     return answer_examples(pipeline, conversations)
 
 
-def cached_examples(work: Path, fingerprint: str, make) -> dict[str, list[AnswerExample]]:
-    """The examples of each part, read from ``work`` when an earlier start of this run made them,
-    else made by ``make()`` and written there (retrieval for every question takes minutes)."""
+def cached_examples(work: Path, key: str, make) -> dict[str, list[AnswerExample]]:
+    """The examples of each part, read from ``work`` when an earlier start made them from the same
+    data and pipeline (``key``), else made by ``make()`` and written there (retrieval for every
+    question of seven conversations takes half an hour on two cores)."""
     path = work / EXAMPLES_FILE
-    if path.is_file() and _recorded_fingerprint(work) == fingerprint:
+    if path.is_file() and _recorded_key(work) == key:
         parts: dict[str, list[AnswerExample]] = {}
         for line in path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
@@ -151,7 +157,7 @@ def cached_examples(work: Path, fingerprint: str, make) -> dict[str, list[Answer
                 AnswerExample(**{**row, "messages": tuple(row["messages"])}))
         return {part: parts.get(part, []) for part in ("train", "validation", "evaluation")}
     made = make()
-    write_json_atomic(work / "fingerprint.json", {"fingerprint": fingerprint})
+    write_json_atomic(work / EXAMPLES_KEY_FILE, {"key": key})
     with (work / f".{EXAMPLES_FILE}.tmp").open("w", encoding="utf-8") as f:
         for part, examples in made.items():
             for example in examples:
@@ -160,9 +166,9 @@ def cached_examples(work: Path, fingerprint: str, make) -> dict[str, list[Answer
     return made
 
 
-def _recorded_fingerprint(work: Path) -> str | None:
+def _recorded_key(work: Path) -> str | None:
     try:
-        return json.loads((work / "fingerprint.json").read_text(encoding="utf-8"))["fingerprint"]
+        return json.loads((work / EXAMPLES_KEY_FILE).read_text(encoding="utf-8"))["key"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -173,7 +179,8 @@ def train(run: Run) -> dict[str, Any]:
     validation = run.rows["validation"]
 
     def validate() -> dict[str, float]:
-        return {"loss": round(mean_completion_loss(run.model, validation, pad), 5)}
+        with run.accelerator.autocast():  # the precision training runs in (fit validates outside it)
+            return {"loss": round(mean_completion_loss(run.model, validation, pad), 5)}
 
     # A final fit (no validation conversation) trains the configured length and keeps the last step.
     return fit(Optimisation(run.model, run.accelerator, run.optimizer, run.scheduler),
@@ -202,7 +209,8 @@ def held_out_loss(run: Run) -> float | None:
 
     model = run.accelerator.unwrap_model(run.model)
     set_peft_model_state_dict(model, load_file(str(run.work / ADAPTER / "adapter_model.safetensors")))
-    return round(mean_completion_loss(model, run.rows["evaluation"], run.tokenizer.pad_token_id), 5)
+    with run.accelerator.autocast():
+        return round(mean_completion_loss(model, run.rows["evaluation"], run.tokenizer.pad_token_id), 5)
 
 
 def card(run: Run, summary: dict[str, Any]) -> str:

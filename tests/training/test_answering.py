@@ -88,3 +88,23 @@ def test_a_lora_step_lowers_the_loss_and_the_saved_adapter_changes_the_answer_st
     assert adapted.lm.name.startswith(answerer.lm.name + "+lora@")  # its own cache entries
     with pytest.raises(LMUnavailableError, match="not a peft adapter folder"):
         HFLM(TINY, cache=None, adapter=str(tmp_path)).name
+
+
+@pytest.mark.slow
+@needs_tiny
+def test_the_completion_loss_is_the_models_own_loss_on_a_right_padded_batch():
+    """Left padding and the last logits only give the loss the model computes over the whole batch."""
+    import torch
+
+    from memlab.training.causal_lm import collate
+
+    tokenizer, model = HFLM(TINY, cache=None, dtype="float32").loaded()
+    answerer = PromptedAnswerer(HFLM(TINY, cache=None, dtype="float32"), max_tokens=8)
+    rows = [tokenize_pair(tokenizer, answerer.render(AnswerIn(question=q, context=c)).messages, target)
+            for q, c, target in (("Who came?", "Ann: Bob came by.", "Bob"),
+                                 ("Where did Ann go last week?", "Ann: I went to Paris. It rained.", "To Paris, in the rain"))]
+    assert len(rows[0]["input_ids"]) != len(rows[1]["input_ids"])
+    with torch.no_grad():
+        own = model(**collate(rows, tokenizer.pad_token_id)).loss
+        ours = completion_loss(model, rows, tokenizer.pad_token_id)
+    assert float(ours) == pytest.approx(float(own), rel=1e-4)
