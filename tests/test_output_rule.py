@@ -75,6 +75,11 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
     "sweep": [
         (["sweep", "{t}/sweeps/s.yaml", "--out", "{t}/sweeps"], "--out {t}/sweeps contains the sweep file"),
     ],
+    "compare": [
+        (["compare", "{t}/cfg/rag.yaml", "--out", "{t}/cfg"], "--out {t}/cfg contains the config {t}/cfg/rag.yaml"),
+        (["compare", "{t}/cfg/rag.yaml", "--data", "{t}/data/locomo.json", "--out", "{t}/data"],
+         "--out {t}/data contains --data {t}/data/locomo.json"),
+    ],
     "report": [
         (["report", "{t}/data", "--out", "{t}/data/report"], "no metrics.json"),  # read first: not a run
     ],

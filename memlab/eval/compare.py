@@ -148,6 +148,10 @@ def add_compare_parser(commands, path, names, positive, ray_address) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from memlab.fileio import refuse_writing_into
+
+    refuse_writing_into(args.out, "--out", {"--data": args.data,
+                                            **{f"the config {c}": c for c in args.configs}})
     options = RunOptions(retrieval_only=args.retrieval_only, max_questions=args.max_questions,
                          categories=tuple(args.categories) if args.categories else None, batch_size=args.batch_size)
     out = Path(args.out)

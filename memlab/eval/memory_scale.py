@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from memlab.data import load_dataset
+from memlab.dates import format_day
 from memlab.embed import Embedder, SentenceTransformerEmbedder
 from memlab.memory import MemoryGraph, UnitMemory
 from memlab.memory.index import EXACT_UP_TO, tokenize
@@ -107,7 +108,7 @@ def varied_units(n: int, turns: list[str], turn_vectors: np.ndarray, seed: int =
     for i in range(n):
         when = start + timedelta(minutes=int(minutes[i]))
         tail = " ".join(turns[second[i]].split()[:8])
-        text = f"[{when:%d %B %Y}] {speakers[who[i]]}: {turns[i % len(turns)]} {tail}"
+        text = f"[{format_day(when.date())}] {speakers[who[i]]}: {turns[i % len(turns)]} {tail}"
         units.append(MemoryUnit(id=f"u{i}", text=text, source_ids=(f"u{i}",), timestamp=when,
                                 speaker=speakers[who[i]]))
     return units, vectors

@@ -100,10 +100,19 @@ class HFLM(LM):
 
     @property
     def trained_on(self) -> frozenset[str]:
-        from memlab.checkpoint import training_split
+        """The train and validation conversations of the adapter's ``training.json`` (its recipe's
+        record, ``memlab.recipes.finetune_answerer``); none without one."""
+        import json
 
         folder = self.trained_weights
-        return frozenset() if folder is None else training_split(folder)
+        record = None if folder is None else folder / "training.json"
+        if record is None or not record.is_file():
+            return frozenset()
+        try:
+            split = json.loads(record.read_text(encoding="utf-8"))["split"]
+            return frozenset(split["train"]) | frozenset(split["validation"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise LMUnavailableError(f"HFLM: {record}: unreadable training record ({type(e).__name__}: {e})") from None
 
     def _adapter_folder(self) -> Path:
         folder = Path(str(self.adapter)).expanduser()

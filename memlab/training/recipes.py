@@ -119,6 +119,11 @@ def make_accelerator(precision: str = "no", cpu: bool = False, cpu_bf16: bool = 
 
     if not torch.cuda.is_available() and not (cpu_bf16 and precision == "bf16"):
         precision = "no"  # half precision for a small encoder on this CPU is slower, not faster
+    from accelerate.state import AcceleratorState
+
+    # accelerate keeps one state per process: a second recipe in the same process (tests, a
+    # leave-one-conversation-out comparison) with another precision would be refused
+    AcceleratorState._reset_state(reset_partial_state=True)
     return Accelerator(mixed_precision=precision, cpu=cpu)
 
 
