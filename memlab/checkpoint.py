@@ -17,7 +17,15 @@ from typing import Any
 import torch
 
 from memlab.errors import MemlabError
-from memlab.fileio import MANIFEST_FILE, ManifestError, is_subfolder_name, read_manifest, write_manifest
+from memlab.fileio import (
+    MANIFEST_FILE,
+    ManifestError,
+    is_subfolder_name,
+    read_manifest,
+    recorded_split,
+    write_manifest,
+)
+from memlab.fileio import TRAINING_FILE as TRAINING_FILE  # re-exported: a checkpoint's record
 from memlab.versions import package_versions
 
 #: Packages whose versions a saved stage records in its manifest.
@@ -28,8 +36,6 @@ FORMAT = "memlab.Stage"
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-#: A recipe's record of its run, written into the checkpoint after the save (its ``split`` gives ``trained_on``).
-TRAINING_FILE = "training.json"
 #: Where checkpoints saved before they had a manifest recorded their package versions.
 LEGACY_VERSIONS_FILE = "versions.json"
 
@@ -93,19 +99,10 @@ def non_finite(state: dict[str, torch.Tensor]) -> list[str]:
 
 def training_split(directory: Path) -> frozenset[str]:
     """The train and validation conversation ids of the recipe record in ``directory`` (none: empty)."""
-    path = directory / TRAINING_FILE
-    if not path.exists():
-        return frozenset()
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise StageError(f"{path}: unreadable training record ({type(e).__name__}: {e})") from None
-    split = record.get("split", {}) if isinstance(record, dict) else None
-    parts = [split.get(part, []) for part in ("train", "validation")] if isinstance(split, dict) else None
-    if parts is None or not all(isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in parts):
-        raise StageError(f"{path}: malformed training record ('split' must give lists of conversation ids "
-                         "under 'train' and 'validation')")
-    return frozenset(parts[0]) | frozenset(parts[1])
+        return recorded_split(directory)
+    except ValueError as e:
+        raise StageError(str(e)) from None
 
 
 def seal_checkpoint(directory: str | os.PathLike) -> Path:

@@ -39,6 +39,8 @@ from memlab.errors import MemlabError
 log = logging.getLogger(__name__)
 
 MANIFEST_FILE = "manifest.json"
+#: A recipe's record of its run, beside the weights it wrote (a stage checkpoint, an LM adapter).
+TRAINING_FILE = "training.json"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -341,3 +343,21 @@ def sha256_file(path: str | os.PathLike) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def recorded_split(folder: str | os.PathLike) -> frozenset[str]:
+    """The train and validation conversation ids of ``folder``'s training record (none: empty);
+    a ValueError names a record that is unreadable or malformed."""
+    path = Path(folder) / TRAINING_FILE
+    if not path.exists():
+        return frozenset()
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: unreadable training record ({type(e).__name__}: {e})") from None
+    split = record.get("split", {}) if isinstance(record, dict) else None
+    parts = [split.get(part, []) for part in ("train", "validation")] if isinstance(split, dict) else None
+    if parts is None or not all(isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in parts):
+        raise ValueError(f"{path}: malformed training record ('split' must give lists of conversation ids "
+                         "under 'train' and 'validation')")
+    return frozenset(parts[0]) | frozenset(parts[1])

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from memlab.bounds import PositiveInt
 from memlab.clock import active_seconds
+from memlab.fileio import recorded_split
 from memlab.lm.base import LM
 from memlab.lm.errors import LMUnavailableError, PromptTooLongError
 from memlab.lm.models import KNOWN_MODELS, model_fingerprint, resolve_model
@@ -100,19 +101,13 @@ class HFLM(LM):
 
     @property
     def trained_on(self) -> frozenset[str]:
-        """The train and validation conversations of the adapter's ``training.json`` (its recipe's
-        record, ``memlab.recipes.finetune_answerer``); none without one."""
-        import json
-
+        """The train and validation conversations of the adapter's training record (its recipe's,
+        ``memlab.recipes.finetune_answerer``); none without one."""
         folder = self.trained_weights
-        record = None if folder is None else folder / "training.json"
-        if record is None or not record.is_file():
-            return frozenset()
         try:
-            split = json.loads(record.read_text(encoding="utf-8"))["split"]
-            return frozenset(split["train"]) | frozenset(split["validation"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise LMUnavailableError(f"HFLM: {record}: unreadable training record ({type(e).__name__}: {e})") from None
+            return frozenset() if folder is None else recorded_split(folder)
+        except ValueError as e:
+            raise LMUnavailableError(f"HFLM: {e}") from None
 
     def _adapter_folder(self) -> Path:
         folder = Path(str(self.adapter)).expanduser()

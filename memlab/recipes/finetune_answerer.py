@@ -51,7 +51,7 @@ import torch
 
 from memlab.bounds import PositiveInt
 from memlab.config import build_pipeline
-from memlab.fileio import swap_in, write_json_atomic
+from memlab.fileio import atomic_file, swap_in, write_json_atomic
 from memlab.lm.hf import HFLM
 from memlab.training import MetricsLog, Optimiser, PipelineSettings, prepare_training, start_recipe, total_steps
 from memlab.training.answering import AnswerExample, answer_examples
@@ -131,8 +131,7 @@ def setup(config: dict[str, Any]) -> Run:
     # shows a bar aside): another one is refused, naming the folder
     trained_by = config_fingerprint({k: v for k, v in config.items() if k not in ("output_dir", "progress")})
     run.resume = Resumption(run.work / STATE, int(config["checkpoint_every"]), trained_by)
-    run.log = MetricsLog.for_checkpoint(out) if not run.resume.path.is_file() else \
-        MetricsLog(out.parent / f"{out.name}.metrics.jsonl", keep=True)
+    run.log = MetricsLog.for_checkpoint(out, keep=run.resume.path.is_file())  # a resumed run keeps its lines
     return run
 
 
@@ -157,12 +156,10 @@ def cached_examples(work: Path, key: str, make) -> dict[str, list[AnswerExample]
                 AnswerExample(**{**row, "messages": tuple(row["messages"])}))
         return {part: parts.get(part, []) for part in ("train", "validation", "evaluation")}
     made = make()
-    write_json_atomic(work / EXAMPLES_KEY_FILE, {"key": key})
-    with (work / f".{EXAMPLES_FILE}.tmp").open("w", encoding="utf-8") as f:
-        for part, examples in made.items():
-            for example in examples:
-                f.write(json.dumps({"part": part, **asdict(example)}, ensure_ascii=False) + "\n")
-    (work / f".{EXAMPLES_FILE}.tmp").replace(path)
+    with atomic_file(path) as tmp:
+        tmp.write_text("".join(json.dumps({"part": part, **asdict(example)}, ensure_ascii=False) + "\n"
+                               for part, examples in made.items() for example in examples), encoding="utf-8")
+    write_json_atomic(work / EXAMPLES_KEY_FILE, {"key": key})  # last: the key vouches for a whole file
     return made
 
 

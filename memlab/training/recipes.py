@@ -165,9 +165,9 @@ class MetricsLog:
             self.path.write_text("")
 
     @classmethod
-    def for_checkpoint(cls, output_dir: str | os.PathLike) -> "MetricsLog":
+    def for_checkpoint(cls, output_dir: str | os.PathLike, keep: bool = False) -> "MetricsLog":
         output_dir = Path(output_dir)
-        return cls(output_dir.parent / f"{output_dir.name}.metrics.jsonl")
+        return cls(output_dir.parent / f"{output_dir.name}.metrics.jsonl", keep=keep)
 
     def write(self, **record: Any) -> dict[str, Any]:
         record = {"elapsed_s": round(active_seconds() - self._start, 2), **record}
