@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="build memory and answer a benchmark's questions with a pipeline config")
-    run.add_argument("config", type=_path, help="pipeline YAML (configs/pipelines/*.yaml, configs/ablations/*.yaml)")
+    run.add_argument("config", type=_path, help="pipeline config: a YAML file, or the name of one memlab ships (rag_turns, magma_no_causal: configs/pipelines, configs/ablations)")
     run.add_argument("overrides", nargs="*", help="dotted overrides, e.g. answerer.lm.temperature=0")
     run.add_argument("--data", type=_path, help="LoCoMo JSON or LongMemEval file/folder (default: the embedded sample)")
     run.add_argument("--conversations", type=_names, help="comma-separated conversation ids to keep")
@@ -102,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="run a training recipe (memlab/recipes/<RECIPE>.py) with its config")
     train.add_argument("recipe", help="recipe name, e.g. finetune_reranker (a module of memlab.recipes)")
-    train.add_argument("--config", required=True, help="training YAML (configs/train/*.yaml)")
+    train.add_argument("--config", required=True, help="training config: a YAML file or a shipped one's name (reranker: configs/train)")
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=1e-4 output_dir=checkpoints/x")
 
     evaluate = commands.add_parser("evaluate-stage", help="score a saved stage on data with the evaluator its "
@@ -118,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
 
     compare = commands.add_parser("compare-stages", help="score several stages with one evaluator on the same "
                                   "data (configs/compare/*.yaml), optionally leave-one-conversation-out")
-    compare.add_argument("config", type=_path, help="comparison YAML: an evaluator and rows (configs/compare/*.yaml)")
+    compare.add_argument("config", type=_path, help="comparison config: an evaluator and rows (a YAML file or a shipped name: configs/compare)")
     compare.add_argument("overrides", nargs="*", help="dotted overrides, e.g. evaluator.depth=20")
     compare.add_argument("--data", type=_path, help="LoCoMo JSON or LongMemEval file/folder (default: the embedded sample)")
     compare.add_argument("--conversations", type=_names, help="comma-separated conversation ids to keep")
@@ -139,7 +139,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sweep = commands.add_parser("sweep", help="run the rows of a sweep file (a table's configs) on one question "
                                 "set, resuming what is not complete, into one report")
-    sweep.add_argument("file", type=_path, help="a sweep YAML (configs/sweeps/*.yaml)")
+    sweep.add_argument("file", type=_path, help="a sweep YAML file, or a shipped sweep's name (configs/sweeps)")
     sweep.add_argument("--out", type=_path, help="the sweep's folder: a run folder per row and report/ "
                        "(default: runs/sweeps/<file name>)")
     sweep.add_argument("--status", action="store_true", help="say which rows are complete, and run nothing")

@@ -4,6 +4,10 @@ A node ``{_component_: memlab.pkg.Class, a: 1, b: {...}}`` means ``Class(a=1, b=
 Nodes are built depth-first. A node that appears twice through a YAML anchor (``&lm`` /
 ``*lm``) is built once and shared, which is how several stages share one LM.
 
+* A config is a file, or the name of one memlab ships (``rag_turns``, ``train/reranker``):
+  the repository's ``configs/`` folder is package data (``memlab/configs``), so a name, or a
+  library default written as ``configs/pipelines/rag_turns.yaml``, resolves from any working
+  folder (``locate_config``). Paths inside a config (data, checkpoints) stay as given.
 * ``_base_: path.yaml`` (relative to the file) makes a file an override of another: the base
   is loaded and this file's keys are merged into it (dicts recursively, anything else replaced;
   a node that names another ``_component_`` keeps only the base arguments its class takes).
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import inspect
 import os
 import re
@@ -69,10 +74,50 @@ _Loader.add_implicit_resolver(
 Overrides = Sequence[str] | Mapping[str, Any]
 
 
+#: The configs memlab ships: the repository's ``configs/`` folder, installed as ``memlab/configs``
+#: (in a checkout a link to it, so an edited config is the one a name finds).
+SHIPPED_CONFIGS = Path(__file__).parent / "configs"
+#: How the repository's tree spells a shipped config's path (``configs/pipelines/rag_turns.yaml``).
+SHIPPED_PREFIX = "configs"
+
+
+def locate_config(reference: str | os.PathLike) -> Path:
+    """The file a config reference names: a file, as given from the working folder; else a config
+    memlab ships, by name (``rag_turns``; ``pipelines/rag_turns`` where a name is in two folders)
+    or by its repository path (``configs/pipelines/rag_turns.yaml``, how library defaults and the
+    evaluators checkpoints record name them). Anything else comes back as given, so loading it
+    says what is wrong with that path; a name that is no shipped config is a ``ConfigError``
+    listing the nearest ones."""
+    path = Path(reference).expanduser()
+    if path.is_file() or path.is_absolute():
+        return path
+    if path.suffix == "" and not path.exists():
+        found = sorted(SHIPPED_CONFIGS.glob(f"{path}.yaml")) or sorted(SHIPPED_CONFIGS.glob(f"*/{path}.yaml"))
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise ConfigError(f"config name {str(reference)!r} is ambiguous: "
+                              f"{', '.join(_shipped_name(f, qualified=True) for f in found)}")
+        names = sorted({_shipped_name(f) for f in SHIPPED_CONFIGS.glob("*/*.yaml")})
+        near = difflib.get_close_matches(path.name, names, n=4)
+        raise ConfigError(f"{str(reference)!r} is neither a config file (from {Path.cwd()}) nor the name of a "
+                          f"config memlab ships" + (f"; did you mean {', '.join(near)}?" if near else ""))
+    if path.parts[:1] == (SHIPPED_PREFIX,) and not path.exists():
+        shipped = SHIPPED_CONFIGS.joinpath(*path.parts[1:])
+        if shipped.is_file():
+            return shipped
+    return path
+
+
+def _shipped_name(file: Path, qualified: bool = False) -> str:
+    return f"{file.parent.name}/{file.stem}" if qualified else file.stem
+
+
 def load_config(path: str | os.PathLike, overrides: Overrides = ()) -> dict[str, Any]:
-    """Load a YAML config (resolving ``_base_``) and apply the overrides: dotted ``key=value``
-    strings, or a mapping of dotted keys to values, applied in order."""
-    tree = _load_with_base(Path(path), seen=())
+    """Load a YAML config (a file or a shipped config's name, ``locate_config``; resolving
+    ``_base_``) and apply the overrides: dotted ``key=value`` strings, or a mapping of dotted
+    keys to values, applied in order."""
+    tree = _load_with_base(locate_config(path), seen=())
     if isinstance(overrides, Mapping):
         for key, value in overrides.items():
             set_key(tree, key, copy.deepcopy(value), f"override {key}")

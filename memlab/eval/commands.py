@@ -20,7 +20,7 @@ def add_scoring_parsers(commands, path, names, positive) -> None:
     check_judge = commands.add_parser("check-judge", help="measure a judge against the LoCoMo audit's gold and "
                                       "wrong answers and, with --labels, labelled real answers "
                                       "(memlab.eval.judge_audit)")
-    check_judge.add_argument("config", type=path, help="a judge YAML (configs/judges/*.yaml)")
+    check_judge.add_argument("config", type=path, help="a judge YAML file, or a shipped judge's name (rules_first: configs/judges)")
     check_judge.add_argument("overrides", nargs="*", help="dotted overrides of the judge config")
     check_judge.add_argument("--audit", type=path, help="the LoCoMo audit folder (../shared/data/locomo/audit); "
                              "without it, only the labelled answers are judged (a candidate's cheap first look)")
@@ -46,7 +46,7 @@ def add_scoring_parsers(commands, path, names, positive) -> None:
     rescore = commands.add_parser("rescore", help="score finished runs' recorded answers again, in place, with "
                                   "the current scorers and a judge: only judge calls are paid (memlab.eval.rescore)")
     rescore.add_argument("runs", type=path, nargs="+", metavar="RUN_DIR", help="folders written by memlab run")
-    rescore.add_argument("--judge", type=path, required=True, help="a judge YAML (configs/judges/*.yaml)")
+    rescore.add_argument("--judge", type=path, required=True, help="a judge YAML file, or a shipped judge's name (rules_first: configs/judges)")
     rescore.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="a dotted override of the judge config (repeatable)")
 

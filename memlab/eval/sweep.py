@@ -55,7 +55,7 @@ from typing import Any
 
 import yaml
 
-from memlab.config import COMPONENT, ConfigError, dump_config, load_config
+from memlab.config import COMPONENT, ConfigError, dump_config, load_config, locate_config
 from memlab.errors import MemlabError
 from memlab.eval.conversation import RunOptions
 
@@ -139,7 +139,10 @@ class RowStatus:
 def load_sweep(path: str | os.PathLike) -> Sweep:
     """The sweep file ``path``, checked whole (unknown keys, row names, configs and overrides
     validated without building anything); ``SweepError`` naming the file and the problem."""
-    path = Path(path)
+    try:
+        path = locate_config(path)  # a file, or a shipped sweep's name
+    except ConfigError as e:
+        raise SweepError(str(e)) from None
     try:
         tree = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
