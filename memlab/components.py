@@ -32,6 +32,21 @@ class ComponentError(MemlabError, ValueError):
     """A component path that names nothing importable in memlab."""
 
 
+class Unbuilt:
+    """``Annotated`` metadata of a parameter that takes a config rather than what it builds: a
+    config file's path, a shipped config's name, or a component node. The value is checked with
+    the tree around it but handed over as it is, for the receiver to build when it needs to and
+    to record whole (an evaluator's pipeline: ``memlab.config.PipelineConfig``)."""
+
+    def __repr__(self) -> str:
+        return "Unbuilt()"
+
+
+def takes_unbuilt(hint: Any) -> bool:
+    """Whether the annotation ``hint`` marks a parameter that takes a config as data (``Unbuilt``)."""
+    return typing.get_origin(hint) is Annotated and any(isinstance(m, Unbuilt) for m in hint.__metadata__)
+
+
 def import_memlab_class(path: str) -> Any:
     """Import ``memlab.x.y.Name``; anything outside the ``memlab`` package is refused."""
     if not isinstance(path, str) or not (path == "memlab" or path.startswith("memlab.")):
@@ -93,6 +108,9 @@ def mismatch(value: Any, hint: Any) -> str | None:
     if hint is None or hint is Any or isinstance(hint, (str, typing.TypeVar)):
         return None
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if takes_unbuilt(hint):
+        ok = isinstance(value, str) and value.strip() or isinstance(value, dict) and COMPONENT in value
+        return None if ok else "must be a config file, a shipped config's name or a component node"
     if origin is Annotated:
         problem = mismatch(value, args[0])
         ranges = [m for m in hint.__metadata__ if isinstance(m, Range)]

@@ -14,7 +14,9 @@ Nodes are built depth-first. A node that appears twice through a YAML anchor (``
   Ablations are written this way. A merge edits a copy of the node it reaches: overriding
   ``answerer.lm.n_ctx`` in a file gives the answerer its own LM and leaves the other stages'
   shared one alone (anchors do not reach across files). A node anchored in the overriding file
-  is still one node after the merge (two stages sharing a trained checkpoint).
+  is still one node after the merge (two stages sharing a trained checkpoint). ``_base_`` may
+  also open any node below the top, resolved the same way (an evaluator's pipeline written as
+  a file plus a few keys).
 * Command-line overrides are dotted keys: ``answerer.lm.temperature=0``,
   ``reranker._component_=memlab.stages.rerank.CrossEncoderReranker``. The value is read as
   YAML (``null``, numbers, lists); setting a key under a null node creates the node; a new
@@ -42,11 +44,19 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 
-from memlab.components import COMPONENT, ComponentError, import_memlab_class, mismatch, parameters
+from memlab.components import (
+    COMPONENT,
+    ComponentError,
+    Unbuilt,
+    import_memlab_class,
+    mismatch,
+    parameters,
+    takes_unbuilt,
+)
 from memlab.errors import MemlabError
 
 BASE = "_base_"
@@ -113,11 +123,18 @@ def _shipped_name(file: Path, qualified: bool = False) -> str:
     return f"{file.parent.name}/{file.stem}" if qualified else file.stem
 
 
-def load_config(path: str | os.PathLike, overrides: Overrides = ()) -> dict[str, Any]:
-    """Load a YAML config (a file or a shipped config's name, ``locate_config``; resolving
-    ``_base_``) and apply the overrides: dotted ``key=value`` strings, or a mapping of dotted
-    keys to values, applied in order."""
-    tree = _load_with_base(locate_config(path), seen=())
+#: A pipeline given as its config, not built: a file, a shipped config's name or a pipeline node.
+#: Validation reaches into it (a file is loaded and checked with the tree that names it); the
+#: receiver builds it (``build_pipeline``) and records it resolved (``load_config``), so what
+#: it recorded does not change when a file does.
+PipelineConfig = Annotated[str | dict[str, Any], Unbuilt()]
+
+
+def load_config(source: str | os.PathLike | Mapping[str, Any], overrides: Overrides = ()) -> dict[str, Any]:
+    """Load a config: a YAML file or a shipped config's name (``locate_config``; resolving
+    ``_base_``), or a node given as it is (copied). Then apply the overrides: dotted
+    ``key=value`` strings, or a mapping of dotted keys to values, applied in order."""
+    tree = copy.deepcopy(dict(source)) if isinstance(source, Mapping) else _load_with_base(locate_config(source), seen=())
     if isinstance(overrides, Mapping):
         for key, value in overrides.items():
             set_key(tree, key, copy.deepcopy(value), f"override {key}")
@@ -146,12 +163,34 @@ def _load_with_base(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if not isinstance(tree, dict):
         raise ConfigError(f"{path}: a config must be a mapping at the top level")
     base = tree.pop(BASE, None)
+    tree = _nested_bases(tree, path, seen, {})
     if base is None:
         return tree
+    return _merge(_base_tree(base, path, seen), tree)
+
+
+def _base_tree(base: Any, path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if not isinstance(base, str):
         raise ConfigError(f"{path}: {BASE} must be a file name, got {base!r}")
-    merged = _load_with_base(path.parent / base, seen + (path,))
-    return _merge(merged, tree)
+    return _load_with_base(path.parent / base, seen + (path,))
+
+
+def _nested_bases(node: Any, path: Path, seen: tuple[Path, ...], done: dict[int, Any]) -> Any:
+    """``node`` with every ``_base_`` below it merged (relative to ``path``'s folder, as at the top:
+    an evaluator's ``pipeline: {_base_: ../pipelines/rag_turns.yaml, top_k: 20}``); a node that
+    appears twice (an anchor) stays one node."""
+    if id(node) in done:
+        return done[id(node)]
+    if isinstance(node, list):
+        out: Any = [_nested_bases(item, path, seen, done) for item in node]
+    elif isinstance(node, dict):
+        out = {key: _nested_bases(value, path, seen, done) for key, value in node.items() if key != BASE}
+        if BASE in node:
+            out = _merge(_base_tree(node[BASE], path, seen), out)
+    else:
+        return node
+    done[id(node)] = out
+    return out
 
 
 def _merge(base: Any, override: Any, done: dict[int, Any] | None = None) -> Any:
@@ -246,19 +285,22 @@ def _validate(node: Any, where: str, problems: list[str], seen: set[int]) -> Non
     if not isinstance(node, dict) or id(node) in seen:
         return
     seen.add(id(node))
-    for key, value in node.items():
-        if key != COMPONENT:
-            _validate(value, _join(where, key), problems, seen)
-    if COMPONENT not in node:
-        return
     here = where or "<root>"
-    try:
-        target = import_memlab_class(node[COMPONENT])
-    except ComponentError as e:
-        problems.append(f"{here}: {e}")
-        return
-    params, accepts_any = parameters(target)
-    if params is None:
+    target, params, accepts_any = None, None, True
+    if COMPONENT in node:
+        try:
+            target = import_memlab_class(node[COMPONENT])
+        except ComponentError as e:
+            problems.append(f"{here}: {e}")
+        else:
+            params, accepts_any = parameters(target)
+    unbuilt = _unbuilt_parameters(params)
+    for key, value in node.items():
+        if key in unbuilt:
+            _validate_unbuilt(value, _join(where, key), problems)
+        elif key != COMPONENT:
+            _validate(value, _join(where, key), problems, seen)
+    if target is None or params is None:
         return
     given = {k for k in node if k != COMPONENT}
     for key in sorted(given - set(params)):
@@ -279,6 +321,27 @@ def _validate(node: Any, where: str, problems: list[str], seen: set[int]) -> Non
         problem = mismatch(node[name], hint)
         if problem is not None:
             problems.append(f"{_join(where, name)}={_show(node[name])} {problem} ({owner}.{name})")
+
+
+def _unbuilt_parameters(params: dict[str, tuple[bool, Any]] | None) -> set[str]:
+    """The parameters that take a config as data (``PipelineConfig``): validated, not built."""
+    return {name for name, (_, hint) in (params or {}).items() if takes_unbuilt(hint)}
+
+
+def _validate_unbuilt(value: Any, where: str, problems: list[str]) -> None:
+    """A pipeline given as data, checked now: a file or name is loaded (``mismatch`` reports a
+    value of another shape)."""
+    if not (isinstance(value, str) and value.strip() or isinstance(value, dict) and COMPONENT in value):
+        return
+    try:
+        pipeline_node, runner = split_runner_keys(load_config(value))
+        validate_runner_keys(runner)
+    except ConfigError as e:
+        problems.append(f"{where}: {str(e).removeprefix('invalid config: ')}")
+        return
+    if COMPONENT not in pipeline_node:
+        problems.append(f"{where}: must be a pipeline config, a node with {COMPONENT}")
+    _validate(pipeline_node, where, problems, set())
 
 
 def validate_settings(settings: dict[str, Any], defaults: Any, where: str = "") -> dict[str, Any]:
@@ -317,7 +380,10 @@ def _settings(settings: Any, defaults: Any, where: str, problems: list[str]) -> 
             merged[name] = _settings(settings[name], default, _join(where, name), problems)
         else:
             value = merged[name] = settings[name]
-            _validate(value, _join(where, name), problems, set())  # the component nodes inside
+            if takes_unbuilt(hint):
+                _validate_unbuilt(value, _join(where, name), problems)
+            else:
+                _validate(value, _join(where, name), problems, set())  # the component nodes inside
             problem = mismatch(value, hint)
             if problem is not None:
                 problems.append(f"{_join(where, name)}={_show(value)} {problem} ({schema.__name__}.{name})")
@@ -356,9 +422,10 @@ def _build(node: Any, built: dict[int, Any]) -> Any:
         return node
     if id(node) in built:
         return built[id(node)]
-    kwargs = {k: _build(v, built) for k, v in node.items() if k != COMPONENT}
-    if COMPONENT in node:
-        target = import_memlab_class(node[COMPONENT])
+    target = import_memlab_class(node[COMPONENT]) if COMPONENT in node else None
+    unbuilt = _unbuilt_parameters(parameters(target)[0]) if target is not None else set()
+    kwargs = {k: copy.deepcopy(v) if k in unbuilt else _build(v, built) for k, v in node.items() if k != COMPONENT}
+    if target is not None:
         try:
             obj = target(**kwargs)
         except ConfigError:
@@ -371,10 +438,11 @@ def _build(node: Any, built: dict[int, Any]) -> Any:
     return obj
 
 
-def build_pipeline(path: str | os.PathLike, overrides: Overrides = ()):
-    """Load, override, validate and build a pipeline config. Returns (pipeline, runner settings, tree)."""
-    tree = load_config(path, overrides)
-    pipeline_node, runner = validate_pipeline_tree(tree, path)
+def build_pipeline(source: str | os.PathLike | Mapping[str, Any], overrides: Overrides = ()):
+    """Load (a file, a shipped name or a node: ``load_config``), override, validate and build a
+    pipeline config. Returns (pipeline, runner settings, tree)."""
+    tree = load_config(source, overrides)
+    pipeline_node, runner = validate_pipeline_tree(tree, "the pipeline node" if isinstance(source, Mapping) else source)
     return _build(pipeline_node, {}), runner, copy.deepcopy(tree)
 
 

@@ -119,6 +119,23 @@ def test_a_node_anchored_in_the_overriding_file_stays_one_node(tmp_path):
     assert tree["x"] == {"_component_": "memlab.stages.segment.TokenChunkSegmenter", "chunk_tokens": 32}
 
 
+def test_a_base_below_the_top_merges_relative_to_its_file(tmp_path):
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "pipelines" / "base.yaml").write_text("_component_: memlab.pipelines.rag.RAG\ntop_k: 10\nrrf_k: 60\n")
+    (tmp_path / "train.yaml").write_text("evaluator:\n  _component_: memlab.training.evaluators.RerankerEvaluator\n"
+                                         "  pipeline: &first {_base_: pipelines/base.yaml, top_k: 50}\n"
+                                         "again: *first\n")
+    tree = load_config(tmp_path / "train.yaml", ["evaluator.pipeline.rrf_k=10"])
+    assert tree["evaluator"]["pipeline"] == {"_component_": "memlab.pipelines.rag.RAG", "top_k": 50, "rrf_k": 10}
+    assert tree["again"] is tree["evaluator"]["pipeline"]  # an anchored node stays one node
+    (tmp_path / "pipelines" / "loop.yaml").write_text("x: {_base_: loop.yaml}\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(tmp_path / "pipelines" / "loop.yaml")
+    (tmp_path / "bad.yaml").write_text("x: {_base_: [1]}\n")
+    with pytest.raises(ConfigError, match="_base_ must be a file name"):
+        load_config(tmp_path / "bad.yaml")
+
+
 def test_bad_files_give_clear_errors(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.yaml")

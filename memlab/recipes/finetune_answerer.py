@@ -50,7 +50,7 @@ from typing import Any, Literal
 import torch
 
 from memlab.bounds import PositiveInt
-from memlab.config import build_pipeline
+from memlab.config import PipelineConfig, build_pipeline
 from memlab.fileio import atomic_file, swap_in, write_json_atomic
 from memlab.lm.hf import HFLM
 from memlab.training import MetricsLog, Optimiser, PipelineSettings, prepare_training, start_recipe, total_steps
@@ -70,7 +70,7 @@ CARD = "README.md"
 
 @dataclass
 class Settings(PipelineSettings):
-    pipeline: str = "configs/pipelines/rag_turns_best.yaml"
+    pipeline: PipelineConfig = "configs/pipelines/rag_turns_best.yaml"
     student: str = "qwen2.5-coder-0.5b"
     lora: LoraSettings = field(default_factory=lambda: LoraSettings(rank=16, alpha=32))
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=2e-4, epochs=2, batch_size=4,

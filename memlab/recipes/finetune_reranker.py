@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from memlab.bounds import PositiveInt
-from memlab.config import instantiate
+from memlab.config import PipelineConfig, instantiate
 from memlab.stage import Stage
 from memlab.stages.rerank import CrossEncoderReranker
 from memlab.training import (
@@ -59,7 +59,7 @@ from memlab.training.supervision import rerank_examples
 
 @dataclass
 class Settings(PipelineSettings):
-    pipeline: str = "configs/pipelines/rag_turns.yaml"
+    pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
     stage: CrossEncoderReranker = field(default_factory=encoder_stage("memlab.stages.rerank.CrossEncoderReranker"))
     negatives: PositiveInt = 8
     negative_sampling: Literal["uniform", "top"] = "uniform"

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from memlab.bounds import PositiveInt
-from memlab.config import instantiate
+from memlab.config import PipelineConfig, instantiate
 from memlab.stage import Stage
 from memlab.stages.retrieve import BiEncoderEmbedder
 from memlab.training import (
@@ -59,7 +59,7 @@ from memlab.training.supervision import rerank_examples
 
 @dataclass
 class Settings(PipelineSettings):
-    pipeline: str = "configs/pipelines/rag_turns.yaml"
+    pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
     stage: BiEncoderEmbedder = field(default_factory=encoder_stage("memlab.stages.retrieve.BiEncoderEmbedder"))
     negatives: PositiveInt = 2
     candidates: PositiveInt = 20

@@ -47,7 +47,7 @@ from typing import Annotated, Any, Literal
 import torch
 
 from memlab.bounds import PositiveFloat, PositiveInt, Range
-from memlab.config import ConfigError, instantiate
+from memlab.config import ConfigError, PipelineConfig, instantiate
 from memlab.embed import Embedder
 from memlab.stage import Stage
 from memlab.stages.segment import BoundarySegmenter
@@ -87,7 +87,7 @@ from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
 class TeacherSettings:
     """The CompassMem config whose cached prompted construction gives the boundary labels."""
 
-    config: str = TEACHER_CONFIG
+    config: PipelineConfig = TEACHER_CONFIG
     overrides: list[str] = field(default_factory=list)
 
 

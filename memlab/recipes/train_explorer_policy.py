@@ -44,7 +44,7 @@ from typing import Any, Literal, get_args
 import torch
 
 from memlab.bounds import PositiveInt, UnitFloat
-from memlab.config import build_pipeline, instantiate
+from memlab.config import PipelineConfig, build_pipeline, instantiate
 from memlab.stage import Stage
 from memlab.stages.navigate import ACTIONS, ExplorerPolicy
 from memlab.training import (
@@ -76,7 +76,7 @@ Metric = Literal["action_accuracy", "balanced_accuracy"]
 
 @dataclass
 class Settings(PipelineSettings):
-    pipeline: str = "configs/pipelines/compassmem_trained_construction.yaml"
+    pipeline: PipelineConfig = "configs/pipelines/compassmem_trained_construction.yaml"
     stage: ExplorerPolicy = field(default_factory=encoder_stage("memlab.stages.navigate.ExplorerPolicy"))
     supervision: NavigationSupervision = field(default_factory=NavigationSupervision)
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=5e-4, head_lr=3e-3, epochs=3, batch_size=16))

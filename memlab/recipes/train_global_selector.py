@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from memlab.bounds import PositiveFloat, PositiveInt, UnitFloat
-from memlab.config import build_pipeline, instantiate
+from memlab.config import PipelineConfig, build_pipeline, instantiate
 from memlab.stage import Stage
 from memlab.stages.global_select import TrainedGlobalSelector
 from memlab.training import (
@@ -66,7 +66,7 @@ class SelectionSupervision:
 
 @dataclass
 class Settings(PipelineSettings):
-    pipeline: str = "configs/pipelines/mnemis_replay.yaml"
+    pipeline: PipelineConfig = "configs/pipelines/mnemis_replay.yaml"
     stage: TrainedGlobalSelector = field(default_factory=encoder_stage("memlab.stages.global_select.TrainedGlobalSelector"))
     supervision: SelectionSupervision = field(default_factory=SelectionSupervision)
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=5e-4, head_lr=3e-3, epochs=20, batch_size=8))

@@ -34,7 +34,7 @@ from typing import Any, Literal, get_args
 import torch
 
 from memlab.bounds import NonNegativeFloat, PositiveInt
-from memlab.config import instantiate
+from memlab.config import PipelineConfig, instantiate
 from memlab.stage import Stage
 from memlab.stages.relate import MajorityRelationExtractor, PairRelationClassifier
 from memlab.training import (
@@ -58,7 +58,7 @@ Metric = Literal["macro_f1", "macro_f1_relations", "accuracy"]
 
 @dataclass
 class Settings(GradientSettings):
-    teacher_config: str = TEACHER_CONFIG
+    teacher_config: PipelineConfig = TEACHER_CONFIG
     teacher_overrides: list[str] = field(default_factory=list)
     keep_failed: bool = False
     stage: PairRelationClassifier = field(default_factory=encoder_stage("memlab.stages.relate.PairRelationClassifier"))

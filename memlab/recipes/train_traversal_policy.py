@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from memlab.bounds import PositiveFloat, PositiveInt
 from memlab.clock import active_seconds
-from memlab.config import build_pipeline, instantiate
+from memlab.config import PipelineConfig, build_pipeline, instantiate
 from memlab.stage import Stage
 from memlab.stages.traverse import TraversalPolicy, TraverseIn
 from memlab.training import ConversationSettings, EarlyStopping, MetricsLog, record_training, start_recipe
@@ -57,7 +57,7 @@ class PolicyOptimiser:
 @dataclass
 class Settings(ConversationSettings):
     progress: bool = True
-    pipeline: str = "configs/pipelines/magma.yaml"
+    pipeline: PipelineConfig = "configs/pipelines/magma.yaml"
     pipeline_overrides: list[str] = field(default_factory=lambda: ["event_extractor=null", "consolidator=null"])
     stage: TraversalPolicy = field(default_factory=lambda: {"_component_": "memlab.stages.traverse.TraversalPolicy",
                                                             "trainable": True})

@@ -10,6 +10,9 @@ evaluate-stage`` rebuilds it. One evaluator per trainable stage family (``family
 * ``prepare(conversations)`` does what does not depend on the stage, once: first-stage
   candidates, teacher labels, built memories. Memories and candidates come from a pipeline
   config (``build`` + ``retrieve_many``), so each first stage exists once, in its pipeline.
+  The pipeline is a ``PipelineConfig`` (a file, a shipped name or a node) with its overrides;
+  it is built once per evaluator, and ``node()`` records it resolved, so a checkpoint's
+  evaluator does not change when a config file does.
 * ``score(stage, prepared) -> dict`` scores a stage on it (a recipe validates every N steps on
   one ``prepare``); ``evaluator(stage, conversations)`` does both.
 * Nothing here reads a gold answer into a stage: gold evidence and categories only score.
@@ -19,13 +22,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from memlab.bounds import PositiveInt
+from memlab.config import Overrides, PipelineConfig, build_pipeline, load_config
 from memlab.data.prefix import first_questions
 from memlab.stage import Stage
 from memlab.stages.global_select import GlobalSelector
@@ -45,6 +50,8 @@ class StageEvaluator:
 
     #: The stage family the evaluator scores (``check`` refuses a stage of another).
     family: ClassVar[type] = Stage
+    #: Its ``PipelineConfig`` fields, each with the field of its overrides.
+    configs: ClassVar[dict[str, str]] = {}
 
     def prepare(self, conversations: Sequence[Conversation]) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -67,22 +74,35 @@ class StageEvaluator:
         return {k: (v, n) for k, v in result.items() if isinstance(v, float)}
 
     def node(self) -> dict[str, Any]:
-        """The config node that rebuilds this evaluator."""
+        """The config node that rebuilds this evaluator, its pipelines resolved: each the tree its
+        file and overrides give now, the overrides applied."""
         cls = type(self)
-        return {"_component_": f"{cls.__module__}.{cls.__qualname__}", **dataclasses.asdict(self)}
+        node = {"_component_": f"{cls.__module__}.{cls.__qualname__}", **dataclasses.asdict(self)}
+        for name, overrides in self.configs.items():
+            node[name], node[overrides] = load_config(getattr(self, name), getattr(self, overrides)), []
+        return node
+
+    def pipeline_named(self, name: str, adjust: Mapping[str, Any] | None = None) -> Any:
+        """The pipeline of the ``PipelineConfig`` field ``name`` (+ its overrides, then ``adjust``:
+        dotted keys to values), built on first use and shared by every later ``prepare``."""
+        key = json.dumps([name, adjust], sort_keys=True, default=str)
+        built = self.__dict__.setdefault("_built_pipelines", {})  # not a field: node() leaves it out
+        if key not in built:
+            tree = load_config(getattr(self, name), getattr(self, self.configs[name]))
+            built[key] = build_pipeline(tree, adjust or {})[0]
+        return built[key]
 
 
-def _pipeline(config: str, overrides: Sequence[str]) -> Any:
-    from memlab.config import build_pipeline
-
-    return build_pipeline(config, list(overrides))[0]
-
-
-def first_stage(config: str, overrides: Sequence[str], depth: int | None = None) -> Any:
+def first_stage(config: PipelineConfig, overrides: Overrides = (), depth: int | None = None) -> Any:
     """The first stage of the pipeline ``config`` (+ ``overrides``): the pipeline with its reranker
     off and, with ``depth``, ranking that deep (``top_k``). What a reranker re-scores and
     learns from, and where a retriever's hard negatives come from."""
-    return _pipeline(config, [*overrides, "reranker=null", *([f"top_k={depth}"] if depth else [])])
+    return build_pipeline(load_config(config, overrides), first_stage_adjustment(depth))[0]
+
+
+def first_stage_adjustment(depth: int | None) -> dict[str, Any]:
+    """The overrides that make a pipeline its own first stage (``first_stage``)."""
+    return {"reranker": None, **({"top_k": depth} if depth else {})}
 
 
 @dataclass
@@ -98,8 +118,9 @@ class RerankerEvaluator(StageEvaluator):
     """
 
     family: ClassVar[type] = Reranker
+    configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
 
-    pipeline: str = "configs/pipelines/rag_turns.yaml"
+    pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     depth: PositiveInt = 50
     ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
@@ -110,13 +131,13 @@ class RerankerEvaluator(StageEvaluator):
         (the first stage's top ``depth`` units, best first)."""
         from memlab.training.stage_eval import reranker_candidates
 
-        return reranker_candidates(first_stage(self.pipeline, self.pipeline_overrides, self.depth),
+        return reranker_candidates(self.pipeline_named("pipeline", first_stage_adjustment(self.depth)),
                                    first_questions(conversations, self.max_questions), self.depth)
 
     def score(self, stage: Any, prepared: list[dict[str, Any]]) -> dict[str, Any]:
         from memlab.training.stage_eval import evaluate_reranker
 
-        return {**evaluate_reranker(stage, prepared, ks=tuple(self.ks)), "first_stage_pipeline": self.pipeline}
+        return {**evaluate_reranker(stage, prepared, ks=tuple(self.ks)), "first_stage_pipeline": _label(self.pipeline)}
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
         ranking = result.get("reranked", result["first_stage"])  # no stage: the first stage's order
@@ -153,7 +174,8 @@ class SegmenterEvaluator(StageEvaluator):
     cache holds (``evaluate_segmenter``), with span baselines."""
 
     family: ClassVar[type] = Segmenter
-    teacher: str = "configs/pipelines/compassmem_teacher.yaml"
+    configs: ClassVar[dict[str, str]] = {"teacher": "teacher_overrides"}
+    teacher: PipelineConfig = "configs/pipelines/compassmem_teacher.yaml"
     teacher_overrides: list[str] = field(default_factory=list)
     #: The fixed-span baseline's span (None: the teacher's mean event length on these sessions;
     #: a recipe records its training sessions' mean).
@@ -163,10 +185,10 @@ class SegmenterEvaluator(StageEvaluator):
         from memlab.training.segmentation import usable_sessions
         from memlab.training.teacher import teacher_sessions
 
-        found, counts = teacher_sessions(conversations, self.teacher, list(self.teacher_overrides))
+        found, counts = teacher_sessions(conversations, pipeline=self.pipeline_named("teacher"))
         if not usable_sessions(found):
             raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(counts)}): run "
-                             f"the prompted build of {self.teacher} on them first")
+                             f"the prompted build of {_label(self.teacher)} on them first")
         return found, dict(counts)
 
     def score(self, stage: Any, prepared: tuple[list[Any], dict[str, int]]) -> dict[str, Any]:
@@ -185,18 +207,19 @@ class RelationEvaluator(StageEvaluator):
     canonical event pair of the cached sessions (``evaluate_relation_extractor``)."""
 
     family: ClassVar[type] = RelationExtractor
+    configs: ClassVar[dict[str, str]] = {"teacher": "teacher_overrides"}
 
-    teacher: str = "configs/pipelines/compassmem_teacher.yaml"
+    teacher: PipelineConfig = "configs/pipelines/compassmem_teacher.yaml"
     teacher_overrides: list[str] = field(default_factory=list)
     keep_failed: bool = False
 
     def prepare(self, conversations: Sequence[Conversation]) -> tuple[list[Any], dict[str, int]]:
         from memlab.training.teacher import teacher_sessions
 
-        found, counts = teacher_sessions(conversations, self.teacher, list(self.teacher_overrides))
+        found, counts = teacher_sessions(conversations, pipeline=self.pipeline_named("teacher"))
         if not found:
             raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(counts)}): run "
-                             f"the prompted build of {self.teacher} on them first")
+                             f"the prompted build of {_label(self.teacher)} on them first")
         return found, dict(counts)
 
     def score(self, stage: Any, prepared: tuple[list[Any], dict[str, int]]) -> dict[str, Any]:
@@ -217,8 +240,9 @@ class NavigatorEvaluator(StageEvaluator):
     whatever LM that config's construction stages use (the default builds without one)."""
 
     family: ClassVar[type] = Navigator
+    configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
 
-    pipeline: str = "configs/pipelines/compassmem_trained_construction.yaml"
+    pipeline: PipelineConfig = "configs/pipelines/compassmem_trained_construction.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     hops: PositiveInt = 2
     max_states: PositiveInt = 24
@@ -229,7 +253,7 @@ class NavigatorEvaluator(StageEvaluator):
     def prepare(self, conversations: Sequence[Conversation]) -> Any:
         from memlab.training.navigation import navigation_examples
 
-        pipeline = _pipeline(self.pipeline, self.pipeline_overrides)
+        pipeline = self.pipeline_named("pipeline")
         memories = {c.id: pipeline.build(c.history()) for c in conversations}
         return navigation_examples(memories, conversations, top_k=pipeline.top_k, hops=self.hops,
                                    max_states=self.max_states, max_next=pipeline.max_next)
@@ -237,7 +261,7 @@ class NavigatorEvaluator(StageEvaluator):
     def score(self, stage: Any, prepared: Any) -> dict[str, Any]:
         from memlab.training.navigation import evaluate_explorer_policy
 
-        return {**evaluate_explorer_policy(stage, prepared, majority=self.majority), "pipeline": self.pipeline}
+        return {**evaluate_explorer_policy(stage, prepared, majority=self.majority), "pipeline": _label(self.pipeline)}
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
         return {k: (result[k], result["states"]) for k in ("action_accuracy", "balanced_accuracy")}
@@ -250,18 +274,19 @@ class GlobalSelectorEvaluator(StageEvaluator):
     (None) scores the pipeline's own selector (the prompted one: its calls go to its LM)."""
 
     family: ClassVar[type] = GlobalSelector
+    configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
 
-    pipeline: str = "configs/pipelines/mnemis_replay.yaml"
+    pipeline: PipelineConfig = "configs/pipelines/mnemis_replay.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     max_share: float = 0.5
 
     def prepare(self, conversations: Sequence[Conversation]) -> tuple[dict[str, Any], list[Conversation], Any]:
         from memlab.training.selection import build_memories
 
-        pipeline = _pipeline(self.pipeline, self.pipeline_overrides)
+        pipeline = self.pipeline_named("pipeline")
         if pipeline.categorizer is None:
-            raise ValueError(f"{self.pipeline}: builds no hierarchy (system2: false): nothing to select from")
-        return build_memories(pipeline, conversations, self.pipeline), list(conversations), pipeline
+            raise ValueError(f"{_label(self.pipeline)}: builds no hierarchy (system2: false): nothing to select from")
+        return build_memories(pipeline, conversations, _label(self.pipeline)), list(conversations), pipeline
 
     def score(self, stage: Any, prepared: tuple[dict[str, Any], list[Conversation], Any]) -> dict[str, Any]:
         from memlab.training.selection import evaluate_global_selector
@@ -270,7 +295,7 @@ class GlobalSelectorEvaluator(StageEvaluator):
         selector = pipeline.global_selector if stage is None else stage
         return {**evaluate_global_selector(selector, memories, conversations, pipeline.selection_batch,
                                            self.max_share),
-                "pipeline": self.pipeline, "selector": type(selector).__name__}
+                "pipeline": _label(self.pipeline), "selector": type(selector).__name__}
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
         keys = ("evidence_episode_recall", "entity_recall", "entity_precision", "episode_share_per_question")
@@ -285,8 +310,9 @@ class SlotRecallEvaluator(StageEvaluator):
     change what ``build`` makes. ``baseline`` adds the score of the slot's configured stage."""
 
     family: ClassVar[type] = Stage
+    configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
 
-    pipeline: str = "configs/pipelines/magma.yaml"
+    pipeline: PipelineConfig = "configs/pipelines/magma.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     slot: str = "traverser"
     ks: list[int] = field(default_factory=lambda: [10])
@@ -295,7 +321,7 @@ class SlotRecallEvaluator(StageEvaluator):
     def prepare(self, conversations: Sequence[Conversation]) -> tuple[Any, list[tuple[Any, Any]]]:
         from memlab.training.supervision import evaluable_questions
 
-        pipeline = _pipeline(self.pipeline, self.pipeline_overrides)
+        pipeline = self.pipeline_named("pipeline")
         pairs = [(memory, q) for c in conversations for memory in [pipeline.build(c.history())]
                  for q in evaluable_questions(c)]
         if not pairs:
@@ -308,7 +334,7 @@ class SlotRecallEvaluator(StageEvaluator):
 
     def score(self, stage: Any, prepared: tuple[Any, list[tuple[Any, Any]]]) -> dict[str, Any]:
         pipeline, pairs = prepared
-        result: dict[str, Any] = {"questions": len(pairs), "slot": self.slot, "pipeline": self.pipeline}
+        result: dict[str, Any] = {"questions": len(pairs), "slot": self.slot, "pipeline": _label(self.pipeline)}
         if self.baseline:
             result["configured"] = self.recall(pipeline, pairs)
         old = pipeline.replace(self.slot, stage)
@@ -330,16 +356,17 @@ class RetrieverEvaluator(StageEvaluator):
     1-4 with evidence ranked with the stage's vectors."""
 
     family: ClassVar[type] = TrainableEmbedder
-    pipeline: str = "configs/pipelines/rag_turns.yaml"
+    configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
+    pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
 
     def prepare(self, conversations: Sequence[Conversation]) -> tuple[dict[str, Any], list[Conversation]]:
-        from memlab.config import COMPONENT, ConfigError, load_config, split_runner_keys, validate
+        from memlab.config import COMPONENT, ConfigError, split_runner_keys, validate
 
-        tree = split_runner_keys(load_config(self.pipeline, list(self.pipeline_overrides)))[0]
+        tree = split_runner_keys(load_config(self.pipeline, self.pipeline_overrides))[0]
         if "embedder" not in tree or COMPONENT not in tree:
-            raise ConfigError(f"{self.pipeline}: a RetrieverEvaluator needs a pipeline with an embedder")
+            raise ConfigError(f"{_label(self.pipeline)}: a RetrieverEvaluator needs a pipeline with an embedder")
         validate(tree)
         return tree, list(conversations)
 
@@ -363,6 +390,11 @@ class RetrieverEvaluator(StageEvaluator):
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
         return {k: (v, result["questions"]) for k, v in result.items() if k.startswith("recall@")}
+
+
+def _label(config: PipelineConfig) -> str:
+    """How a result names the pipeline it came from: its file or name, or a node's class."""
+    return config if isinstance(config, str) else f"a {config.get('_component_', 'pipeline')} node"
 
 
 def recorded_evaluator(checkpoint: str | os.PathLike, overrides: Sequence[str] = ()) -> StageEvaluator:

@@ -40,7 +40,7 @@ import torch
 
 from memlab.bounds import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from memlab.clock import active_seconds
-from memlab.config import ConfigError, load_config, validate_settings
+from memlab.config import ConfigError, PipelineConfig, load_config, validate_settings
 from memlab.fileio import write_json_atomic
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ class PipelineSettings(GradientSettings):
     """A gradient recipe whose examples and evaluation come from the memories (or the first stage)
     of a pipeline config: ``pipeline`` + dotted ``pipeline_overrides``."""
 
-    pipeline: str = ""
+    pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
 
 

@@ -62,10 +62,11 @@ def teacher_sessions(conversations: Sequence[Conversation], config: str | os.Pat
     what was skipped (``not_cached``) or had failed calls (``failed``). The CompassMem pipeline
     is built from ``config`` + ``overrides`` unless one is given (``pipeline``); a ConfigError
     when its segmenter's or relation extractor's LM is not a ``CacheOnlyLM``."""
+    source = "the teacher pipeline" if pipeline is not None else config
     pipeline = pipeline if pipeline is not None else build_pipeline(config, list(overrides))[0]
     live = live_stages(pipeline, ("segmenter", "relation_extractor"))
     if live:
-        raise ConfigError(f"{config}: the teacher's {' and '.join(live)} would call a model; declare their lm a "
+        raise ConfigError(f"{source}: the teacher's {' and '.join(live)} would call a model; declare their lm a "
                           f"memlab.lm.cache_only.CacheOnlyLM (as {TEACHER_CONFIG} does)")
     found: list[TeacherSession] = []
     counts: Counter = Counter()

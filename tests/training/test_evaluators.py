@@ -38,7 +38,48 @@ RAG_TURNS = str(REPO / "configs/pipelines/rag_turns.yaml")
 def test_an_evaluator_is_rebuilt_from_its_node(evaluator):
     node = evaluator.node()
     validate(node)
-    assert instantiate(node) == evaluator and isinstance(instantiate(node), StageEvaluator)
+    rebuilt = instantiate(node)
+    assert isinstance(rebuilt, StageEvaluator) and rebuilt.node() == node
+    for name, overrides in evaluator.configs.items():  # recorded resolved: the tree, its overrides applied
+        assert node[name] == load_config(getattr(evaluator, name), getattr(evaluator, overrides))
+        assert node[overrides] == [] and isinstance(getattr(rebuilt, name), dict)
+    settings = {k: v for k, v in node.items() if k not in evaluator.configs and k not in evaluator.configs.values()}
+    assert all(getattr(rebuilt, k) == getattr(evaluator, k) for k in settings if k != "_component_")
+
+
+def test_a_recorded_evaluator_keeps_its_pipeline_when_the_file_changes(tmp_path):
+    config = tmp_path / "first_stage.yaml"
+    config.write_text(f"_base_: {RAG_TURNS}\ncandidates: 30\n")
+    node = RerankerEvaluator(pipeline=str(config), pipeline_overrides=["rrf_k=20"]).node()
+    config.write_text(f"_base_: {RAG_TURNS}\ncandidates: 5\n")  # edited after the checkpoint was sealed
+    recorded = instantiate(node)
+    assert (recorded.pipeline["candidates"], recorded.pipeline["rrf_k"]) == (30, 20)
+    first_stage = recorded.pipeline_named("pipeline", {"reranker": None, "top_k": 7})
+    assert (first_stage.candidates, first_stage.rrf_k, first_stage.top_k) == (30, 20, 7)
+
+
+def test_a_pipeline_node_in_an_evaluator_is_validated_with_it_and_never_built():
+    pipeline = load_config(RAG_TURNS)
+    evaluator = instantiate({"_component_": "memlab.training.evaluators.RerankerEvaluator", "pipeline": pipeline})
+    assert evaluator.pipeline == pipeline  # the node itself, for the evaluator to build when it prepares
+    with pytest.raises(ConfigError, match=r"invalid config: pipeline.top_kk: memlab.pipelines.rag.RAG has no argument"):
+        validate({**evaluator.node(), "pipeline": {**pipeline, "top_kk": 3}})
+    with pytest.raises(ConfigError, match=r"pipeline: config file not found: .*nowhere.yaml"):
+        validate({**evaluator.node(), "pipeline": "configs/pipelines/nowhere.yaml"})
+    with pytest.raises(ConfigError, match="pipeline=3 must be a config file, a shipped config's name or a component node"):
+        validate({**evaluator.node(), "pipeline": 3})
+
+
+def test_an_evaluator_builds_its_pipeline_once(monkeypatch):
+    import memlab.training.evaluators as evaluators
+
+    built = []
+    real = evaluators.build_pipeline
+    monkeypatch.setattr(evaluators, "build_pipeline", lambda *a, **k: built.append(a) or real(*a, **k))
+    evaluator = RerankerEvaluator(pipeline=RAG_TURNS, depth=5, max_questions=2)
+    sample = load_sample()
+    assert evaluator.prepare(sample) == evaluator.prepare(sample)
+    assert len(built) == 1
 
 
 def test_a_bad_setting_is_refused_when_the_node_is_validated():

@@ -129,7 +129,7 @@ STORIES = [("lost a job", "moved back home", "causal"), ("booked a flight", "fle
            ("painted a wall", "read a novel", None), ("won a race", "celebrated with friends", "causal")]
 
 
-def synthetic_teacher(conversations, config=None, overrides=(), missing: tuple[str, ...] = ()):
+def synthetic_teacher(conversations, config=None, overrides=(), missing: tuple[str, ...] = (), pipeline=None):
     """Stand-in for ``teacher_sessions``: two sessions per conversation made from ``STORIES``;
     the conversations in ``missing`` have nothing cached."""
     found, counts = [], Counter()
@@ -177,7 +177,7 @@ def test_recipe_runs_end_to_end_on_synthetic_teacher_sessions(three_conversation
 def test_recipe_refuses_a_split_part_with_no_cached_session(three_conversations, tmp_path, monkeypatch):  # noqa: F811
     recipe = load_recipe("train_relation_extractor")
     monkeypatch.setattr(recipe, "teacher_sessions",
-                        lambda conversations, *args: synthetic_teacher(conversations, missing=("tiny-b",)))
+                        lambda conversations, *args, **kwargs: synthetic_teacher(conversations, missing=("tiny-b",)))
     with pytest.raises(ValueError, match=r"no cached teacher session for the validation conversations \['tiny-b'\] "
                                          r"\(\{'not_cached': 2\}"):
         recipe.setup(recipe_config(tmp_path, three_conversations))

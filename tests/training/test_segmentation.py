@@ -142,7 +142,7 @@ def synthetic_teacher(missing: tuple[str, ...] = ()):
     """A stand-in for ``teacher_sessions``: events of 3 turns (2 in odd sessions), no cache read;
     the conversations in ``missing`` are not cached."""
 
-    def teacher_sessions(conversations, config, overrides=()):
+    def teacher_sessions(conversations, config=None, overrides=(), pipeline=None):
         found, counts = [], {"not_cached": 0, "failed": 0, "sessions": 0}
         for conversation in conversations:
             for k, s in enumerate(conversation.history().sessions[:3]):
