@@ -13,7 +13,10 @@ the best adapter kept; the run's state saved every ``checkpoint_every`` steps), 
 
 **Resumable.** Training on a CPU takes hours. Everything goes into ``<output_dir>.partial``: the
 examples (``examples.jsonl``, so a restart does not retrieve again), the best adapter so far and
-the run's state (``memlab.training.resume``). Started again with the same config, the recipe
+the run's state (``memlab.training.resume``). The examples are kept by conversation and keyed on
+the data and the resolved pipeline, not the split: ``examples`` names a file an earlier run made
+(``checkpoints/answerer-examples.jsonl.gz``, all seven dev conversations under
+``rag_turns_best`` with resolved dates), so a final fit or a rerun on a new machine retrieves nothing. Started again with the same config, the recipe
 continues from the last saved step; once complete, the folder is renamed to ``output_dir``.
 
 **The checkpoint** is a peft adapter folder (``adapter_config.json``, ``adapter_model.safetensors``)
@@ -35,14 +38,16 @@ adapter will serve), ``student`` (a known model name, a .gguf file or a model fo
 warmup_fraction, max_steps}``, ``max_length`` (prompt + target tokens; longer examples are
 dropped and counted), ``eval_every`` (steps), ``patience`` (validations), ``validation_examples``
 (cap, the first N), ``checkpoint_every`` (steps between saved states), ``held_out_loss`` (score
-the evaluation conversations' loss at the end).
+the evaluation conversations' loss at the end), ``examples`` (a file of examples made earlier).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import shutil
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -50,7 +55,7 @@ from typing import Any, Literal
 import torch
 
 from memlab.bounds import PositiveInt
-from memlab.config import PipelineConfig, build_pipeline
+from memlab.config import PipelineConfig, build_pipeline, load_config
 from memlab.fileio import atomic_file, swap_in, write_json_atomic
 from memlab.lm.hf import HFLM
 from memlab.training import MetricsLog, Optimiser, PipelineSettings, prepare_training, start_recipe, total_steps
@@ -58,11 +63,12 @@ from memlab.training.answering import AnswerExample, answer_examples
 from memlab.training.causal_lm import LoraSettings, add_lora, completion_loss, mean_completion_loss, tokenize_pair
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.resume import Resumption, config_fingerprint
+from memlab.types import Conversation
 
 EXAMPLES_FILE = "examples.jsonl"
-EXAMPLES_KEY_FILE = "examples.key.json"
-#: The settings the examples are made from: the rest (student, optimiser ...) reuses them.
-EXAMPLES_DEPEND_ON = ("data", "pipeline", "pipeline_overrides")
+#: The data settings a conversation's examples depend on (with the resolved pipeline): not the
+#: split, so a final fit reuses the examples of the split run.
+EXAMPLES_DEPEND_ON = ("path", "max_questions", "sessions")
 ADAPTER = "adapter"
 STATE = "state"
 CARD = "README.md"
@@ -82,6 +88,10 @@ class Settings(PipelineSettings):
     validation_examples: PositiveInt | None = None
     checkpoint_every: PositiveInt = 10
     held_out_loss: bool = True
+    #: A file of examples an earlier run wrote (``<output_dir>.partial/examples.jsonl``, gzip or
+    #: not) to read before retrieving: the conversations it holds for this data and pipeline are
+    #: not retrieved again. Null: the run's own folder only.
+    examples: str | None = None
 
 
 @dataclass
@@ -110,8 +120,7 @@ def setup(config: dict[str, Any]) -> Run:
                               "output_dir")
     run = Run(config=config, out=out, work=out.with_name(out.name + ".partial"), split=parts.ids())
     run.work.mkdir(parents=True, exist_ok=True)
-    run.examples = cached_examples(run.work, config_fingerprint({k: config[k] for k in EXAMPLES_DEPEND_ON}), lambda: {
-        part: examples_of(config, conversations) for part, conversations in parts._asdict().items()})
+    run.examples = cached_examples(config, parts._asdict(), run.work / EXAMPLES_FILE)
     run.tokenizer, base = HFLM(str(config["student"]), cache=None, dtype="float32").loaded()
     limit = int(config["max_length"])
     for part, examples in run.examples.items():
@@ -129,7 +138,7 @@ def setup(config: dict[str, Any]) -> Run:
                                                                              cpu_bf16=True)
     # a saved state continues only the run of this very config (where it writes and whether it
     # shows a bar aside): another one is refused, naming the folder
-    trained_by = config_fingerprint({k: v for k, v in config.items() if k not in ("output_dir", "progress")})
+    trained_by = config_fingerprint({k: v for k, v in config.items() if k not in ("output_dir", "progress", "examples")})
     run.resume = Resumption(run.work / STATE, int(config["checkpoint_every"]), trained_by)
     run.log = MetricsLog.for_checkpoint(out, keep=run.resume.path.is_file())  # a resumed run keeps its lines
     return run
@@ -143,31 +152,69 @@ def examples_of(config: dict[str, Any], conversations) -> list[AnswerExample]:
     return answer_examples(pipeline, conversations)
 
 
-def cached_examples(work: Path, key: str, make) -> dict[str, list[AnswerExample]]:
-    """The examples of each part, read from ``work`` when an earlier start made them from the same
-    data and pipeline (``key``), else made by ``make()`` and written there (retrieval for every
-    question of seven conversations takes half an hour on two cores)."""
-    path = work / EXAMPLES_FILE
-    if path.is_file() and _recorded_key(work) == key:
-        parts: dict[str, list[AnswerExample]] = {}
-        for line in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            parts.setdefault(row.pop("part"), []).append(
-                AnswerExample(**{**row, "messages": tuple(row["messages"])}))
-        return {part: parts.get(part, []) for part in ("train", "validation", "evaluation")}
-    made = make()
+def examples_key(config: dict[str, Any]) -> str:
+    """What a conversation's examples are made from: the data settings ``EXAMPLES_DEPEND_ON`` and
+    the pipeline's resolved tree (an edited pipeline file makes them again)."""
+    return config_fingerprint({"data": {k: config["data"][k] for k in EXAMPLES_DEPEND_ON},
+                               "pipeline": load_config(config["pipeline"], list(config["pipeline_overrides"] or []))})
+
+
+def cached_examples(config: dict[str, Any], parts: dict[str, Sequence[Conversation]],
+                    path: Path) -> dict[str, list[AnswerExample]]:
+    """The examples of each part. Retrieval for every question of seven conversations takes most
+    of an hour on two cores, so a conversation's examples are read from ``path`` (this run's file)
+    or the ``examples`` file when one was made with the same ``examples_key``, and only the
+    conversations neither holds are made; ``path`` is then rewritten whole with all of them."""
+    key = examples_key(config)
+    known: dict[str, list[AnswerExample]] = {}
+    given = config["examples"]
+    if given is not None:
+        found_key, found = read_examples(Path(given))
+        if found_key != key:
+            raise ValueError(f"finetune_answerer: examples={given} was made from other data or another pipeline "
+                             f"(key {found_key}, this run's {key}); set examples: null to make them")
+        known.update(found)
+    if path.is_file():
+        found_key, found = read_examples(path)
+        if found_key == key:
+            known.update(found)
+    wanted = [c for conversations in parts.values() for c in conversations]
+    missing = [c for c in wanted if c.id not in known]
+    if missing:
+        made = examples_of(config, missing)
+        known.update({c.id: [e for e in made if e.conversation_id == c.id] for c in missing})
+        write_examples(path, key, known)
+    return {part: [e for c in conversations for e in known[c.id]] for part, conversations in parts.items()}
+
+
+def write_examples(path: Path, key: str, examples: dict[str, list[AnswerExample]]) -> None:
+    """``examples`` (conversation id -> its examples) as JSONL: a header line with the key and the
+    conversations (one with no question counts as made), then one example a line; ``.gz`` compressed."""
+    lines = [json.dumps({"key": key, "conversations": sorted(examples)})]
+    lines += [json.dumps(asdict(e), ensure_ascii=False) for conversation in sorted(examples) for e in examples[conversation]]
+    data = ("\n".join(lines) + "\n").encode("utf-8")
     with atomic_file(path) as tmp:
-        tmp.write_text("".join(json.dumps({"part": part, **asdict(example)}, ensure_ascii=False) + "\n"
-                               for part, examples in made.items() for example in examples), encoding="utf-8")
-    write_json_atomic(work / EXAMPLES_KEY_FILE, {"key": key})  # last: the key vouches for a whole file
-    return made
+        tmp.write_bytes(gzip.compress(data, mtime=0) if path.suffix == ".gz" else data)
 
 
-def _recorded_key(work: Path) -> str | None:
+def read_examples(path: Path) -> tuple[str | None, dict[str, list[AnswerExample]]]:
+    """(key, conversation id -> examples) of a file ``write_examples`` wrote; (None, {}) for one of
+    another shape (an older run's), a ``ValueError`` naming the file when it is unreadable."""
     try:
-        return json.loads((work / EXAMPLES_KEY_FILE).read_text(encoding="utf-8"))["key"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        data = path.read_bytes()
+        text = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8")
+        header, *rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except (OSError, ValueError, EOFError) as e:
+        raise ValueError(f"finetune_answerer: cannot read the examples file {path}: {e}") from None
+    if not (isinstance(header, dict) and set(header) == {"key", "conversations"}):
+        return None, {}
+    examples: dict[str, list[AnswerExample]] = {c: [] for c in header["conversations"]}
+    try:
+        for row in rows:
+            examples[row["conversation_id"]].append(AnswerExample(**{**row, "messages": tuple(row["messages"])}))
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"finetune_answerer: {path} holds an example of another shape ({e})") from None
+    return header["key"], examples
 
 
 def train(run: Run) -> dict[str, Any]:

@@ -361,7 +361,8 @@ def test_answerer_recipe_resumes_after_an_interrupt_and_its_adapter_serves_the_a
     config = load_recipe_config(CONFIGS / "answerer.yaml", [
         f"output_dir={tmp_path / 'answerer'}", f"pipeline={REPO / 'configs/pipelines/rag_turns.yaml'}", "pipeline_overrides=[]",
         "student=smollm2-135m-instruct-q4_1", "lora.rank=4", "optim.max_steps=6", "optim.batch_size=2",
-        "optim.lr=1e-3", "eval_every=3", "checkpoint_every=2", "validation_examples=3", "progress=false"])
+        "optim.lr=1e-3", "eval_every=3", "checkpoint_every=2", "validation_examples=3", "progress=false",
+        "examples=null"])
     config["data"] = tiny_data(three_conversations)
     real, calls = recipe.completion_loss, []
 
@@ -397,3 +398,54 @@ def test_answerer_recipe_resumes_after_an_interrupt_and_its_adapter_serves_the_a
     (adapter / "training.json").unlink()  # an adapter that does not say what it learnt from
     with pytest.raises(ValueError, match="without a record of the conversations"):
         refuse_training_overlap(pipeline, ["tiny-c"], allow=False)
+
+
+def test_answerer_examples_are_made_once_per_conversation_whatever_the_split(three_conversations, tmp_path, monkeypatch):
+    """A conversation's examples depend on the data and the pipeline, not on the split: a final fit
+    after the split run, or a run reading another's file, retrieves nothing again; a file made
+    from another pipeline is refused, not silently reused."""
+    recipe = load_recipe("finetune_answerer")
+    from memlab.training.answering import AnswerExample
+    from memlab.training.recipes import recipe_settings
+
+    made = []
+
+    def examples_of(config, conversations):
+        made.append([c.id for c in conversations])
+        return [AnswerExample(c.id, f"{c.id}:q{i}", "single-hop", ({"role": "user", "content": f"{c.id} {i}"},), "x")
+                for c in conversations for i in range(2)]
+
+    monkeypatch.setattr(recipe, "examples_of", examples_of)
+    config = recipe_settings(load_recipe_config(CONFIGS / "answerer.yaml", [
+        f"output_dir={tmp_path / 'a'}", "examples=null"]), recipe.Settings(recipe="finetune_answerer"))
+    from memlab.data import load_conversations
+
+    a, b, c = load_conversations(str(three_conversations))
+    split = recipe.cached_examples(config, {"train": [a], "validation": [b], "evaluation": [c]}, tmp_path / "run.jsonl")
+    assert made == [[a.id, b.id, c.id]] and [e.conversation_id for e in split["validation"]] == [b.id, b.id]
+    final = recipe.cached_examples(config, {"train": [a, b, c], "validation": [], "evaluation": []}, tmp_path / "run.jsonl")
+    assert len(made) == 1 and final["train"] == split["train"] + split["validation"] + split["evaluation"]
+
+    export = tmp_path / "export.jsonl.gz"
+    recipe.write_examples(export, recipe.examples_key(config), {a.id: split["train"]})
+    elsewhere = recipe.cached_examples({**config, "examples": str(export)}, {"train": [a, b]}, tmp_path / "new.jsonl")
+    assert made[1:] == [[b.id]] and elsewhere["train"][:2] == split["train"]
+    other = {**config, "examples": str(export), "pipeline_overrides": ["top_k=3"]}
+    with pytest.raises(ValueError, match="made from other data or another pipeline"):
+        recipe.cached_examples(other, {"train": [a]}, tmp_path / "other.jsonl")
+    (tmp_path / "torn.jsonl.gz").write_bytes(b"\x1f\x8b not gzip")
+    with pytest.raises(ValueError, match="cannot read the examples file"):
+        recipe.cached_examples({**config, "examples": str(tmp_path / "torn.jsonl.gz")}, {"train": [a]}, tmp_path / "x")
+
+
+def test_the_committed_answerer_examples_match_the_recipe_config():
+    """checkpoints/answerer-examples.jsonl.gz was made by the config's pipeline and data: its key
+    is what the recipe computes now (an edited rag_turns_best would have the recipe refuse it)."""
+    recipe = load_recipe("finetune_answerer")
+    from memlab.training.recipes import recipe_settings
+
+    config = recipe_settings(load_recipe_config(CONFIGS / "answerer.yaml", []), recipe.Settings(recipe="finetune_answerer"))
+    key, examples = recipe.read_examples(REPO / config["examples"])
+    assert key == recipe.examples_key(config)
+    assert {c: len(e) for c, e in examples.items()} == {"conv-26": 199, "conv-30": 105, "conv-41": 193, "conv-42": 260,
+                                                          "conv-43": 242, "conv-44": 158, "conv-47": 190}
