@@ -13,11 +13,12 @@ the best adapter kept; the run's state saved every ``checkpoint_every`` steps), 
 
 **Resumable.** Training on a CPU takes hours. Everything goes into ``<output_dir>.partial``: the
 examples (``examples.jsonl``, so a restart does not retrieve again), the best adapter so far and
-the run's state (``memlab.training.resume``). The examples are kept by conversation and keyed on
-the data and the resolved pipeline, not the split: ``examples`` names a file an earlier run made
-(``checkpoints/answerer-examples.jsonl.gz``, all seven dev conversations under
-``rag_turns_best`` with resolved dates), so a final fit or a rerun on a new machine retrieves nothing. Started again with the same config, the recipe
-continues from the last saved step; once complete, the folder is renamed to ``output_dir``.
+the run's state (``memlab.training.resume``). Started again with the same config, the recipe
+continues from the last saved step; once complete, the folder is renamed to ``output_dir``. The
+examples are kept by conversation and keyed on the data and the resolved pipeline, not the split:
+``examples`` names a file an earlier run made (``checkpoints/answerer-examples.jsonl.gz``, all
+seven dev conversations under ``rag_turns_best`` with resolved dates), so a final fit or a rerun
+on a new machine retrieves nothing.
 
 **The checkpoint** is a peft adapter folder (``adapter_config.json``, ``adapter_model.safetensors``)
 with ``training.json`` (config, ``split``, example counts, the validation curve, the held-out
@@ -38,7 +39,8 @@ adapter will serve), ``student`` (a known model name, a .gguf file or a model fo
 warmup_fraction, max_steps}``, ``max_length`` (prompt + target tokens; longer examples are
 dropped and counted), ``eval_every`` (steps), ``patience`` (validations), ``validation_examples``
 (cap, the first N), ``checkpoint_every`` (steps between saved states), ``held_out_loss`` (score
-the evaluation conversations' loss at the end), ``examples`` (a file of examples made earlier).
+the evaluation conversations' loss at the end), ``examples`` (a file of examples made earlier),
+``stop_after`` (steps: end a run early with the whole run's schedule).
 """
 
 from __future__ import annotations
@@ -88,6 +90,10 @@ class Settings(PipelineSettings):
     validation_examples: PositiveInt | None = None
     checkpoint_every: PositiveInt = 10
     held_out_loss: bool = True
+    #: End the run after this many steps, the learning-rate schedule still that of the whole run,
+    #: keeping the best adapter so far (a run boxed into the hours a CPU session has). Not part of
+    #: the run's identity: started again with it, a saved run past that step ends at once.
+    stop_after: PositiveInt | None = None
     #: A file of examples an earlier run wrote (``<output_dir>.partial/examples.jsonl``, gzip or
     #: not) to read before retrieving: the conversations it holds for this data and pipeline are
     #: not retrieved again. Null: the run's own folder only.
@@ -138,7 +144,8 @@ def setup(config: dict[str, Any]) -> Run:
                                                                              cpu_bf16=True)
     # a saved state continues only the run of this very config (where it writes and whether it
     # shows a bar aside): another one is refused, naming the folder
-    trained_by = config_fingerprint({k: v for k, v in config.items() if k not in ("output_dir", "progress", "examples")})
+    trained_by = config_fingerprint({k: v for k, v in config.items()
+                                     if k not in ("output_dir", "progress", "examples", "stop_after")})
     run.resume = Resumption(run.work / STATE, int(config["checkpoint_every"]), trained_by)
     run.log = MetricsLog.for_checkpoint(out, keep=run.resume.path.is_file())  # a resumed run keeps its lines
     return run
@@ -234,7 +241,7 @@ def train(run: Run) -> dict[str, Any]:
                log=run.log, validate=validate if validation else None, metric=lambda scores: -scores["loss"],
                patience=int(run.config["patience"]), eval_every=int(run.config["eval_every"]),
                validate_first=bool(validation), progress=run.config["progress"], desc="answerer",
-               resume=run.resume)
+               resume=run.resume, stop_after=run.config["stop_after"])
 
 
 def save_checkpoint(run: Run) -> Path:
@@ -275,12 +282,18 @@ Serve: `memlab.lm.hf.HFLM(model={cfg['student']!r}, adapter=<this folder>)` as t
   held out {run.split['evaluation']}.
 - Examples: {summary['examples']}; dropped as longer than {cfg['max_length']} tokens: {run.dropped}.
 - Steps: {summary['steps']} of batch {cfg['optim']['batch_size']}, lr {cfg['optim']['lr']}; best step
-  {(summary['best'] or {}).get('step')}; held-out loss {summary['held_out_loss']}.
+  {(summary['best'] or {}).get('step')}; held-out loss {summary['held_out_loss']}.{_stopped(summary)}
 
 | step | validation loss |
 |---|---|
 {points}
 """
+
+
+def _stopped(summary: dict[str, Any]) -> str:
+    stopped = summary.get("stopped_after")
+    return "" if stopped is None else (f"\n- **Stopped after step {stopped['step']} of {stopped['of']}** (`stop_after`): "
+                                       "the schedule was the whole run's, and early stopping had not ended it.")
 
 
 def main(config: dict[str, Any]) -> dict[str, Any]:

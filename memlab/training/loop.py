@@ -55,6 +55,7 @@ def fit(
     progress: bool = True,
     desc: str = "training",
     resume: Resumption | None = None,
+    stop_after: int | None = None,
 ) -> dict[str, Any]:
     """Train for at most ``n_steps`` steps; returns ``steps`` (and ``epochs`` when validating per
     epoch: ``eval_every`` None), ``train_seconds``, ``<unit>_seen``, ``<unit>_per_second`` and
@@ -67,7 +68,9 @@ def fit(
     ``metric(scores)`` the number early stopping maximises; ``count(batch)`` how many ``unit`` a
     batch holds. With ``resume`` the state is saved every ``resume.every`` steps and after each
     validation, and a saved state is continued from (``memlab.training.resume``); it is removed
-    once the run is complete.
+    once the run is complete. ``stop_after`` ends the run after that many steps with the schedule
+    of all ``n_steps`` (a run boxed into the time a slow machine has: the summary's
+    ``stopped_after``); continued from a state past it, the run ends at once, as it stands.
     """
     per_epoch = eval_every is None
     stopper = EarlyStopping(patience=patience)
@@ -110,7 +113,8 @@ def fit(
     for _ in range(epoch):  # a resumed run: the epochs already run, drawn again to reach the same order
         epoch_batches()
     bar = tqdm(total=n_steps, initial=step, desc=desc, disable=not progress)
-    while step < n_steps and not stopper.should_stop:
+    last = n_steps if stop_after is None else min(n_steps, stop_after)
+    while step < last and not stopper.should_stop:
         run.stage.train()
         for index, batch in enumerate(epoch_batches()):
             if index < taken:
@@ -137,7 +141,7 @@ def fit(
                 checkpoint()
             if validating and stopper.should_stop:
                 break
-            if step >= n_steps:
+            if step >= last:
                 break
         else:  # the epoch ran out
             epoch, taken = epoch + 1, 0
@@ -158,6 +162,8 @@ def fit(
         resume.clear()
     summary = {"steps": step, "train_seconds": round(train_seconds, 1), f"{unit}_seen": seen,
                f"{unit}_per_second": round(seen / max(train_seconds, 1e-9), 2), "best": best, **initial}
+    if step < n_steps and not stopper.should_stop:
+        summary["stopped_after"] = {"step": step, "of": n_steps}
     return {**summary, "epochs": epoch} if per_epoch else summary
 
 

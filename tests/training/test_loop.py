@@ -117,3 +117,26 @@ def test_a_state_saved_under_another_configuration_is_refused(tmp_path):
     (tmp_path / "state" / "resume.pt").write_bytes(b"torn")
     with pytest.raises(ResumeError, match="unreadable training state"):
         regression(tmp_path, None, n_steps=6, resume=Resumption(tmp_path / "state", 1, "a"))
+
+
+def test_stop_after_ends_the_run_early_on_the_whole_runs_schedule(tmp_path):
+    """A run boxed to 4 of 10 steps has, at step 4, the weights and learning rate of the whole run at
+    step 4 (the schedule is the whole run's), keeps its best, says where it stopped; continued
+    from a state past the box, it ends at once with what it has."""
+    scores = [0.1, 0.3, 0.2, 0.5, 0.4]
+    boxed, _, boxed_lines, boxed_model = regression(tmp_path / "boxed", scores, n_steps=10, eval_every=2, stop_after=4)
+    assert boxed["steps"] == 4 and boxed["stopped_after"] == {"step": 4, "of": 10}
+    assert boxed["best"] == {"step": 4, "validation": {"score": 0.3}} and [line["step"] for line in boxed_lines] == [2, 4]
+    # the whole run, interrupted at its 5th batch, has trained the same 4 steps on the same schedule
+    with pytest.raises(KeyboardInterrupt):
+        regression(tmp_path / "cut", scores, stop_at=5, n_steps=10, eval_every=2,
+                   resume=Resumption(tmp_path / "cut" / "state", every=2, fingerprint="f"))
+    state = torch.load(tmp_path / "cut" / "state" / "resume.pt", weights_only=False)
+    assert state["progress"]["step"] == 4
+    assert state["weights"]["1.weight"].item() == pytest.approx(boxed_model[1].weight.item(), abs=1e-7)
+    ended, _, _, _ = regression(tmp_path / "cut", scores, n_steps=10, eval_every=2, stop_after=3,
+                                resume=Resumption(tmp_path / "cut" / "state", every=2, fingerprint="f"))
+    assert ended["steps"] == 4 and ended["stopped_after"] == {"step": 4, "of": 10}
+    assert not (tmp_path / "cut" / "state").exists()
+    unboxed, _, _, _ = regression(tmp_path / "unboxed", scores, n_steps=10, eval_every=2, stop_after=20)
+    assert "stopped_after" not in unboxed  # early stopping ended it, not the box
