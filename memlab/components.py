@@ -47,6 +47,12 @@ def takes_unbuilt(hint: Any) -> bool:
     return typing.get_origin(hint) is Annotated and any(isinstance(m, Unbuilt) for m in hint.__metadata__)
 
 
+def is_config_reference(value: Any) -> bool:
+    """Whether ``value`` has the shape an ``Unbuilt`` parameter takes: a non-blank file path or
+    name, or a component node."""
+    return bool(isinstance(value, str) and value.strip() or isinstance(value, dict) and COMPONENT in value)
+
+
 def import_memlab_class(path: str) -> Any:
     """Import ``memlab.x.y.Name``; anything outside the ``memlab`` package is refused."""
     if not isinstance(path, str) or not (path == "memlab" or path.startswith("memlab.")):
@@ -109,8 +115,7 @@ def mismatch(value: Any, hint: Any) -> str | None:
         return None
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if takes_unbuilt(hint):
-        ok = isinstance(value, str) and value.strip() or isinstance(value, dict) and COMPONENT in value
-        return None if ok else "must be a config file, a shipped config's name or a component node"
+        return None if is_config_reference(value) else "must be a config file, a shipped config's name or a component node"
     if origin is Annotated:
         problem = mismatch(value, args[0])
         ranges = [m for m in hint.__metadata__ if isinstance(m, Range)]

@@ -53,6 +53,7 @@ from memlab.components import (
     ComponentError,
     Unbuilt,
     import_memlab_class,
+    is_config_reference,
     mismatch,
     parameters,
     takes_unbuilt,
@@ -331,7 +332,7 @@ def _unbuilt_parameters(params: dict[str, tuple[bool, Any]] | None) -> set[str]:
 def _validate_unbuilt(value: Any, where: str, problems: list[str]) -> None:
     """A pipeline given as data, checked now: a file or name is loaded (``mismatch`` reports a
     value of another shape)."""
-    if not (isinstance(value, str) and value.strip() or isinstance(value, dict) and COMPONENT in value):
+    if not is_config_reference(value):
         return
     try:
         pipeline_node, runner = split_runner_keys(load_config(value))

@@ -88,16 +88,20 @@ class StageEvaluator:
         key = json.dumps([name, adjust], sort_keys=True, default=str)
         built = self.__dict__.setdefault("_built_pipelines", {})  # not a field: node() leaves it out
         if key not in built:
-            tree = load_config(getattr(self, name), getattr(self, self.configs[name]))
-            built[key] = build_pipeline(tree, adjust or {})[0]
+            built[key] = _built(getattr(self, name), getattr(self, self.configs[name]), adjust or {})
         return built[key]
+
+
+def _built(config: PipelineConfig, overrides: Overrides, adjust: Mapping[str, Any]) -> Any:
+    """The pipeline of ``config`` with its (user's) ``overrides``, then the library's ``adjust``."""
+    return build_pipeline(load_config(config, overrides), adjust)[0]
 
 
 def first_stage(config: PipelineConfig, overrides: Overrides = (), depth: int | None = None) -> Any:
     """The first stage of the pipeline ``config`` (+ ``overrides``): the pipeline with its reranker
     off and, with ``depth``, ranking that deep (``top_k``). What a reranker re-scores and
     learns from, and where a retriever's hard negatives come from."""
-    return build_pipeline(load_config(config, overrides), first_stage_adjustment(depth))[0]
+    return _built(config, overrides, first_stage_adjustment(depth))
 
 
 def first_stage_adjustment(depth: int | None) -> dict[str, Any]:
