@@ -71,12 +71,12 @@ def test_strings_in_the_json_are_cleaned_of_escaped_surrogates():
 def test_strip_thinking_is_linear_in_its_tags():
     for text in ("<think>" * 20_000, "</think>" * 20_000 + "x", "<think>a</think>" * 20_000 + "x",
                  "<think>" * 20_000 + "</think>"):
-        start = time.perf_counter()
+        start = time.thread_time()
         try:
             strip_thinking(text)
         except ParseError:
             pass
-        assert time.perf_counter() - start < 0.5, text[:20]
+        assert time.thread_time() - start < 0.5, text[:20]
     # what it keeps is unchanged
     assert strip_thinking("<think>a</think>b<think>c</think>d") == "bd"
     assert strip_thinking("a</think>b</think>c") == "c"
@@ -88,12 +88,12 @@ def test_strip_thinking_is_linear_in_its_tags():
 
 def test_reading_a_megabyte_reply_takes_well_under_a_second():
     for text in ('{"summary": "' + "x" * 1_000_000, '{"a": "' * 32 + "y" * 1_000_000, "x" * 1_000_000):
-        start = time.perf_counter()
+        start = time.thread_time()
         try:
             parse_json(text, {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]})
         except ParseError:
             pass
-        assert time.perf_counter() - start < 1.0
+        assert time.thread_time() - start < 1.0
 
 
 def test_visible_text_drops_reasoning_special_tokens_and_boms():

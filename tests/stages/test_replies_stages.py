@@ -51,10 +51,10 @@ def test_the_cot_answerer_reads_past_special_tokens():
 def test_the_cot_marker_search_is_linear_in_blank_lines():
     import time
 
-    start = time.perf_counter()
+    start = time.thread_time()
     with pytest.raises(ParseError):
         CoTAnswerer(ReplayLM([])).parse("\n" * 200_000 + "no marker", ITEM)
-    assert time.perf_counter() - start < 1.0
+    assert time.thread_time() - start < 1.0
 
 
 def test_clean_answer():
