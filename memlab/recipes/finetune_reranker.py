@@ -52,7 +52,7 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import RerankerEvaluator, first_stage
+from memlab.training.evaluators import Candidates, RerankerEvaluator, first_stage
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.supervision import rerank_examples
 
@@ -77,8 +77,8 @@ class Run:
     out: Path
     stage: Any = None
     groups: list[tuple[str, list[str]]] = field(default_factory=list)  # (question, [positive, negatives...])
-    validation: list[dict] = field(default_factory=list)
-    evaluation: list[dict] = field(default_factory=list)
+    validation: Candidates | None = None
+    evaluation: Candidates | None = None
     split: dict[str, list[str]] = field(default_factory=dict)
     evaluator: RerankerEvaluator | None = None
     accelerator: Any = None
@@ -107,10 +107,10 @@ def setup(config: dict[str, Any]) -> Run:
     if not run.groups:
         raise ValueError("no training groups: the training conversations have no question with evidence")
     # Validation runs several times: ``validation_questions`` caps its cost (the first N questions).
-    run.evaluator = RerankerEvaluator(pipeline=config["pipeline"], pipeline_overrides=overrides, depth=depth)
+    run.evaluator = RerankerEvaluator(pipeline=config["pipeline"], pipeline_overrides=overrides, depth=depth,
+                                      metric=f"reranked.{config['metric']}")
     if validation:
-        run.validation = run.evaluator.prepare(validation)
-        run.validation = run.validation[: int(config["validation_questions"] or len(run.validation))]
+        run.validation = run.evaluator.prepare(validation).first(config["validation_questions"])
     if evaluation:
         run.evaluation = run.evaluator.prepare(evaluation)
 
@@ -130,12 +130,12 @@ def group_loss(stage, batch: list[tuple[str, list[str]]]) -> torch.Tensor:
 
 
 def validate(run: Run) -> dict[str, Any]:
-    stage = run.accelerator.unwrap_model(run.stage)
-    return run.evaluator.score(stage, run.validation)["reranked"]
+    """The validation result (the reranked order's and the first stage's recalls)."""
+    return run.evaluator.score(run.accelerator.unwrap_model(run.stage), run.validation)
 
 
 def train(run: Run) -> dict[str, Any]:
-    batch_size, metric = int(run.config["optim"]["batch_size"]), run.config["metric"]
+    batch_size = int(run.config["optim"]["batch_size"])
     rng = random.Random(int(run.config["seed"]))
     # A final fit (no validation conversation) trains the configured length and keeps the last step.
     baseline = None
@@ -147,7 +147,7 @@ def train(run: Run) -> dict[str, Any]:
                   epoch_batches=lambda: shuffled_batches(run.groups, batch_size, rng),
                   batch_loss=lambda batch: group_loss(run.stage, batch), save=lambda: save_checkpoint(run),
                   log=run.log, validate=(lambda: validate(run)) if run.validation else None,
-                  metric=lambda scores: scores[metric], patience=int(run.config["patience"]),
+                  metric=run.evaluator.primary, patience=int(run.config["patience"]),
                   eval_every=int(run.config["eval_every"]), unit="pairs",
                   count=lambda batch: sum(len(texts) for _, texts in batch), progress=run.config["progress"],
                   desc="reranker")

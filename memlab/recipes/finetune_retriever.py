@@ -52,7 +52,7 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import RetrieverEvaluator, first_stage
+from memlab.training.evaluators import PipelineTree, RetrieverEvaluator, first_stage
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.supervision import rerank_examples
 
@@ -82,8 +82,8 @@ class Run:
     out: Path
     stage: Any = None
     groups: list[Group] = field(default_factory=list)
-    validation: list = field(default_factory=list)
-    evaluation: list = field(default_factory=list)
+    validation: PipelineTree | None = None
+    evaluation: PipelineTree | None = None
     split: dict[str, list[str]] = field(default_factory=dict)
     evaluator: RetrieverEvaluator | None = None
     accelerator: Any = None
@@ -104,12 +104,12 @@ def build_groups(dataset) -> list[Group]:
 def setup(config: dict[str, Any]) -> Run:
     config, parts = start_recipe(config, Settings(recipe="finetune_retriever"))
     run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
-    train, run.validation, run.evaluation = parts
+    train, validation, evaluation = parts
     overrides = list(config["pipeline_overrides"] or [])
     examples = rerank_examples(train, first_stage(config["pipeline"], overrides), negatives=int(config["negatives"]),
                                candidates=int(config["candidates"]), seed=int(config["seed"]), sampling="top")
-    run.evaluator = RetrieverEvaluator(pipeline=config["pipeline"], pipeline_overrides=overrides)
-    run.validation, run.evaluation = run.evaluator.prepare(run.validation), run.evaluator.prepare(run.evaluation)
+    run.evaluator = RetrieverEvaluator(pipeline=config["pipeline"], pipeline_overrides=overrides, metric=config["metric"])
+    run.validation, run.evaluation = run.evaluator.prepare(validation), run.evaluator.prepare(evaluation)
     run.groups = build_groups(examples)
     if not run.groups:
         raise ValueError("no training groups: the training conversations have no question with evidence")
@@ -128,12 +128,12 @@ def batch_loss(stage, batch: list[Group], rng: random.Random) -> torch.Tensor:
     return stage.loss(queries, vectors, torch.arange(len(batch)))
 
 
-def validate(run: Run, prepared) -> dict[str, Any]:
+def validate(run: Run, prepared: PipelineTree) -> dict[str, Any]:
     return run.evaluator.score(run.accelerator.unwrap_model(run.stage), prepared)
 
 
 def train(run: Run) -> dict[str, Any]:
-    batch_size, metric = int(run.config["optim"]["batch_size"]), run.config["metric"]
+    batch_size = int(run.config["optim"]["batch_size"])
     rng = random.Random(int(run.config["seed"]))
     # Step 0 is the untrained stage (the packaged encoder): training must beat it to replace it.
     summary = fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
@@ -141,7 +141,7 @@ def train(run: Run) -> dict[str, Any]:
                   # InfoNCE needs in-batch negatives: a last batch of one is left out
                   epoch_batches=lambda: [b for b in shuffled_batches(run.groups, batch_size, rng) if len(b) >= 2],
                   batch_loss=lambda batch: batch_loss(run.stage, batch, rng), save=lambda: save_checkpoint(run),
-                  log=run.log, validate=lambda: validate(run, run.validation), metric=lambda scores: scores[metric],
+                  log=run.log, validate=lambda: validate(run, run.validation), metric=run.evaluator.primary,
                   patience=int(run.config["patience"]), eval_every=int(run.config["eval_every"]), validate_first=True,
                   unit="questions", progress=run.config["progress"], desc="retriever")
     return summary

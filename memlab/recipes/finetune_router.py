@@ -42,7 +42,7 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import RouterEvaluator
+from memlab.training.evaluators import Questions, RouterEvaluator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.supervision import routing_examples
 from memlab.types import ANSWERABLE_CATEGORIES
@@ -59,8 +59,6 @@ class Settings(GradientSettings):
     metric: Metric = "accuracy"
 
 
-#: How a router is scored: validation, held-out evaluation, ``memlab evaluate-stage``.
-EVALUATOR = RouterEvaluator()
 METRICS = get_args(Metric)
 
 
@@ -70,9 +68,11 @@ class Run:
     out: Path
     stage: Any = None
     examples: list[dict[str, Any]] = field(default_factory=list)
-    validation: list = field(default_factory=list)
-    evaluation: list = field(default_factory=list)
+    validation: Questions | None = None
+    evaluation: Questions | None = None
     split: dict[str, list[str]] = field(default_factory=dict)
+    #: How the router is scored: validation, held-out evaluation, ``memlab evaluate-stage``.
+    evaluator: RouterEvaluator | None = None
     accelerator: Any = None
     optimizer: Any = None
     scheduler: Any = None
@@ -82,12 +82,14 @@ class Run:
 def setup(config: dict[str, Any]) -> Run:
     config, parts = start_recipe(config, Settings(recipe="finetune_router"))
     run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
-    train, run.validation, run.evaluation = parts
+    train, validation, evaluation = parts
+    run.evaluator = RouterEvaluator(metric=config["metric"])
+    run.validation, run.evaluation = run.evaluator.prepare(validation), run.evaluator.prepare(evaluation)
     run.examples = list(routing_examples(train))
     if not run.examples:
         raise ValueError(f"no training questions: the training conversations {run.split['train']} have none")
     if config["metric"] == "accuracy" and not any(q.category in ANSWERABLE_CATEGORIES
-                                                  for c in run.validation for q in c.questions):
+                                                  for c in validation for q in c.questions):
         raise ValueError(f"the validation conversations {run.split['validation']} have no question of categories "
                          "1-4, so their accuracy is undefined: choose other data.validation_ids or metric=accuracy_5way")
     run.stage = instantiate(config["stage"])
@@ -117,7 +119,7 @@ def head_accuracy(stage, conversations) -> dict[str, float]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    batch_size, metric = int(run.config["optim"]["batch_size"]), run.config["metric"]
+    batch_size = int(run.config["optim"]["batch_size"])
     rng = random.Random(int(run.config["seed"]))
     stage = run.accelerator.unwrap_model(run.stage)
 
@@ -125,13 +127,13 @@ def train(run: Run) -> dict[str, Any]:
         return stage.loss(run.stage.logits([row["question"] for row in batch]), targets(stage, batch))
 
     def validate() -> dict[str, float]:
-        scores = EVALUATOR.score(stage, run.validation)
+        scores = run.evaluator.score(stage, run.validation)
         return {k: scores[k] for k in METRICS}
 
     return fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
                n_steps=total_steps(len(run.examples), run.config["optim"]),
                epoch_batches=lambda: shuffled_batches(run.examples, batch_size, rng), batch_loss=batch_loss,
-               save=lambda: save_checkpoint(run), log=run.log, validate=validate, metric=lambda scores: scores[metric],
+               save=lambda: save_checkpoint(run), log=run.log, validate=validate, metric=run.evaluator.primary,
                patience=int(run.config["patience"]), unit="examples", progress=run.config["progress"], desc="router")
 
 
@@ -144,7 +146,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     summary = train(run)
     best = Stage.load(run.out)
     summary.update(split=run.split, examples=len(run.examples), checkpoint=str(run.out),
-                   device=str(run.accelerator.device), evaluation=EVALUATOR.score(best, run.evaluation),
-                   evaluation_heads=head_accuracy(best, run.evaluation))
-    record_training(run.out, run.config, summary, EVALUATOR)
+                   device=str(run.accelerator.device), evaluation=run.evaluator.score(best, run.evaluation),
+                   evaluation_heads=head_accuracy(best, run.evaluation.conversations))
+    record_training(run.out, run.config, summary, run.evaluator)
     return summary

@@ -110,9 +110,10 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     train, validation, evaluation = parts
     started = active_seconds()
     selection = {}
+    checked, held_out = EVALUATOR.prepare(validation), EVALUATOR.prepare(evaluation)
     grid = config["optim"]["c_grid"]
     for c in grid:
-        selection[str(c)] = EVALUATOR.score(fit(config, train, float(c)), validation)["accuracy"]
+        selection[str(c)] = EVALUATOR.primary(EVALUATOR.score(fit(config, train, float(c)), checked))
     best_c = float(max(grid, key=lambda c: selection[str(c)]))
     stage = fit(config, [*train, *validation], best_c)
     seconds = active_seconds() - started
@@ -123,7 +124,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
         "split": parts.ids(),
         "selection": {"validation_accuracy_by_c": selection, "c": best_c},
         "vocabulary": len(stage.vocabulary), "fit_seconds": round(seconds, 1),
-        "evaluation": EVALUATOR.score(loaded, evaluation), "checkpoint": str(out),
+        "evaluation": EVALUATOR.score(loaded, held_out), "checkpoint": str(out),
     }
     record_training(out, config, summary, EVALUATOR)
     return summary

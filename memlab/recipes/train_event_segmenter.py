@@ -62,7 +62,7 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import SegmenterEvaluator
+from memlab.training.evaluators import SegmenterEvaluator, TeacherLabels
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.observation_boundaries import (
     evaluate_on_observations,
@@ -80,7 +80,7 @@ from memlab.training.segmentation import (
     session_boundaries,
     usable_sessions,
 )
-from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
+from memlab.training.teacher import TEACHER_CONFIG
 
 
 @dataclass
@@ -131,7 +131,7 @@ class Run:
     validation_sessions: list = field(default_factory=list)
     validation_labels: list = field(default_factory=list)
     validation_vectors: list | None = None  # turn vectors of the validation sessions
-    evaluation: list = field(default_factory=list)  # TeacherSession
+    evaluation: TeacherLabels | None = None
     evaluation_conversations: list = field(default_factory=list)
     observation_labels: dict = field(default_factory=dict)  # (conversation, session) -> BoundaryLabels, observations only
     baseline_span: int = 1  # the fixed-span baseline's span: the training labels' mean event length
@@ -144,32 +144,31 @@ class Run:
     evaluator: SegmenterEvaluator | None = None
 
 
-def cached_teacher(part: str, conversations, config: dict[str, Any]) -> tuple[list, dict[str, int]]:
-    """The teacher sessions of one part of the split (failed ones included) and
-    ``teacher_sessions``' counts; a part with no usable session is an error saying what to run first."""
-    teacher = config["teacher"]
-    found, counts = teacher_sessions(conversations, teacher["config"], list(teacher["overrides"] or []))
-    if not usable_sessions(found):
-        ids = [c.id for c in conversations]
-        raise ConfigError(f"train_event_segmenter: no cached teacher session for the {part} conversations {ids} "
-                          f"({dict(counts)}): run the prompted build of "
-                          f"{teacher['config']} on them first, so the response cache holds its segmenter calls")
-    return found, dict(counts)
+def teacher_part(run: Run, part: str, conversations) -> TeacherLabels:
+    """The teacher's labels of one part of the split (``SegmenterEvaluator.prepare``: failed
+    sessions included) and their counts in ``run.teacher_counts``; a part with no usable session
+    is an error saying what to run first."""
+    try:
+        labels = run.evaluator.prepare(conversations)
+    except ValueError as e:
+        raise ConfigError(f"train_event_segmenter: the {part} conversations: {e}, so the response cache holds its "
+                          "segmenter calls") from e
+    run.teacher_counts[part] = dict(labels.counts)
+    return labels
 
 
 def setup(config: dict[str, Any]) -> Run:
     config, parts = start_recipe(config, Settings(recipe="train_event_segmenter"))
     run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
     train, validation, evaluation = parts
-    found, run.teacher_counts["evaluation"] = cached_teacher("evaluation", evaluation, config)
-    run.evaluation, run.evaluation_conversations = usable_sessions(found), list(evaluation)
+    run.evaluator = SegmenterEvaluator(teacher=config["teacher"]["config"],
+                                       teacher_overrides=list(config["teacher"]["overrides"] or []))
+    run.evaluation, run.evaluation_conversations = teacher_part(run, "evaluation", evaluation), list(evaluation)
     if config["labels"] == "teacher":
         teacher_labels(run, train, validation)
     else:
         annotation_labels(run, train, validation, evaluation)
-    run.evaluator = SegmenterEvaluator(teacher=config["teacher"]["config"],
-                                       teacher_overrides=list(config["teacher"]["overrides"] or []),
-                                       baseline_span=run.baseline_span)
+    run.evaluator.baseline_span = run.baseline_span  # known once the training labels are
     run.stage = instantiate(config["stage"])
     run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.sessions))
     stage = run.accelerator.unwrap_model(run.stage)
@@ -183,8 +182,8 @@ def setup(config: dict[str, Any]) -> Run:
 
 def teacher_labels(run: Run, train, validation) -> None:
     """Training and validation labels distilled from the prompted segmenter (its cached calls)."""
-    training, run.teacher_counts["train"] = cached_teacher("train", train, run.config)
-    found, run.teacher_counts["validation"] = cached_teacher("validation", validation, run.config)
+    training = teacher_part(run, "train", train).sessions
+    found = teacher_part(run, "validation", validation).sessions
     teacher = run.config["teacher"]
     source = f"{TEACHER_SOURCE}; teacher config {teacher['config']} {list(teacher['overrides'])}"
     run.examples = segmentation_examples(training, run.teacher_counts["train"], source)
@@ -284,8 +283,8 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     summary.update(split=run.split, checkpoint=str(run.out), device=str(run.accelerator.device),
                    labels=run.config["labels"], teacher=run.teacher_counts, dataset_card=run.examples.info.description,
                    sessions={"train": len(run.sessions), "validation": len(run.validation_sessions),
-                             "evaluation": len(run.evaluation)},
-                   evaluation=run.evaluator.score(best, (run.evaluation, run.teacher_counts["evaluation"])))
+                             "evaluation": len(usable_sessions(run.evaluation.sessions))},
+                   evaluation=run.evaluator.score(best, run.evaluation))
     if run.observation_labels:
         summary["evaluation_observations"] = evaluate_on_observations(
             best, run.evaluation_conversations, run.observation_labels, run.baseline_span)

@@ -44,7 +44,7 @@ from typing import Any, Literal, get_args
 import torch
 
 from memlab.bounds import PositiveInt, UnitFloat
-from memlab.config import PipelineConfig, build_pipeline, instantiate
+from memlab.config import PipelineConfig, instantiate
 from memlab.stage import Stage
 from memlab.stages.navigate import ACTIONS, ExplorerPolicy
 from memlab.training import (
@@ -57,9 +57,9 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import NavigatorEvaluator
+from memlab.training.evaluators import NavigationStates, NavigatorEvaluator
 from memlab.training.loop import Optimisation, fit
-from memlab.training.navigation import navigation_examples, row_inputs, row_target
+from memlab.training.navigation import row_inputs, row_target
 
 
 @dataclass
@@ -99,10 +99,9 @@ NEXT_THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 11))
 class Run:
     config: dict[str, Any]
     out: Path
-    pipeline: Any = None
     stage: Any = None
     questions: list[list[tuple[Any, Any]]] = field(default_factory=list)  # (inputs, target) states per question
-    datasets: dict[str, Any] = field(default_factory=dict)  # train / validation / evaluation examples
+    datasets: dict[str, NavigationStates] = field(default_factory=dict)  # train / validation / evaluation
     split: dict[str, list[str]] = field(default_factory=dict)
     action_weights: torch.Tensor | None = None
     majority: str = "SKIP"
@@ -117,29 +116,26 @@ def setup(config: dict[str, Any]) -> Run:
     config, split = start_recipe(config, Settings(recipe="train_explorer_policy"))
     run = Run(config=config, out=Path(config["output_dir"]), split=split.ids())
     parts = split._asdict()
-    run.pipeline, _, _ = build_pipeline(config["pipeline"], list(config["pipeline_overrides"] or []))
-    supervision = {"top_k": run.pipeline.top_k, "max_next": run.pipeline.max_next, **config["supervision"]}
+    run.evaluator = NavigatorEvaluator(pipeline=config["pipeline"], pipeline_overrides=list(config["pipeline_overrides"] or []),
+                                       hops=int(config["supervision"]["hops"]),
+                                       max_states=int(config["supervision"]["max_states"]), metric=config["metric"])
     for part, conversations in parts.items():
-        memories = {c.id: run.pipeline.build(c.history()) for c in conversations}
-        run.datasets[part] = navigation_examples(memories, conversations, **supervision)
-        if not len(run.datasets[part]):
+        run.datasets[part] = run.evaluator.prepare(conversations)
+        if not len(run.datasets[part].examples):
             raise ValueError(f"the {part} conversations {run.split[part]} give no navigation state (no question of "
                              "categories 1-4 whose evidence an event holds): choose other data")
     by_question: dict[str, list] = defaultdict(list)
-    for row in run.datasets["train"]:
+    for row in run.datasets["train"].examples:
         by_question[row["question_id"]].append((row_inputs(row), row_target(row)))
     run.questions = list(by_question.values())
-    counts = Counter(row["action"] for row in run.datasets["train"])
-    run.majority = counts.most_common(1)[0][0]
+    counts = Counter(row["action"] for row in run.datasets["train"].examples)
+    run.majority = run.evaluator.majority = counts.most_common(1)[0][0]  # the baseline a score is beside
     top = max(counts.values())
     balance = float(config["class_balance"])
     run.action_weights = torch.tensor([(top / counts[a]) ** balance if counts[a] else 1.0 for a in ACTIONS])
-    run.evaluator = NavigatorEvaluator(pipeline=config["pipeline"], pipeline_overrides=list(config["pipeline_overrides"] or []),
-                                       hops=int(config["supervision"]["hops"]),
-                                       max_states=int(config["supervision"]["max_states"]), majority=run.majority)
 
     run.stage = instantiate(config["stage"])
-    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.datasets["train"]))
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.datasets["train"].examples))
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 
@@ -164,15 +160,14 @@ def validate(run: Run, part: str = "validation") -> dict[str, Any]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    metric = run.config["metric"]
     rng = random.Random(int(run.config["seed"]))
     # Step 0 is the initial weights: they stay the answer unless training beats them.
     summary = fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
-                  n_steps=total_steps(len(run.datasets["train"]), run.config["optim"]),
+                  n_steps=total_steps(len(run.datasets["train"].examples), run.config["optim"]),
                   epoch_batches=lambda: batches(run, rng),
                   batch_loss=lambda batch: batch_loss(run.stage, batch, run.action_weights),
                   save=lambda: save_checkpoint(run), log=run.log, validate=lambda: validate(run),
-                  metric=lambda scores: scores[metric], patience=int(run.config["patience"]),
+                  metric=run.evaluator.primary, patience=int(run.config["patience"]),
                   eval_every=int(run.config["eval_every"]), validate_first=True, unit="states",
                   progress=run.config["progress"], desc="explorer policy")
     return {**summary, "action_weights": dict(zip(ACTIONS, run.action_weights.tolist()))}
@@ -203,6 +198,6 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
         best.save(run.out)
     final = run.evaluator.score(best, run.datasets["evaluation"])
     summary.update(split=run.split, checkpoint=str(run.out), device=str(run.accelerator.device), evaluation=final,
-                   supervision={part: data.info.description for part, data in run.datasets.items()})
+                   supervision={part: data.examples.info.description for part, data in run.datasets.items()})
     record_training(run.out, run.config, summary, run.evaluator)
     return summary

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from memlab.bounds import PositiveFloat, PositiveInt, UnitFloat
-from memlab.config import PipelineConfig, build_pipeline, instantiate
+from memlab.config import PipelineConfig, instantiate
 from memlab.stage import Stage
 from memlab.stages.global_select import TrainedGlobalSelector
 from memlab.training import (
@@ -51,9 +51,9 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import GlobalSelectorEvaluator
+from memlab.training.evaluators import GlobalSelectorEvaluator, SelectionMemories
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.selection import build_memories, row_inputs, row_target, score_rows, selection_examples
+from memlab.training.selection import row_inputs, row_target, score_rows, selection_examples
 
 
 @dataclass
@@ -79,10 +79,8 @@ class Settings(PipelineSettings):
 class Run:
     config: dict[str, Any]
     out: Path
-    pipeline: Any = None
     stage: Any = None
-    memories: dict[str, dict[str, Any]] = field(default_factory=dict)  # part -> conversation id -> memory
-    conversations: dict[str, list] = field(default_factory=dict)
+    memories: dict[str, SelectionMemories] = field(default_factory=dict)  # part -> its built memories
     datasets: dict[str, Any] = field(default_factory=dict)  # train / validation / evaluation rows
     split: dict[str, list[str]] = field(default_factory=dict)
     accelerator: Any = None
@@ -94,21 +92,17 @@ class Run:
 
 def setup(config: dict[str, Any]) -> Run:
     config, parts = start_recipe(config, Settings(recipe="train_global_selector"))
-    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids(), conversations=parts._asdict())
-    run.pipeline, _, _ = build_pipeline(config["pipeline"], list(config["pipeline_overrides"] or []))
-    if run.pipeline.categorizer is None:
-        raise ValueError(f"{config['pipeline']}: the selector learns on a hierarchy; the pipeline builds none "
-                         "(system2: false)")
-    for part, conversations in run.conversations.items():
-        run.memories[part] = build_memories(run.pipeline, conversations, config["pipeline"])
-        run.datasets[part] = selection_examples(run.memories[part], conversations, run.pipeline.selection_batch,
+    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
+    run.evaluator = GlobalSelectorEvaluator(pipeline=config["pipeline"],
+                                            pipeline_overrides=list(config["pipeline_overrides"] or []),
+                                            max_share=float(config["supervision"]["max_share"]))
+    for part, conversations in parts._asdict().items():
+        run.memories[part] = built = run.evaluator.prepare(conversations)  # refuses a pipeline with no hierarchy
+        run.datasets[part] = selection_examples(built.memories, built.conversations, built.pipeline.selection_batch,
                                                 **config["supervision"])
         if not len(run.datasets[part]):
             raise ValueError(f"the {part} conversations {run.split[part]} give no selector call (no question of "
                              "categories 1-4 with evidence): choose other data")
-    run.evaluator = GlobalSelectorEvaluator(pipeline=config["pipeline"],
-                                            pipeline_overrides=list(config["pipeline_overrides"] or []),
-                                            max_share=float(config["supervision"]["max_share"]))
     run.stage = instantiate(config["stage"])
     run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.datasets["train"]))
     run.log = MetricsLog.for_checkpoint(run.out)
@@ -150,7 +144,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     summary = train(run)
     best = Stage.load(run.out)  # the early-stopped best, exactly as a user will load it
     best.eval()
-    final = run.evaluator.score(best, (run.memories["evaluation"], run.conversations["evaluation"], run.pipeline))
+    final = run.evaluator.score(best, run.memories["evaluation"])
     summary.update(split=run.split, checkpoint=str(run.out), device=str(run.accelerator.device), evaluation=final,
                    teacher_forced_evaluation=score_rows(best, run.datasets["evaluation"]),
                    supervision={part: data.info.description for part, data in run.datasets.items()})

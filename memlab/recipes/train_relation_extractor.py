@@ -47,10 +47,10 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import RelationEvaluator
+from memlab.training.evaluators import RelationEvaluator, TeacherLabels
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.relations import class_weights, evaluate_relation_extractor, majority_label, relation_examples
-from memlab.training.teacher import TEACHER_CONFIG, teacher_sessions
+from memlab.training.teacher import TEACHER_CONFIG
 
 #: The validation metrics early stopping can read.
 Metric = Literal["macro_f1", "macro_f1_relations", "accuracy"]
@@ -78,7 +78,7 @@ class Run:
     out: Path
     stage: Any = None
     examples: Any = None  # the training pairs (a datasets.Dataset)
-    sessions: dict[str, list] = field(default_factory=dict)  # part -> teacher sessions
+    labels: dict[str, TeacherLabels] = field(default_factory=dict)  # part -> the teacher's sessions
     split: dict[str, list[str]] = field(default_factory=dict)
     weights: Any = None
     accelerator: Any = None
@@ -86,36 +86,32 @@ class Run:
     scheduler: Any = None
     log: MetricsLog | None = None
     evaluator: RelationEvaluator | None = None
-    teacher_counts: dict[str, dict[str, int]] = field(default_factory=dict)
     vectors: dict[str, Any] | None = None  # event text -> encoder vector, when the encoder is frozen
 
 
-def part_sessions(config: dict[str, Any], part: str, conversations: list) -> tuple[list, dict[str, int]]:
-    """The teacher sessions of one part of the split (and the replay's counts); a ValueError when
-    none is cached, so a run never trains or selects on nothing."""
-    found, counts = teacher_sessions(conversations, config["teacher_config"], list(config["teacher_overrides"] or []))
-    usable = [s for s in found if len(s.events) >= 2 and (config["keep_failed"] or not s.failed)]
-    if not usable:
-        raise ValueError(
-            f"no cached teacher session for the {part} conversations {[c.id for c in conversations]} "
-            f"({dict(counts)}; of {len(found)} replayed, none has two events and no failed call): run the prompted "
-            f"construction of {config['teacher_config']} on them first (it fills the response cache), or choose "
-            "other data.eval_ids / data.validation_ids")
-    return found, dict(counts)
+def part_labels(run: Run, part: str, conversations: list) -> TeacherLabels:
+    """The teacher's sessions of one part of the split (``RelationEvaluator.prepare``); a
+    ValueError naming the part when none has a pair to learn or score, so a run never trains or
+    selects on nothing."""
+    try:
+        return run.evaluator.prepare(conversations)
+    except ValueError as e:
+        raise ValueError(f"the {part} conversations: {e} (it fills the response cache), or choose other "
+                         "data.eval_ids / data.validation_ids") from e
 
 
 def setup(config: dict[str, Any]) -> Run:
     config, parts = start_recipe(config, Settings(recipe="train_relation_extractor"))
     run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
     train, validation, evaluation = parts
-    counts = run.teacher_counts
-    for part, conversations in (("train", train), ("validation", validation), ("evaluation", evaluation)):
-        run.sessions[part], counts[part] = part_sessions(config, part, conversations)
-    run.examples = relation_examples(run.sessions["train"], keep_failed=config["keep_failed"],
-                                     teacher_counts=counts["train"], teacher_config=config["teacher_config"])
     run.evaluator = RelationEvaluator(teacher=config["teacher_config"],
                                       teacher_overrides=list(config["teacher_overrides"] or []),
-                                      keep_failed=config["keep_failed"])
+                                      keep_failed=config["keep_failed"], metric=config["metric"])
+    for part, conversations in (("train", train), ("validation", validation), ("evaluation", evaluation)):
+        run.labels[part] = part_labels(run, part, conversations)
+    run.examples = relation_examples(run.labels["train"].sessions, keep_failed=config["keep_failed"],
+                                     teacher_counts=dict(run.labels["train"].counts),
+                                     teacher_config=config["teacher_config"])
     run.stage = instantiate(config["stage"])
     unknown = sorted(set(run.examples["label"]) - set(run.stage.labels))
     if unknown:
@@ -142,13 +138,13 @@ def batch_loss(stage, rows: list[dict[str, Any]], weights, vectors: dict[str, An
 
 
 def train(run: Run) -> dict[str, Any]:
-    optim, metric = run.config["optim"], run.config["metric"]
+    optim = run.config["optim"]
     rng = random.Random(int(run.config["seed"]))
     rows = run.examples.to_list()
     stage = run.accelerator.unwrap_model(run.stage)
 
     def validate() -> dict[str, Any]:
-        scores = run.evaluator.score(stage, (run.sessions["validation"], run.teacher_counts["validation"]))
+        scores = run.evaluator.score(stage, run.labels["validation"])
         return {k: scores[k] for k in METRICS}
 
     return fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
@@ -156,7 +152,7 @@ def train(run: Run) -> dict[str, Any]:
                epoch_batches=lambda: shuffled_batches(rows, int(optim["batch_size"]), rng),
                batch_loss=lambda batch: batch_loss(stage, batch, run.weights, run.vectors),
                save=lambda: save_checkpoint(run), log=run.log, validate=validate,
-               metric=lambda scores: scores[metric] or 0.0,  # None: no relation label anywhere, nothing to F1
+               metric=lambda scores: run.evaluator.primary(scores) or 0.0,  # None: no relation label anywhere
                patience=int(run.config["patience"]), unit="pairs", progress=run.config["progress"],
                desc="relations")
 
@@ -169,14 +165,14 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     run = setup(config)
     summary = train(run)
     best = Stage.load(run.out)
-    held_out = run.sessions["evaluation"]
+    held_out = run.labels["evaluation"]
     train_majority = majority_label(run.examples["label"])
-    baseline = evaluate_relation_extractor(MajorityRelationExtractor(train_majority), held_out,
+    baseline = evaluate_relation_extractor(MajorityRelationExtractor(train_majority), held_out.sessions,
                                            keep_failed=run.config["keep_failed"])
     summary.update(
         split=run.split, pairs=len(run.examples), checkpoint=str(run.out), device=str(run.accelerator.device),
         dataset_card=run.examples.info.description,
-        evaluation=run.evaluator.score(best, (held_out, run.teacher_counts["evaluation"])),
+        evaluation=run.evaluator.score(best, held_out),
         evaluation_train_majority={"label": train_majority, **{k: baseline[k] for k in METRICS}},
     )
     record_training(run.out, run.config, summary, run.evaluator)

@@ -38,11 +38,11 @@ from tqdm import tqdm
 
 from memlab.bounds import PositiveFloat, PositiveInt
 from memlab.clock import active_seconds
-from memlab.config import PipelineConfig, build_pipeline, instantiate
+from memlab.config import PipelineConfig, instantiate
 from memlab.stage import Stage
 from memlab.stages.traverse import TraversalPolicy, TraverseIn
 from memlab.training import ConversationSettings, EarlyStopping, MetricsLog, record_training, start_recipe
-from memlab.training.evaluators import SlotRecallEvaluator
+from memlab.training.evaluators import RetrievalPairs, SlotRecallEvaluator
 from memlab.training.supervision import evaluable_questions, magma_event_units, traversal_targets
 
 
@@ -82,8 +82,8 @@ class Run:
     pipeline: Any = None
     policy: Any = None
     walks: list[Walk] = field(default_factory=list)
-    validation: list[tuple[Any, Any]] = field(default_factory=list)  # (memory, question)
-    evaluation: list[tuple[Any, Any]] = field(default_factory=list)
+    validation: RetrievalPairs | None = None
+    evaluation: RetrievalPairs | None = None
     split: dict[str, list[str]] = field(default_factory=dict)
     optimizer: Any = None
     log: MetricsLog | None = None
@@ -94,7 +94,9 @@ def setup(config: dict[str, Any]) -> Run:
     config, parts = start_recipe(config, Settings(recipe="train_traversal_policy"))
     run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
     train, validation, evaluation = parts
-    run.pipeline, _, _ = build_pipeline(config["pipeline"], list(config["pipeline_overrides"] or []))
+    run.evaluator = SlotRecallEvaluator(pipeline=config["pipeline"], pipeline_overrides=list(config["pipeline_overrides"] or []),
+                                        slot="traverser", ks=[10], baseline=False)
+    run.pipeline = run.evaluator.pipeline_named("pipeline")  # the one the evaluator scores with
     for conversation in train:
         memory = run.pipeline.build(conversation.history())
         questions = evaluable_questions(conversation)
@@ -107,13 +109,11 @@ def setup(config: dict[str, Any]) -> Run:
                                 run.pipeline.edge_types)
             run.walks.append(Walk(question, memory, inputs, frozenset(targets[question.id])))
     for part, conversations, key in (("validation", validation, "validation_ids"), ("evaluation", evaluation, "eval_ids")):
-        pairs = [(memory, q) for c in conversations for memory in [run.pipeline.build(c.history())] for q in evaluable_questions(c)]
-        if not pairs:
-            raise ValueError(f"the {part} conversations {run.split[part]} have no question of categories 1-4 with "
-                             f"evidence to score recall@10 on: choose other data.{key}")
-        setattr(run, part, pairs)
-    run.evaluator = SlotRecallEvaluator(pipeline=config["pipeline"], pipeline_overrides=list(config["pipeline_overrides"] or []),
-                                        slot="traverser", ks=[10], baseline=False)
+        try:
+            setattr(run, part, run.evaluator.prepare(conversations))
+        except ValueError as e:
+            raise ValueError(f"the {part} conversations: {e}: nothing to score recall@10 on, choose other "
+                             f"data.{key}") from e
     run.policy = instantiate(config["stage"])
     trainable = [p for p in run.policy.parameters() if p.requires_grad]
     if not trainable:
@@ -135,21 +135,21 @@ def walk_loss(policy, walk: Walk) -> torch.Tensor | None:
     return torch.stack(losses).mean() if losses else None
 
 
-def recall(pipeline, policy, pairs, k: int = 10) -> float:
-    """Mean evidence recall@k of MAGMA's retrieval with ``policy`` as its traverser (the score of
+def recall(run: Run, policy, prepared: RetrievalPairs) -> float:
+    """Mean evidence recall@10 of MAGMA's retrieval with ``policy`` as its traverser (the score of
     the ``SlotRecallEvaluator`` the checkpoint records); a ValueError when no pair has evidence
     to score (a mean of nothing is not a recall of 0)."""
-    scores = SlotRecallEvaluator(slot="traverser", ks=[k], baseline=False).score(policy, (pipeline, pairs))
-    if scores["with_stage"][f"recall@{k}"] is None:
-        raise ValueError(f"recall@{k}: none of the {len(pairs)} questions has gold evidence to score")
-    return scores["with_stage"][f"recall@{k}"]
+    value = run.evaluator.primary(run.evaluator.score(policy, prepared))
+    if value is None:
+        raise ValueError(f"{run.evaluator.metric}: none of the {len(prepared.pairs)} questions has gold evidence to score")
+    return value
 
 
 def train(run: Run) -> dict[str, Any]:
     epochs = int(run.config["optim"]["epochs"])
     stopper = EarlyStopping(patience=int(run.config["patience"]))
     rng = random.Random(int(run.config["seed"]))
-    initial = recall(run.pipeline, run.policy, run.validation)
+    initial = recall(run, run.policy, run.validation)
     stopper.step(initial)
     save_checkpoint(run)  # the initial weights stay the answer unless training beats them
     run.log.write(epoch=0, validation_recall_at_10=initial)
@@ -168,7 +168,7 @@ def train(run: Run) -> dict[str, Any]:
                 total, counted = total + loss.item(), counted + 1
             train_seconds += active_seconds() - started
             seen += 1
-        score = recall(run.pipeline, run.policy, run.validation)
+        score = recall(run, run.policy, run.validation)
         improved = stopper.step(score)
         run.log.write(epoch=epoch, loss=total / max(counted, 1), validation_recall_at_10=score, best=stopper.best,
                       walks_per_second=seen / train_seconds, weights=describe(run.policy))
@@ -196,9 +196,9 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     trained = Stage.load(run.out)
     summary.update(
         split=run.split, checkpoint=str(run.out), trained_weights=describe(trained),
-        evaluation={"recall@10_initial": recall(run.pipeline, instantiate(run.config["stage"]), run.evaluation),
-                    "recall@10_trained": recall(run.pipeline, trained, run.evaluation),
-                    "questions": len(run.evaluation)},
+        evaluation={"recall@10_initial": recall(run, instantiate(run.config["stage"]), run.evaluation),
+                    "recall@10_trained": recall(run, trained, run.evaluation),
+                    "questions": len(run.evaluation.pairs)},
     )
     record_training(run.out, run.config, summary, run.evaluator)
     return summary

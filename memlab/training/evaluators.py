@@ -8,13 +8,17 @@ and a recipe records it in its checkpoint's ``training.json`` (``evaluator``), w
 evaluate-stage`` rebuilds it. One evaluator per trainable stage family (``family``):
 
 * ``prepare(conversations)`` does what does not depend on the stage, once: first-stage
-  candidates, teacher labels, built memories. Memories and candidates come from a pipeline
+  candidates, teacher labels, built memories. It returns the evaluator's own frozen dataclass
+  (its ``Prepared``: ``Candidates``, ``TeacherLabels`` ...), the only thing ``score`` takes; a
+  recipe that needs the same data to train on reads it from there. Memories and candidates come from a pipeline
   config (``build`` + ``retrieve_many``), so each first stage exists once, in its pipeline.
   The pipeline is a ``PipelineConfig`` (a file, a shipped name or a node) with its overrides;
   it is built once per evaluator, and ``node()`` records it resolved, so a checkpoint's
   evaluator does not change when a config file does.
 * ``score(stage, prepared) -> dict`` scores a stage on it (a recipe validates every N steps on
   one ``prepare``); ``evaluator(stage, conversations)`` does both.
+* ``metric`` names the figure of a ``score`` result that a recipe selects and stops early on;
+  ``primary(result)`` reads it (a dotted key reaches into a nested result).
 * Nothing here reads a gold answer into a stage: gold evidence and categories only score.
 """
 
@@ -27,7 +31,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from memlab.bounds import PositiveInt
 from memlab.config import Overrides, PipelineConfig, build_pipeline, load_config
@@ -43,21 +47,105 @@ from memlab.stages.segment import Segmenter
 from memlab.training.stage_eval import mean_recalls
 from memlab.types import Conversation
 
+if TYPE_CHECKING:
+    from memlab.training.teacher import TeacherSession
+
+
+# -- what prepare gives score ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Candidates:
+    """Per question with evidence, the first stage's top units (``reranker_candidates``' items:
+    ``question_id, conversation_id, question, category, evidence, candidates``)."""
+
+    items: tuple[dict[str, Any], ...]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def first(self, n: int | None) -> Candidates:
+        """The first ``n`` questions (all of them with None)."""
+        return self if n is None else Candidates(self.items[:n])
+
+
+@dataclass(frozen=True)
+class Questions:
+    """The conversations whose questions a router is scored on."""
+
+    conversations: tuple[Conversation, ...]
+
+
+@dataclass(frozen=True)
+class TeacherLabels:
+    """The prompted teacher's replayed construction of each session (failed calls included) and
+    the counts of what the replay skipped (``teacher_sessions``)."""
+
+    sessions: tuple[TeacherSession, ...]
+    counts: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class NavigationStates:
+    """The evidence-labelled navigation states of the built memories (``navigation_examples``)."""
+
+    examples: Any
+
+
+@dataclass(frozen=True)
+class SelectionMemories:
+    """Each conversation's Mnemis memory (by id), the conversations, and the pipeline that built them."""
+
+    memories: Mapping[str, Any]
+    conversations: tuple[Conversation, ...]
+    pipeline: Any
+
+
+@dataclass(frozen=True)
+class RetrievalPairs:
+    """The pipeline whose slot is swapped, and each question with evidence beside its built memory."""
+
+    pipeline: Any
+    pairs: tuple[tuple[Any, Any], ...]
+
+
+@dataclass(frozen=True)
+class PipelineTree:
+    """A validated pipeline tree (its embedder to be replaced) and the conversations to build."""
+
+    tree: Mapping[str, Any]
+    conversations: tuple[Conversation, ...]
+
+
+Prepared = TypeVar("Prepared")
+
 
 @dataclass
-class StageEvaluator:
+class StageEvaluator(Generic[Prepared]):
     """Base class of stage evaluators; the contract is in this module's docstring."""
 
     #: The stage family the evaluator scores (``check`` refuses a stage of another).
     family: ClassVar[type] = Stage
     #: Its ``PipelineConfig`` fields, each with the field of its overrides.
     configs: ClassVar[dict[str, str]] = {}
+    #: The figure of a ``score`` result a recipe selects and stops early on (``primary``);
+    #: each evaluator names its default.
+    metric: str = ""
 
-    def prepare(self, conversations: Sequence[Conversation]) -> Any:  # pragma: no cover - abstract
+    def prepare(self, conversations: Sequence[Conversation]) -> Prepared:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def score(self, stage: Any, prepared: Any) -> dict[str, Any]:  # pragma: no cover - abstract
+    def score(self, stage: Any, prepared: Prepared) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def primary(self, result: Mapping[str, Any]) -> float | None:
+        """The figure of ``result`` named by the evaluator's ``metric`` (a dotted key reaches into
+        a nested result); a KeyError naming what the result holds when it has no such figure."""
+        value: Any = result
+        for key in self.metric.split("."):
+            if not isinstance(value, Mapping) or key not in value:
+                raise KeyError(f"{type(self).__name__}: no {self.metric!r} in its result "
+                               f"(it holds {sorted(result)})")
+            value = value[key]
+        return value
 
     def __call__(self, stage: Any, conversations: Sequence[Conversation]) -> dict[str, Any]:
         self.check(stage)
@@ -110,7 +198,7 @@ def first_stage_adjustment(depth: int | None) -> dict[str, Any]:
 
 
 @dataclass
-class RerankerEvaluator(StageEvaluator):
+class RerankerEvaluator(StageEvaluator[Candidates]):
     """Evidence recall@k of a reranker over a first stage's top ``depth`` (``evaluate_reranker``).
 
     The first stage is the pipeline of ``pipeline`` (+ ``pipeline_overrides``) without its
@@ -124,24 +212,25 @@ class RerankerEvaluator(StageEvaluator):
     family: ClassVar[type] = Reranker
     configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
 
+    metric: str = "reranked.recall@10"
     pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     depth: PositiveInt = 50
     ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
     max_questions: PositiveInt | None = None
 
-    def prepare(self, conversations: Sequence[Conversation]) -> list[dict[str, Any]]:
-        """Per question: ``question_id, conversation_id, question, category, evidence, candidates``
-        (the first stage's top ``depth`` units, best first)."""
+    def prepare(self, conversations: Sequence[Conversation]) -> Candidates:
+        """Per question the first stage's top ``depth`` units, best first."""
         from memlab.training.stage_eval import reranker_candidates
 
-        return reranker_candidates(self.pipeline_named("pipeline", first_stage_adjustment(self.depth)),
-                                   first_questions(conversations, self.max_questions), self.depth)
+        return Candidates(tuple(reranker_candidates(self.pipeline_named("pipeline", first_stage_adjustment(self.depth)),
+                                                    first_questions(conversations, self.max_questions), self.depth)))
 
-    def score(self, stage: Any, prepared: list[dict[str, Any]]) -> dict[str, Any]:
+    def score(self, stage: Any, prepared: Candidates) -> dict[str, Any]:
         from memlab.training.stage_eval import evaluate_reranker
 
-        return {**evaluate_reranker(stage, prepared, ks=tuple(self.ks)), "first_stage_pipeline": _label(self.pipeline)}
+        return {**evaluate_reranker(stage, prepared.items, ks=tuple(self.ks)),
+                "first_stage_pipeline": _label(self.pipeline)}
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
         ranking = result.get("reranked", result["first_stage"])  # no stage: the first stage's order
@@ -149,22 +238,23 @@ class RerankerEvaluator(StageEvaluator):
 
 
 @dataclass
-class RouterEvaluator(StageEvaluator):
+class RouterEvaluator(StageEvaluator[Questions]):
     """Question-type accuracy (4-way over categories 1-4, and 5-way), confusion, speed
     (``evaluate_router``); a router only ever sees the question text. ``max_questions`` keeps
     the first questions of each conversation only (a prompted router costs a call a question)."""
 
     family: ClassVar[type] = IntentRouter
 
+    metric: str = "accuracy"
     max_questions: PositiveInt | None = None
 
-    def prepare(self, conversations: Sequence[Conversation]) -> list[Conversation]:
-        return first_questions(conversations, self.max_questions)
+    def prepare(self, conversations: Sequence[Conversation]) -> Questions:
+        return Questions(tuple(first_questions(conversations, self.max_questions)))
 
-    def score(self, stage: Any, prepared: list[Conversation]) -> dict[str, Any]:
+    def score(self, stage: Any, prepared: Questions) -> dict[str, Any]:
         from memlab.training.stage_eval import evaluate_router
 
-        return evaluate_router(stage, prepared)
+        return evaluate_router(stage, prepared.conversations)
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
         return {"accuracy": (result["accuracy"], result["questions_4way"]),
@@ -172,73 +262,75 @@ class RouterEvaluator(StageEvaluator):
 
 
 @dataclass
-class SegmenterEvaluator(StageEvaluator):
+class SegmenterEvaluator(StageEvaluator[TeacherLabels]):
     """Boundary F1 against the prompted CompassMem segmenter (the teacher, ``teacher``: a config
     whose construction LMs replay the response cache) on the sessions whose construction the
     cache holds (``evaluate_segmenter``), with span baselines."""
 
     family: ClassVar[type] = Segmenter
     configs: ClassVar[dict[str, str]] = {"teacher": "teacher_overrides"}
+    metric: str = "f1"
     teacher: PipelineConfig = "configs/pipelines/compassmem_teacher.yaml"
     teacher_overrides: list[str] = field(default_factory=list)
     #: The fixed-span baseline's span (None: the teacher's mean event length on these sessions;
     #: a recipe records its training sessions' mean).
     baseline_span: PositiveInt | None = None
 
-    def prepare(self, conversations: Sequence[Conversation]) -> tuple[list[Any], dict[str, int]]:
+    def prepare(self, conversations: Sequence[Conversation]) -> TeacherLabels:
+        """The teacher's sessions; a ValueError when none has a labelled position."""
         from memlab.training.segmentation import usable_sessions
-        from memlab.training.teacher import teacher_sessions
 
-        found, counts = teacher_sessions(conversations, pipeline=self.pipeline_named("teacher"))
-        if not usable_sessions(found):
-            raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(counts)}): run "
-                             f"the prompted build of {_label(self.teacher)} on them first")
-        return found, dict(counts)
+        labels = _teacher_labels(self, conversations)
+        if not usable_sessions(labels.sessions):
+            raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(labels.counts)}): "
+                             f"run the prompted build of {_label(self.teacher)} on them first")
+        return labels
 
-    def score(self, stage: Any, prepared: tuple[list[Any], dict[str, int]]) -> dict[str, Any]:
+    def score(self, stage: Any, prepared: TeacherLabels) -> dict[str, Any]:
         from memlab.training.segmentation import evaluate_segmenter
 
-        found, counts = prepared
-        return {**evaluate_segmenter(stage, found, self.baseline_span), "teacher": counts}
+        return {**evaluate_segmenter(stage, prepared.sessions, self.baseline_span), "teacher": dict(prepared.counts)}
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
         return {k: (result[k], result["labelled_positions"]) for k in ("precision", "recall", "f1")}
 
 
 @dataclass
-class RelationEvaluator(StageEvaluator):
+class RelationEvaluator(StageEvaluator[TeacherLabels]):
     """Pair labels against the prompted CompassMem relation extractor (the teacher) on every
     canonical event pair of the cached sessions (``evaluate_relation_extractor``)."""
 
     family: ClassVar[type] = RelationExtractor
     configs: ClassVar[dict[str, str]] = {"teacher": "teacher_overrides"}
 
+    metric: str = "macro_f1"
     teacher: PipelineConfig = "configs/pipelines/compassmem_teacher.yaml"
     teacher_overrides: list[str] = field(default_factory=list)
     keep_failed: bool = False
 
-    def prepare(self, conversations: Sequence[Conversation]) -> tuple[list[Any], dict[str, int]]:
-        from memlab.training.teacher import teacher_sessions
+    def prepare(self, conversations: Sequence[Conversation]) -> TeacherLabels:
+        """The teacher's sessions; a ValueError when none has two events (and, unless
+        ``keep_failed``, no failed call): no pair to score."""
+        labels = _teacher_labels(self, conversations)
+        if not any(len(s.events) >= 2 and (self.keep_failed or not s.failed) for s in labels.sessions):
+            raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(labels.counts)}; "
+                             f"of {len(labels.sessions)} replayed, none has two events"
+                             f"{'' if self.keep_failed else ' and no failed call'}): run the prompted build of "
+                             f"{_label(self.teacher)} on them first")
+        return labels
 
-        found, counts = teacher_sessions(conversations, pipeline=self.pipeline_named("teacher"))
-        if not found:
-            raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(counts)}): run "
-                             f"the prompted build of {_label(self.teacher)} on them first")
-        return found, dict(counts)
-
-    def score(self, stage: Any, prepared: tuple[list[Any], dict[str, int]]) -> dict[str, Any]:
+    def score(self, stage: Any, prepared: TeacherLabels) -> dict[str, Any]:
         from memlab.training.relations import evaluate_relation_extractor
 
-        found, counts = prepared
-        return {**evaluate_relation_extractor(stage, found, self.keep_failed), "teacher": counts,
-                "keep_failed": self.keep_failed}
+        return {**evaluate_relation_extractor(stage, prepared.sessions, self.keep_failed),
+                "teacher": dict(prepared.counts), "keep_failed": self.keep_failed}
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
         return {k: (result[k], result["pairs"]) for k in ("accuracy", "macro_f1", "macro_f1_relations")}
 
 
 @dataclass
-class NavigatorEvaluator(StageEvaluator):
+class NavigatorEvaluator(StageEvaluator[NavigationStates]):
     """Action and next-node scores of an explorer policy on the evidence-labelled navigation
     states of the memories ``pipeline`` builds (``evaluate_explorer_policy``). The build calls
     whatever LM that config's construction stages use (the default builds without one)."""
@@ -246,6 +338,7 @@ class NavigatorEvaluator(StageEvaluator):
     family: ClassVar[type] = Navigator
     configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
 
+    metric: str = "action_accuracy"
     pipeline: PipelineConfig = "configs/pipelines/compassmem_trained_construction.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     hops: PositiveInt = 2
@@ -254,25 +347,26 @@ class NavigatorEvaluator(StageEvaluator):
     #: bound; a recipe records its training states' majority).
     majority: str | None = None
 
-    def prepare(self, conversations: Sequence[Conversation]) -> Any:
+    def prepare(self, conversations: Sequence[Conversation]) -> NavigationStates:
         from memlab.training.navigation import navigation_examples
 
         pipeline = self.pipeline_named("pipeline")
         memories = {c.id: pipeline.build(c.history()) for c in conversations}
-        return navigation_examples(memories, conversations, top_k=pipeline.top_k, hops=self.hops,
-                                   max_states=self.max_states, max_next=pipeline.max_next)
+        return NavigationStates(navigation_examples(memories, conversations, top_k=pipeline.top_k, hops=self.hops,
+                                                    max_states=self.max_states, max_next=pipeline.max_next))
 
-    def score(self, stage: Any, prepared: Any) -> dict[str, Any]:
+    def score(self, stage: Any, prepared: NavigationStates) -> dict[str, Any]:
         from memlab.training.navigation import evaluate_explorer_policy
 
-        return {**evaluate_explorer_policy(stage, prepared, majority=self.majority), "pipeline": _label(self.pipeline)}
+        return {**evaluate_explorer_policy(stage, prepared.examples, majority=self.majority),
+                "pipeline": _label(self.pipeline)}
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
         return {k: (result[k], result["states"]) for k in ("action_accuracy", "balanced_accuracy")}
 
 
 @dataclass
-class GlobalSelectorEvaluator(StageEvaluator):
+class GlobalSelectorEvaluator(StageEvaluator[SelectionMemories]):
     """System-2 descents scored against evidence on the memories of the Mnemis ``pipeline``,
     its build replayed from the response cache (``evaluate_global_selector``). Scoring no stage
     (None) scores the pipeline's own selector (the prompted one: its calls go to its LM)."""
@@ -280,25 +374,27 @@ class GlobalSelectorEvaluator(StageEvaluator):
     family: ClassVar[type] = GlobalSelector
     configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
 
+    metric: str = "evidence_episode_recall"
     pipeline: PipelineConfig = "configs/pipelines/mnemis_replay.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     max_share: float = 0.5
 
-    def prepare(self, conversations: Sequence[Conversation]) -> tuple[dict[str, Any], list[Conversation], Any]:
+    def prepare(self, conversations: Sequence[Conversation]) -> SelectionMemories:
         from memlab.training.selection import build_memories
 
         pipeline = self.pipeline_named("pipeline")
         if pipeline.categorizer is None:
             raise ValueError(f"{_label(self.pipeline)}: builds no hierarchy (system2: false): nothing to select from")
-        return build_memories(pipeline, conversations, _label(self.pipeline)), list(conversations), pipeline
+        return SelectionMemories(build_memories(pipeline, conversations, _label(self.pipeline)),
+                                 tuple(conversations), pipeline)
 
-    def score(self, stage: Any, prepared: tuple[dict[str, Any], list[Conversation], Any]) -> dict[str, Any]:
+    def score(self, stage: Any, prepared: SelectionMemories) -> dict[str, Any]:
         from memlab.training.selection import evaluate_global_selector
 
-        memories, conversations, pipeline = prepared
+        pipeline = prepared.pipeline
         selector = pipeline.global_selector if stage is None else stage
-        return {**evaluate_global_selector(selector, memories, conversations, pipeline.selection_batch,
-                                           self.max_share),
+        return {**evaluate_global_selector(selector, prepared.memories, prepared.conversations,
+                                           pipeline.selection_batch, self.max_share),
                 "pipeline": _label(self.pipeline), "selector": type(selector).__name__}
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
@@ -307,7 +403,7 @@ class GlobalSelectorEvaluator(StageEvaluator):
 
 
 @dataclass
-class SlotRecallEvaluator(StageEvaluator):
+class SlotRecallEvaluator(StageEvaluator[RetrievalPairs]):
     """Evidence recall@k of a pipeline's retrieval with the stage in its ``slot`` (a dotted stage
     name, e.g. MAGMA's ``traverser``), over the questions with evidence (``evaluable_questions``); the
     memories are built once by ``pipeline`` (+ ``pipeline_overrides``), so the slot must not
@@ -316,28 +412,29 @@ class SlotRecallEvaluator(StageEvaluator):
     family: ClassVar[type] = Stage
     configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
 
+    metric: str = "with_stage.recall@10"
     pipeline: PipelineConfig = "configs/pipelines/magma.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     slot: str = "traverser"
     ks: list[int] = field(default_factory=lambda: [10])
     baseline: bool = True
 
-    def prepare(self, conversations: Sequence[Conversation]) -> tuple[Any, list[tuple[Any, Any]]]:
+    def prepare(self, conversations: Sequence[Conversation]) -> RetrievalPairs:
         from memlab.training.supervision import evaluable_questions
 
         pipeline = self.pipeline_named("pipeline")
-        pairs = [(memory, q) for c in conversations for memory in [pipeline.build(c.history())]
-                 for q in evaluable_questions(c)]
+        pairs = tuple((memory, q) for c in conversations for memory in [pipeline.build(c.history())]
+                      for q in evaluable_questions(c))
         if not pairs:
             raise ValueError(f"{[c.id for c in conversations]}: no question with evidence to score (LoCoMo: categories 1-4)")
-        return pipeline, pairs
+        return RetrievalPairs(pipeline, pairs)
 
     def recall(self, pipeline: Any, pairs: Sequence[tuple[Any, Any]]) -> dict[str, float | None]:
         rankings = [pipeline.retrieve(memory, question.as_query()) for memory, question in pairs]
         return mean_recalls([[r.unit for r in ranking] for ranking in rankings], [q.evidence for _, q in pairs], self.ks)
 
-    def score(self, stage: Any, prepared: tuple[Any, list[tuple[Any, Any]]]) -> dict[str, Any]:
-        pipeline, pairs = prepared
+    def score(self, stage: Any, prepared: RetrievalPairs) -> dict[str, Any]:
+        pipeline, pairs = prepared.pipeline, prepared.pairs
         result: dict[str, Any] = {"questions": len(pairs), "slot": self.slot, "pipeline": _label(self.pipeline)}
         if self.baseline:
             result["configured"] = self.recall(pipeline, pairs)
@@ -354,46 +451,55 @@ class SlotRecallEvaluator(StageEvaluator):
 
 
 @dataclass
-class RetrieverEvaluator(StageEvaluator):
+class RetrieverEvaluator(StageEvaluator[PipelineTree]):
     """Evidence recall@k of a trained embedder as the ``embedder`` of ``pipeline`` (+
     ``pipeline_overrides``): each conversation's memory built and each question of categories
     1-4 with evidence ranked with the stage's vectors."""
 
     family: ClassVar[type] = TrainableEmbedder
     configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
+    metric: str = "recall@10"
     pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
     ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
 
-    def prepare(self, conversations: Sequence[Conversation]) -> tuple[dict[str, Any], list[Conversation]]:
+    def prepare(self, conversations: Sequence[Conversation]) -> PipelineTree:
         from memlab.config import COMPONENT, ConfigError, split_runner_keys, validate
 
         tree = split_runner_keys(load_config(self.pipeline, self.pipeline_overrides))[0]
         if "embedder" not in tree or COMPONENT not in tree:
             raise ConfigError(f"{_label(self.pipeline)}: a RetrieverEvaluator needs a pipeline with an embedder")
         validate(tree)
-        return tree, list(conversations)
+        return PipelineTree(tree, tuple(conversations))
 
-    def score(self, stage: Any, prepared: tuple[dict[str, Any], list[Conversation]]) -> dict[str, Any]:
+    def score(self, stage: Any, prepared: PipelineTree) -> dict[str, Any]:
         from memlab.config import instantiate
         from memlab.training.supervision import evaluable_questions
 
-        tree, conversations = prepared
-        pipeline = instantiate({**tree, "embedder": stage})
+        pipeline = instantiate({**prepared.tree, "embedder": stage})
         rankings, questions = [], []
-        for conversation in conversations:
+        for conversation in prepared.conversations:
             asked = evaluable_questions(conversation)
             if asked:
                 memory = pipeline.build(conversation.history())
                 rankings += pipeline.retrieve_many(memory, [q.as_query() for q in asked])
                 questions += asked
         if not questions:
-            raise ValueError(f"{[c.id for c in conversations]}: no question with evidence to score (LoCoMo: categories 1-4)")
+            raise ValueError(f"{[c.id for c in prepared.conversations]}: no question with evidence to score "
+                             "(LoCoMo: categories 1-4)")
         units = [[r.unit for r in ranking] for ranking in rankings]
         return {**mean_recalls(units, [q.evidence for q in questions], self.ks), "questions": len(questions)}
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
         return {k: (v, result["questions"]) for k, v in result.items() if k.startswith("recall@")}
+
+
+def _teacher_labels(evaluator: SegmenterEvaluator | RelationEvaluator,
+                    conversations: Sequence[Conversation]) -> TeacherLabels:
+    from memlab.training.teacher import teacher_sessions
+
+    found, counts = teacher_sessions(conversations, pipeline=evaluator.pipeline_named("teacher"))
+    return TeacherLabels(tuple(found), dict(counts))
 
 
 def _label(config: PipelineConfig) -> str:

@@ -165,8 +165,13 @@ def test_traversal_policy_refuses_zero_epochs_and_an_empty_recall(tmp_path):
         def replace(self, name, stage):
             return None
 
+    from types import SimpleNamespace
+
+    from memlab.training.evaluators import RetrievalPairs, SlotRecallEvaluator
+
+    run = SimpleNamespace(evaluator=SlotRecallEvaluator(slot="traverser", ks=[10], baseline=False))
     with pytest.raises(ValueError, match="none of the 0 questions has gold evidence"):
-        recipe.recall(NoPipeline(), policy=None, pairs=[])
+        recipe.recall(run, None, RetrievalPairs(NoPipeline(), ()))
 
 
 def test_early_stopping():

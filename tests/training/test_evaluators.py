@@ -82,6 +82,25 @@ def test_an_evaluator_builds_its_pipeline_once(monkeypatch):
     assert len(built) == 1
 
 
+def test_the_primary_metric_is_read_from_a_result_by_its_dotted_name():
+    result = {"first_stage": {"recall@10": 0.5}, "reranked": {"recall@10": 0.75}, "questions": 4}
+    assert RerankerEvaluator().primary(result) == 0.75
+    assert RerankerEvaluator(metric="first_stage.recall@10").primary(result) == 0.5
+    with pytest.raises(KeyError, match="no 'reranked.recall@3' in its result"):
+        RerankerEvaluator(metric="reranked.recall@3").primary(result)
+
+
+def test_prepared_data_is_frozen_and_a_cap_keeps_the_first_questions():
+    import dataclasses
+
+    from memlab.training.evaluators import Candidates
+
+    candidates = Candidates(({"question_id": "a"}, {"question_id": "b"}))
+    assert candidates.first(1) == Candidates(({"question_id": "a"},)) and candidates.first(None) is candidates
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        candidates.items = ()  # type: ignore[misc]
+
+
 def test_a_bad_setting_is_refused_when_the_node_is_validated():
     with pytest.raises(ConfigError, match="depth=0 must be >= 1"):
         instantiate({**RerankerEvaluator().node(), "depth": 0})
@@ -93,8 +112,8 @@ def test_reranker_candidates_are_the_first_stage_pipelines_own_ranking():
     pipeline = build_pipeline(RAG_TURNS, ["top_k=20"])[0]  # what `memlab run --retrieval-only` ranks
     memory = pipeline.build(sample[0].history())
     questions = evaluable_questions(sample[0])
-    assert [item["question_id"] for item in items] == [q.id for q in questions]
-    for item, question in zip(items, questions):
+    assert [item["question_id"] for item in items.items] == [q.id for q in questions]
+    for item, question in zip(items.items, questions):
         assert [u.id for u in item["candidates"]] == [r.unit.id for r in pipeline.retrieve(memory, question.as_query())[:20]]
 
 

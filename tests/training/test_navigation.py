@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import memlab.training.evaluators as evaluators
 from memlab.pipelines.compassmem.memory import EventMemory
 from memlab.stage import Stage
 from memlab.stages.encoder import TextEncoder
@@ -163,7 +164,7 @@ def test_the_recipe_trains_saves_and_evaluates_on_held_out_conversations(three_c
 
     recipe = load_recipe("train_explorer_policy")
     built = pipeline(Script(same_event=False), HashingEmbedder(), refinement_rounds=0, refiner=None)
-    monkeypatch.setattr(recipe, "build_pipeline", lambda path, overrides: (built, {}, {}))
+    monkeypatch.setattr(evaluators, "build_pipeline", lambda tree, adjust: (built, {}, {}))  # the one the evaluator builds
     out = tmp_path / "explorer"
     summary = recipe.main({
         "recipe": "train_explorer_policy", "output_dir": str(out), "progress": False,

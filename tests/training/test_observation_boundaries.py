@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import memlab.training.teacher
 from memlab.embed.base import Embedder
 from memlab.embed.similarity import cross_group_percentile
 from memlab.stage import Stage
@@ -163,7 +164,7 @@ def test_the_recipe_trains_on_observations_and_scores_against_both(annotated_con
     from tests.training.test_segmentation import synthetic_teacher, tiny_config
 
     recipe = load_recipe("train_event_segmenter")
-    monkeypatch.setattr(recipe, "teacher_sessions", synthetic_teacher())
+    monkeypatch.setattr(memlab.training.teacher, "teacher_sessions", synthetic_teacher())
     config = tiny_config(annotated_conversations, tmp_path / "seg")
     config.update(labels="observations", calibrate_threshold=True,
                   stage={**config["stage"], "_component_": "memlab.stages.segment.WindowBoundarySegmenter"})

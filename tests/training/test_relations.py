@@ -10,6 +10,7 @@ from datetime import datetime
 import datasets
 import pytest
 
+import memlab.training.teacher
 from memlab.stage import Stage
 from memlab.stages.relate import MajorityRelationExtractor, RelateOut, Relation, RelationExtractor
 from memlab.training import load_recipe, load_recipe_config
@@ -159,7 +160,7 @@ def recipe_config(tmp_path, data_path) -> dict:
 @pytest.mark.slow  # two short epochs (frozen MiniLM, head only) and three loads
 def test_recipe_runs_end_to_end_on_synthetic_teacher_sessions(three_conversations, tmp_path, monkeypatch):  # noqa: F811
     recipe = load_recipe("train_relation_extractor")
-    monkeypatch.setattr(recipe, "teacher_sessions", synthetic_teacher)
+    monkeypatch.setattr(memlab.training.teacher, "teacher_sessions", synthetic_teacher)
     summary = recipe.main(recipe_config(tmp_path, three_conversations))
     assert summary["split"] == {"train": ["tiny-a"], "validation": ["tiny-b"], "evaluation": ["tiny-c"]}
     assert summary["pairs"] == 2 * 6  # two sessions of four events
@@ -176,9 +177,9 @@ def test_recipe_runs_end_to_end_on_synthetic_teacher_sessions(three_conversation
 
 def test_recipe_refuses_a_split_part_with_no_cached_session(three_conversations, tmp_path, monkeypatch):  # noqa: F811
     recipe = load_recipe("train_relation_extractor")
-    monkeypatch.setattr(recipe, "teacher_sessions",
+    monkeypatch.setattr(memlab.training.teacher, "teacher_sessions",
                         lambda conversations, *args, **kwargs: synthetic_teacher(conversations, missing=("tiny-b",)))
-    with pytest.raises(ValueError, match=r"no cached teacher session for the validation conversations \['tiny-b'\] "
+    with pytest.raises(ValueError, match=r"the validation conversations: no cached teacher session for \['tiny-b'\] "
                                          r"\(\{'not_cached': 2\}"):
         recipe.setup(recipe_config(tmp_path, three_conversations))
     with pytest.raises(Exception, match="metric='f1' must be one of"):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import memlab.training.teacher
 from memlab.config import ConfigError
 from memlab.stage import Stage
 from memlab.stages.segment import BoundarySegmenter, FixedSpanSegmenter
@@ -173,7 +174,7 @@ def tiny_config(path: Path, out: Path) -> dict:
 
 def test_the_recipe_trains_saves_and_scores_against_the_baseline(three_conversations, tmp_path, monkeypatch):
     recipe = load_recipe("train_event_segmenter")
-    monkeypatch.setattr(recipe, "teacher_sessions", synthetic_teacher())
+    monkeypatch.setattr(memlab.training.teacher, "teacher_sessions", synthetic_teacher())
     summary = recipe.main(tiny_config(three_conversations, tmp_path / "seg"))
     assert summary["split"] == {"train": ["tiny-a"], "validation": ["tiny-b"], "evaluation": ["tiny-c"]}
     assert summary["sessions"] == {"train": 2, "validation": 2, "evaluation": 2}  # the failed third left out
@@ -205,13 +206,12 @@ def test_the_recipe_trains_saves_and_scores_against_the_baseline(three_conversat
 
 def test_the_recipe_refuses_a_part_with_no_cached_teacher_session(three_conversations, tmp_path, monkeypatch):
     recipe = load_recipe("train_event_segmenter")
-    monkeypatch.setattr(recipe, "teacher_sessions", synthetic_teacher(missing=("tiny-c",)))
-    with pytest.raises(ConfigError, match=r"no cached teacher session for the evaluation conversations \['tiny-c'\]"):
+    monkeypatch.setattr(memlab.training.teacher, "teacher_sessions", synthetic_teacher(missing=("tiny-c",)))
+    with pytest.raises(ConfigError, match=r"the evaluation conversations: no cached teacher session for \['tiny-c'\]"):
         recipe.setup(tiny_config(three_conversations, tmp_path / "seg"))
 
 
 def test_the_segmenter_evaluator_reads_the_teacher_and_refuses_none_cached(monkeypatch):
-    import memlab.training.teacher
     from memlab.data import load_sample
     from memlab.training.evaluators import SegmenterEvaluator
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import memlab.training.evaluators as evaluators
+import memlab.training.selection
 from memlab.config import ConfigError
 from memlab.stage import Stage
 from memlab.stages.encoder import TextEncoder
@@ -161,9 +163,9 @@ def test_recipe_trains_saves_and_evaluates_the_descent(three_conversations, tmp_
     recipe = load_recipe("train_global_selector")
     built = with_lm(build_pipeline(REPO / "configs" / "pipelines" / "mnemis.yaml")[0], ReplayLM(plausible))
     built.embedder = minilm
-    monkeypatch.setattr(recipe, "build_pipeline", lambda path, overrides: (built, {}, {}))
+    monkeypatch.setattr(evaluators, "build_pipeline", lambda tree, adjust: (built, {}, {}))  # the one the evaluator builds
     # the scripted LM has no cache to replay: build with it directly
-    monkeypatch.setattr(recipe, "build_memories",
+    monkeypatch.setattr(memlab.training.selection, "build_memories",
                         lambda p, conversations, source: {c.id: p.build(c.history()) for c in conversations})
     out = tmp_path / "selector"
     summary = recipe.main({
