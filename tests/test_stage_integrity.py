@@ -24,6 +24,9 @@ from tests.corruption import directory_instead, flip_byte, truncate
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = ("reranker-minilm-turns", "reranker-minilm-gemma", "router-minilm", "router-tfidf", "traversal-policy")
 SPLIT = {"train": ["conv-41", "conv-42"], "validation": ["conv-47"], "evaluation": ["conv-26"]}
+#: The committed stage checkpoints that record an evaluator (the trained answerer is a peft folder).
+EVALUATED = sorted(p.parent.name for p in (REPO / "checkpoints").glob("*/training.json")
+                   if (p.parent / "manifest.json").is_file() and '"evaluator"' in p.read_text())
 
 
 class _Wrapped(Stage):
@@ -235,6 +238,25 @@ def test_committed_checkpoints_carry_a_manifest_that_checks(name):
     assert {f for f in manifest["files"] if "/" not in f} == {"config.json", "model.safetensors", "training.json"}
     assert manifest["versions"]["torch"] == "2.13.0+cpu"  # the versions it was trained with, not today's
     assert not (folder / "versions.json").exists()
+
+
+@pytest.mark.parametrize("name", EVALUATED)
+def test_a_committed_checkpoints_evaluator_is_self_contained(name):
+    """The evaluator a checkpoint records carries its pipelines as resolved trees, not as paths to
+    files that may change (issue 81), and validates as it stands."""
+    import json
+
+    from memlab.components import import_memlab_class
+    from memlab.config import validate
+    from memlab.training.evaluators import StageEvaluator
+
+    node = json.loads((REPO / "checkpoints" / name / "training.json").read_text())["evaluator"]
+    for field, overrides in (("pipeline", "pipeline_overrides"), ("teacher", "teacher_overrides")):
+        if field in node:
+            assert isinstance(node[field], dict) and "_component_" in node[field], f"{name}: {field} is {node[field]!r}"
+            assert node[overrides] == [], f"{name}: {overrides} {node[overrides]}"
+    validate(node)
+    assert issubclass(import_memlab_class(node["_component_"]), StageEvaluator)
 
 
 def test_a_committed_checkpoint_knows_its_training_conversations():
