@@ -66,6 +66,15 @@ class HFLM(LM):
         self._name: str | None = None
         self._lock = threading.RLock()
 
+    @classmethod
+    def over(cls, model: str, tokenizer: Any, weights: Any, label: str, batch_size: int = 8) -> HFLM:
+        """An HFLM that generates with ``weights`` already in memory (``model`` names where their
+        config comes from): a recipe scoring the model it is training. It has no response cache,
+        since the weights change between calls, and ``label`` is its name."""
+        lm = cls(model, batch_size=batch_size, cache=None)
+        lm._tokenizer, lm._model, lm._name = tokenizer, weights, label
+        return lm
+
     def _source(self) -> tuple[Path, str | None]:
         """(folder, gguf file name or None)."""
         path = Path(self.model).expanduser()

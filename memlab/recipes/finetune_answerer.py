@@ -40,7 +40,11 @@ warmup_fraction, max_steps}``, ``max_length`` (prompt + target tokens; longer ex
 dropped and counted), ``eval_every`` (steps), ``patience`` (validations), ``validation_examples``
 (cap, the first N), ``checkpoint_every`` (steps between saved states), ``held_out_loss`` (score
 the evaluation conversations' loss at the end), ``examples`` (a file of examples made earlier),
-``stop_after`` (steps: end a run early with the whole run's schedule).
+``stop_after`` (steps: end a run early with the whole run's schedule), ``abstention_share`` (the
+most of the training examples whose target is the abstention: category 5 drawn down to it),
+``select_on`` (``loss``, the validation examples' loss per target token, or ``answers``, their answers
+generated and scored as a row scores them, ``memlab.training.answering.answer_scores``) and
+``answer_tokens`` (the most tokens a generated validation answer has: the answer stage's ``max_tokens``).
 """
 
 from __future__ import annotations
@@ -56,12 +60,15 @@ from typing import Any, Literal
 
 import torch
 
-from memlab.bounds import PositiveInt
+from memlab.bounds import PositiveInt, UnitFloat
 from memlab.config import PipelineConfig, build_pipeline, load_config
 from memlab.fileio import atomic_file, swap_in, write_json_atomic
+from memlab.lm.errors import ParseError
 from memlab.lm.hf import HFLM
+from memlab.lm.types import ChatRequest
+from memlab.stages.answer.base import clean_answer
 from memlab.training import MetricsLog, Optimiser, PipelineSettings, prepare_training, start_recipe, total_steps
-from memlab.training.answering import AnswerExample, answer_examples
+from memlab.training.answering import AnswerExample, answer_examples, answer_scores, capped_abstentions
 from memlab.training.causal_lm import LoraSettings, add_lora, completion_loss, mean_completion_loss, tokenize_pair
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.resume import Resumption, config_fingerprint
@@ -98,6 +105,16 @@ class Settings(PipelineSettings):
     #: not) to read before retrieving: the conversations it holds for this data and pipeline are
     #: not retrieved again. Null: the run's own folder only.
     examples: str | None = None
+    #: The most of the training examples whose target is the abstention (category 5, drawn down
+    #: with the seed); null keeps them all (LoCoMo's 24%, which taught the 0.5B to abstain on half
+    #: the answerable questions: BENCHMARKS, issue 83). Validation keeps every example.
+    abstention_share: UnitFloat | None = None
+    #: What early stopping selects on: ``loss`` (per target token; an abstention target is cheap, so
+    #: it cannot see over-abstaining) or ``answers`` (the validation answers generated, greedy, and
+    #: scored: ``score`` of ``answer_scores``; a validation of 100 costs a few minutes on a CPU).
+    select_on: Literal["loss", "answers"] = "loss"
+    #: The most tokens a generated validation answer has (the answer stage's ``max_tokens``).
+    answer_tokens: PositiveInt = 64
 
 
 @dataclass
@@ -127,17 +144,20 @@ def setup(config: dict[str, Any]) -> Run:
     run = Run(config=config, out=out, work=out.with_name(out.name + ".partial"), split=parts.ids())
     run.work.mkdir(parents=True, exist_ok=True)
     run.examples = cached_examples(config, parts._asdict(), run.work / EXAMPLES_FILE)
+    run.examples["train"] = capped_abstentions(run.examples["train"], config["abstention_share"], int(config["seed"]))
     run.tokenizer, base = HFLM(str(config["student"]), cache=None, dtype="float32").loaded()
     limit = int(config["max_length"])
     for part, examples in run.examples.items():
         tokenised = [tokenize_pair(run.tokenizer, e.messages, e.target, limit) for e in examples]
+        run.examples[part] = [e for e, row in zip(examples, tokenised) if row is not None]  # beside its rows
         run.rows[part] = [row for row in tokenised if row is not None]
         run.dropped[part] = len(tokenised) - len(run.rows[part])
     if not run.rows["train"]:
         raise ValueError(f"finetune_answerer: no training example of at most max_length={limit} tokens "
-                         f"({len(run.examples['train'])} examples before the cut)")
+                         f"({len(run.examples['train']) + run.dropped['train']} examples before the cut)")
     cap = config["validation_examples"]
     run.rows["validation"] = run.rows["validation"][: int(cap) if cap else None]
+    run.examples["validation"] = run.examples["validation"][: int(cap) if cap else None]
     lora = config["lora"]
     model = add_lora(base, lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"])
     run.model, run.optimizer, run.scheduler, run.accelerator = prepare_training(model, config, len(run.rows["train"]),
@@ -229,19 +249,50 @@ def train(run: Run) -> dict[str, Any]:
     rng = random.Random(int(run.config["seed"]))
     validation = run.rows["validation"]
 
-    def validate() -> dict[str, float]:
+    def validate() -> dict[str, Any]:
         with run.accelerator.autocast():  # the precision training runs in (fit validates outside it)
-            return {"loss": round(mean_completion_loss(run.model, validation, pad), 5)}
+            scores: dict[str, Any] = {"loss": round(mean_completion_loss(run.model, validation, pad), 5)}
+        if run.config["select_on"] == "answers":  # in full precision, as the adapter is served
+            scores.update(generated_scores(run, run.examples["validation"]))
+        return scores
+
+    select = (lambda scores: -scores["loss"]) if run.config["select_on"] == "loss" else (lambda scores: scores["score"])
 
     # A final fit (no validation conversation) trains the configured length and keeps the last step.
     return fit(Optimisation(run.model, run.accelerator, run.optimizer, run.scheduler),
                n_steps=total_steps(len(run.rows["train"]), run.config["optim"]),
                epoch_batches=lambda: shuffled_batches(run.rows["train"], int(run.config["optim"]["batch_size"]), rng),
                batch_loss=lambda batch: completion_loss(run.model, batch, pad), save=lambda: save_checkpoint(run),
-               log=run.log, validate=validate if validation else None, metric=lambda scores: -scores["loss"],
+               log=run.log, validate=validate if validation else None, metric=select,
                patience=int(run.config["patience"]), eval_every=int(run.config["eval_every"]),
                validate_first=bool(validation), progress=run.config["progress"], desc="answerer",
                resume=run.resume, stop_after=run.config["stop_after"])
+
+
+def generated_scores(run: Run, examples: Sequence[AnswerExample]) -> dict[str, Any]:
+    """``examples`` answered by the model as it is now (greedy, at most ``answer_tokens``, the
+    answer read as the answer stage reads it) and scored (``answer_scores``); the model is left in
+    the mode it was in."""
+    model = run.accelerator.unwrap_model(run.model)
+    was_training = model.training
+    model.eval()
+    lm = HFLM.over(str(run.config["student"]), run.tokenizer, model, label="finetune_answerer: the model in training",
+                   batch_size=int(run.config["optim"]["batch_size"]))
+    try:
+        completions = lm.generate([ChatRequest(e.messages, max_tokens=int(run.config["answer_tokens"]))
+                                   for e in examples])
+    finally:
+        model.train(was_training)
+    return {k: round(v, 5) if isinstance(v, float) else v
+            for k, v in answer_scores([_answer(c.text) for c in completions], examples).items()}
+
+
+def _answer(text: str) -> str:
+    """The answer in a completion as the answer stage reads it; "" when none is left."""
+    try:
+        return clean_answer(text)
+    except ParseError:
+        return ""
 
 
 def save_checkpoint(run: Run) -> Path:
@@ -267,7 +318,8 @@ def held_out_loss(run: Run) -> float | None:
 def card(run: Run, summary: dict[str, Any]) -> str:
     """The checkpoint's README: what it is, what it learnt from, how it was selected."""
     curve = [json.loads(line) for line in run.log.path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    points = "\n".join(f"| {p['step']} | {p['validation']['loss']} |" for p in curve if "validation" in p)
+    points = "\n".join(f"| {p['step']} | {p['validation']['loss']} | {p['validation'].get('score', '-')} |"
+                       for p in curve if "validation" in p)
     cfg = run.config
     return f"""# Trained answerer: {cfg['student']} + LoRA (memlab recipe `finetune_answerer`)
 
@@ -277,17 +329,23 @@ Serve: `memlab.lm.hf.HFLM(model={cfg['student']!r}, adapter=<this folder>)` as t
 - Base model: `{cfg['student']}` (GGUF, dequantised by transformers), LoRA rank {cfg['lora']['rank']}, alpha
   {cfg['lora']['alpha']}, on {', '.join(cfg['lora']['target_modules'])}.
 - Inputs: the answer stage's requests under `{cfg['pipeline']}` {list(cfg['pipeline_overrides'] or [])}; targets:
-  gold (audited where the errata correct it), "Not mentioned in the conversation." for category 5.
+  gold (audited where the errata correct it), "Not mentioned in the conversation." for category 5{_share(cfg)}.
+- Selected on: {'the validation loss' if cfg['select_on'] == 'loss' else 'the score of the generated validation answers'}.
 - Split by conversation: train {run.split['train']}, validation {run.split['validation']},
   held out {run.split['evaluation']}.
 - Examples: {summary['examples']}; dropped as longer than {cfg['max_length']} tokens: {run.dropped}.
 - Steps: {summary['steps']} of batch {cfg['optim']['batch_size']}, lr {cfg['optim']['lr']}; best step
   {(summary['best'] or {}).get('step')}; held-out loss {summary['held_out_loss']}.{_stopped(summary)}
 
-| step | validation loss |
-|---|---|
+| step | validation loss | validation answer score |
+|---|---|---|
 {points}
 """
+
+
+def _share(config: dict[str, Any]) -> str:
+    share = config["abstention_share"]
+    return "" if share is None else f" (drawn down to at most {share:.0%} of the training examples)"
 
 
 def _stopped(summary: dict[str, Any]) -> str:

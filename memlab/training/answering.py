@@ -17,9 +17,13 @@ prompted answerer: a config swaps the answer stage's LM, no pipeline changes.
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from memlab.eval.abstention import abstains
+from memlab.eval.metrics import amem_f1, mean_or_none
 from memlab.pipelines.base import Pipeline
 from memlab.stages.answer import PromptedAnswerer
 from memlab.stages.answer.base import Answerer, AnswerIn, AnswerOut
@@ -86,3 +90,35 @@ def answer_examples(pipeline: Pipeline, conversations: Iterable[Conversation],
     finally:
         pipeline.replace("answerer", answerer)
     return examples
+
+
+def capped_abstentions(examples: Sequence[AnswerExample], share: float | None, seed: int) -> list[AnswerExample]:
+    """``examples`` with the abstention targets (category 5) drawn down, seeded, to at most ``share``
+    of what is kept, in their order; None keeps them all. A reader trained on a quarter of
+    abstentions learnt to abstain on half the answerable questions (BENCHMARKS, issue 83)."""
+    abstaining = [i for i, e in enumerate(examples) if e.category == "adversarial"]
+    if share is None or not abstaining:
+        return list(examples)
+    answering = len(examples) - len(abstaining)
+    room = len(abstaining) if share >= 1 else math.floor(share * answering / (1 - share))
+    kept = set(random.Random(seed).sample(abstaining, min(room, len(abstaining))))
+    return [e for i, e in enumerate(examples) if e.category != "adversarial" or i in kept]
+
+
+def answer_scores(answers: Sequence[str], examples: Sequence[AnswerExample]) -> dict[str, float | int | None]:
+    """How ``answers`` (one a example, generated) score against the examples' targets, as a row
+    scores them: ``answer_f1``, the A-Mem F1 over the answerable questions (an abstention scores
+    0 there); ``false_abstentions``, the share of them abstained on (``memlab.eval.abstention``);
+    ``adversarial_abstained``, the share of category 5 abstained on; and ``score``, the mean over
+    every example of its A-Mem F1 (answerable) or of abstaining (category 5): what a validation
+    that generates stops early on, since a loss per target token rewards a cheap abstention."""
+    if len(answers) != len(examples):
+        raise ValueError(f"{len(answers)} answers for {len(examples)} examples")
+    answerable = [(a, e) for a, e in zip(answers, examples) if e.category != "adversarial"]
+    adversarial = [a for a, e in zip(answers, examples) if e.category == "adversarial"]
+    per_example = [amem_f1(a, e.target) for a, e in answerable] + [float(abstains(a)) for a in adversarial]
+    return {"score": mean_or_none(per_example),
+            "answer_f1": mean_or_none(amem_f1(a, e.target) for a, e in answerable),
+            "false_abstentions": mean_or_none(abstains(a) for a, _ in answerable),
+            "adversarial_abstained": mean_or_none(abstains(a) for a in adversarial),
+            "answerable": len(answerable), "adversarial": len(adversarial)}

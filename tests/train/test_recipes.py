@@ -393,6 +393,14 @@ def test_answerer_recipe_resumes_after_an_interrupt_and_its_adapter_serves_the_a
     assert {"adapter_config.json", "adapter_model.safetensors", "training.json", "README.md"} <= \
         {p.name for p in adapter.iterdir()} and not partial.exists()
     assert "| 6 |" in (adapter / "README.md").read_text()
+    assert summary["best"]["validation"]["loss"] > 0
+
+    # selecting on generated answers: each validation answers the validation examples and scores them
+    answers = recipe.main({**config, "output_dir": str(tmp_path / "by-answers"), "select_on": "answers",
+                           "abstention_share": 0.0, "answer_tokens": 8, "optim": {**config["optim"], "max_steps": 3}})
+    scored = [json.loads(line) for line in (tmp_path / "by-answers.metrics.jsonl").read_text().splitlines()]
+    assert {"loss", "score", "answer_f1", "false_abstentions", "adversarial_abstained"} <= set(scored[0]["validation"])
+    assert answers["best"]["validation"]["score"] == max(line["validation"]["score"] for line in scored)
 
     pipeline, _, _ = build_pipeline(REPO / "configs/pipelines/rag_turns.yaml", [])
     pipeline.answerer.lm = HFLM("smollm2-135m-instruct-q4_1", cache=None, adapter=str(adapter))

@@ -16,7 +16,7 @@ from memlab.lm.hf import HFLM
 from memlab.lm.models import KNOWN_MODELS
 from memlab.stages.answer import PromptedAnswerer
 from memlab.stages.answer.base import AnswerIn
-from memlab.training.answering import ABSTAIN, AnswerExample, answer_examples
+from memlab.training.answering import ABSTAIN, AnswerExample, answer_examples, answer_scores, capped_abstentions
 from memlab.training.causal_lm import add_lora, completion_loss, tokenize_pair
 from memlab.types import AuditedGold
 from tests.fakes import ReplayLM
@@ -108,3 +108,31 @@ def test_the_completion_loss_is_the_models_own_loss_on_a_right_padded_batch():
         own = model(**collate(rows, tokenizer.pad_token_id)).loss
         ours = completion_loss(model, rows, tokenizer.pad_token_id)
     assert float(ours) == pytest.approx(float(own), rel=1e-4)
+
+
+def _example(i: int, category: str, target: str = "Rex") -> AnswerExample:
+    return AnswerExample("c", f"q{i}", category, ({"role": "user", "content": f"question {i}"},),
+                         ABSTAIN if category == "adversarial" else target)
+
+
+def test_abstention_targets_are_drawn_down_to_their_share_in_order():
+    examples = [_example(i, "adversarial" if i % 3 == 0 else "single-hop") for i in range(15)]  # 5 of 15
+    kept = capped_abstentions(examples, 0.1, seed=0)
+    assert sum(e.category == "adversarial" for e in kept) == 1  # floor(0.1 * 10 / 0.9)
+    assert [e for e in kept if e.category != "adversarial"] == [e for e in examples if e.category != "adversarial"]
+    assert kept == sorted(kept, key=lambda e: int(e.question_id[1:]))  # the examples' order
+    assert kept == capped_abstentions(examples, 0.1, seed=0)  # seeded
+    assert capped_abstentions(examples, None, seed=0) == examples == capped_abstentions(examples, 1.0, seed=0)
+    assert sum(e.category == "adversarial" for e in capped_abstentions(examples, 0.0, seed=0)) == 0
+
+
+def test_generated_answers_are_scored_as_a_row_scores_them():
+    examples = [_example(0, "single-hop", "Rex the beagle"), _example(1, "temporal", "7 May 2023"),
+                _example(2, "adversarial"), _example(3, "adversarial")]
+    scores = answer_scores(["Rex", "Not mentioned in the conversation.", "No information available.", "Rex"], examples)
+    assert scores["answer_f1"] == pytest.approx(0.25)  # "Rex": precision 1, recall 1/3, F1 0.5; the abstention 0
+    assert scores["false_abstentions"] == 0.5 and scores["adversarial_abstained"] == 0.5
+    assert scores["score"] == pytest.approx((0.5 + 0 + 1 + 0) / 4)
+    assert (scores["answerable"], scores["adversarial"]) == (2, 2)
+    with pytest.raises(ValueError, match="3 answers for 4 examples"):
+        answer_scores(["a", "b", "c"], examples)
