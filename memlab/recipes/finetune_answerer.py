@@ -38,7 +38,7 @@ adapter will serve), ``student`` (a known model name, a .gguf file or a model fo
 {rank, alpha, dropout, target_modules}``, ``optim {lr, weight_decay, epochs, batch_size,
 warmup_fraction, max_steps}``, ``max_length`` (prompt + target tokens; longer examples are
 dropped and counted), ``eval_every`` (steps), ``patience`` (validations), ``validation_examples``
-(cap, the first N), ``checkpoint_every`` (steps between saved states), ``held_out_loss`` (score
+(cap: N spread evenly over the validation examples), ``checkpoint_every`` (steps between saved states), ``held_out_loss`` (score
 the evaluation conversations' loss at the end), ``examples`` (a file of examples made earlier),
 ``stop_after`` (steps: end a run early with the whole run's schedule), ``abstention_share`` (the
 most of the training examples whose target is the abstention: category 5 drawn down to it),
@@ -155,9 +155,9 @@ def setup(config: dict[str, Any]) -> Run:
     if not run.rows["train"]:
         raise ValueError(f"finetune_answerer: no training example of at most max_length={limit} tokens "
                          f"({len(run.examples['train']) + run.dropped['train']} examples before the cut)")
-    cap = config["validation_examples"]
-    run.rows["validation"] = run.rows["validation"][: int(cap) if cap else None]
-    run.examples["validation"] = run.examples["validation"][: int(cap) if cap else None]
+    kept = spread(len(run.rows["validation"]), config["validation_examples"])
+    run.rows["validation"] = [run.rows["validation"][i] for i in kept]
+    run.examples["validation"] = [run.examples["validation"][i] for i in kept]
     lora = config["lora"]
     model = add_lora(base, lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"])
     run.model, run.optimizer, run.scheduler, run.accelerator = prepare_training(model, config, len(run.rows["train"]),
@@ -169,6 +169,15 @@ def setup(config: dict[str, Any]) -> Run:
     run.resume = Resumption(run.work / STATE, int(config["checkpoint_every"]), trained_by)
     run.log = MetricsLog.for_checkpoint(out, keep=run.resume.path.is_file())  # a resumed run keeps its lines
     return run
+
+
+def spread(n: int, cap: int | None) -> list[int]:
+    """The indices of ``cap`` of ``n`` items spread evenly over them (all with None): a validation
+    cap that keeps every category, where the first ``cap`` would not (LoCoMo lists its
+    adversarial questions last)."""
+    if cap is None or cap >= n:
+        return list(range(n))
+    return [i * n // cap for i in range(cap)]
 
 
 def examples_of(config: dict[str, Any], conversations) -> list[AnswerExample]:

@@ -413,6 +413,15 @@ def test_answerer_recipe_resumes_after_an_interrupt_and_its_adapter_serves_the_a
         refuse_training_overlap(pipeline, ["tiny-c"], allow=False)
 
 
+def test_the_answerer_validation_cap_spreads_over_the_examples():
+    """LoCoMo lists its adversarial questions last: the first 100 of conv-47's were all answerable,
+    so a validation that scores abstaining never saw one. The cap spreads instead."""
+    spread = load_recipe("finetune_answerer").spread
+    assert spread(10, 5) == [0, 2, 4, 6, 8] and spread(10, 3) == [0, 3, 6]
+    assert spread(4, None) == spread(4, 9) == [0, 1, 2, 3]
+    assert spread(190, 100)[-1] >= 188  # reaches the end of the list
+
+
 def test_answerer_examples_are_made_once_per_conversation_whatever_the_split(three_conversations, tmp_path, monkeypatch):
     """A conversation's examples depend on the data and the pipeline, not on the split: a final fit
     after the split run, or a run reading another's file, retrieves nothing again; a file made
