@@ -71,6 +71,7 @@ from memlab.training import (
     make_accelerator,
     recipe_settings,
     seed_everything,
+    settings_record,
     total_steps,
     training_conversations,
 )
@@ -116,7 +117,7 @@ class Settings(RecipeSettings):
 
 @dataclass
 class Run:
-    config: dict[str, Any]
+    settings: Settings
     out: Path
     work_dir: Path  # ``<output_dir>.partial``: renamed to ``out`` once complete
     excluded_conversations: list[str] = field(default_factory=list)
@@ -134,40 +135,40 @@ class Run:
     metrics: dict[str, Any] = field(default_factory=dict)  # what ``train`` measured
 
 
-def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
+def resolve_settings(config: dict[str, Any]) -> Settings:
     """The config over ``Settings`` (``memlab.training.recipe_settings``), its values checked."""
-    cfg = recipe_settings(config, Settings(recipe="distill_stage"))
-    if cfg["data"]["exclude_ids"] and not cfg["data"]["path"]:
+    settings = recipe_settings(config, Settings(recipe="distill_stage"))
+    if settings.data.exclude_ids and not settings.data.path:
         raise ConfigError("distill_stage: data.exclude_ids needs data.path, the file those conversations are in")
-    return cfg
+    return settings
 
 
 # ----------------------------------------------------------------------------- set-up
 
 
-def excluded_conversations(data: dict[str, Any]):
+def excluded_conversations(data: ExcludedData):
     """The conversations whose calls must not be distilled: ``data.exclude_ids`` (default
     ``FIXED_EVAL_IDS``) of ``data.path``; none without a ``data.path``."""
-    if not data["path"]:
+    if not data.path:
         return []
-    return training_conversations(data["path"], list(data["exclude_ids"] or FIXED_EVAL_IDS))
+    return training_conversations(data.path, list(data.exclude_ids or FIXED_EVAL_IDS))
 
 
-def load_examples(cfg: dict[str, Any], exclude: Iterable[str] = ()):
+def load_examples(settings: Settings, exclude: Iterable[str] = ()):
     """The teacher's cached calls of one stage, less those quoting an ``exclude`` text, as a
     dataset (its card counts what was dropped); a clear error when none is left."""
     from memlab.lm.cache import ResponseCache, default_cache_path
 
-    path = default_cache_path() if str(cfg["cache"]) == "default" else Path(cfg["cache"]).expanduser()
+    path = default_cache_path() if settings.cache == "default" else Path(settings.cache).expanduser()
     if not path.is_file():  # ResponseCache would create an empty file; say what is missing instead
         raise FileNotFoundError(f"distill_stage: no response cache at {path} (run the teacher pipeline first, "
                                 "or set cache=PATH)")
     cache = ResponseCache.open(path)
-    dataset = distillation_examples(cache, model=cfg["teacher_model"], match=cfg["match"], exclude=exclude)
+    dataset = distillation_examples(cache, model=settings.teacher_model, match=settings.match, exclude=exclude)
     if len(dataset) == 0:
         raise ValueError(
-            f"distill_stage: no cached call in {path} matches teacher_model={cfg['teacher_model']!r} and "
-            f"match={cfg['match']!r} (models in the cache: {cache.models()}); "
+            f"distill_stage: no cached call in {path} matches teacher_model={settings.teacher_model!r} and "
+            f"match={settings.match!r} (models in the cache: {cache.models()}); "
             f"{dataset.info.description or ''}".strip()
         )
     return dataset
@@ -227,43 +228,43 @@ def _dequantized_gguf(gguf: str | None) -> dict[str, Any]:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    cfg = resolve_config(config)
-    out = Path(cfg["output_dir"]).expanduser()
-    cfg["output_dir"] = str(out)
+    settings = resolve_settings(config)
+    out = Path(settings.output_dir).expanduser()
+    settings.output_dir = str(out)
     if out.exists() and not (out / "distill.json").is_file():
         raise FileExistsError(f"distill_stage: {out} exists and is not a distill_stage run; choose another output_dir")
-    run = Run(config=cfg, out=out, work_dir=out.with_name(out.name + ".partial"))
+    run = Run(settings=settings, out=out, work_dir=out.with_name(out.name + ".partial"))
     shutil.rmtree(run.work_dir, ignore_errors=True)
-    seed_everything(int(cfg["seed"]))
-    held_out = excluded_conversations(cfg["data"])
+    seed_everything(settings.seed)
+    held_out = excluded_conversations(settings.data)
     run.excluded_conversations = [c.id for c in held_out]
-    dataset = load_examples(cfg, exclude=conversation_texts(held_out))
+    dataset = load_examples(settings, exclude=conversation_texts(held_out))
     run.data_card = dataset.info.description
     examples = list(dataset)
-    train_examples, eval_examples = split_examples(examples, float(cfg["eval_fraction"]), int(cfg["seed"]))
-    run.tokenizer, model = load_student(str(cfg["student"]))
-    lora = cfg["lora"]
-    model = add_lora(model, lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"])
+    train_examples, eval_examples = split_examples(examples, settings.eval_fraction, settings.seed)
+    run.tokenizer, model = load_student(settings.student)
+    lora = settings.lora
+    model = add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.target_modules)
     tokenized = {}
     for split, rows in (("train", train_examples), ("eval", eval_examples)):
-        kept = [t for t in (tokenize_pair(run.tokenizer, e["messages"], e["completion"], int(cfg["max_length"]))
+        kept = [t for t in (tokenize_pair(run.tokenizer, e["messages"], e["completion"], settings.max_length)
                          for e in rows) if t is not None]
         if not kept:
-            raise ValueError(f"distill_stage: every {split} example is longer than max_length={cfg['max_length']} "
+            raise ValueError(f"distill_stage: every {split} example is longer than max_length={settings.max_length} "
                              "tokens; raise max_length")
         tokenized[split] = kept
     run.counts = {"examples": len(examples), "train": len(tokenized["train"]), "eval": len(tokenized["eval"]),
                   "dropped_too_long": len(examples) - len(tokenized["train"]) - len(tokenized["eval"]),
                   "held_out": distillation_dropped(dataset)["held_out"]}
-    generator = torch.Generator().manual_seed(int(cfg["seed"]))
+    generator = torch.Generator().manual_seed(settings.seed)
     pad_id = run.tokenizer.pad_token_id
-    loaders = [torch.utils.data.DataLoader(tokenized[split], batch_size=int(cfg["optim"]["batch_size"]),
+    loaders = [torch.utils.data.DataLoader(tokenized[split], batch_size=settings.optim.batch_size,
                                            shuffle=split == "train", generator=generator,
                                            collate_fn=lambda b: collate(b, pad_id))
                for split in ("train", "eval")]
-    run.steps = total_steps(len(tokenized["train"]), cfg["optim"])
-    run.accelerator = make_accelerator(str(cfg["precision"]))
-    optimizer = adamw(model, cfg["optim"])  # a constant rate: no schedule
+    run.steps = total_steps(len(tokenized["train"]), settings.optim)
+    run.accelerator = make_accelerator(settings.precision)
+    optimizer = adamw(model, settings.optim.lr, settings.optim.weight_decay)  # a constant rate: no schedule
     run.model, run.optimizer, run.train_loader, run.eval_loader = run.accelerator.prepare(model, optimizer, *loaders)
     run.log = MetricsLog(run.work_dir / "metrics.jsonl")  # only now: a config or data error leaves no folder
     return run
@@ -287,8 +288,8 @@ def evaluate(model, loader) -> float:
 
 def train(run: Run) -> dict[str, Any]:
     accelerator, model, optimizer = run.accelerator, run.model, run.optimizer
-    epochs, eval_every = int(run.config["optim"]["epochs"]), int(run.config["eval_every"])
-    stopper = EarlyStopping(patience=int(run.config["patience"]))
+    epochs, eval_every = run.settings.optim.epochs, run.settings.eval_every
+    stopper = EarlyStopping(patience=run.settings.patience)
 
     def checkpoint_eval(step: int, epoch: int, train_loss: float | None) -> None:
         eval_loss = evaluate(model, run.eval_loader)
@@ -345,10 +346,11 @@ def save_checkpoint(run: Run) -> Path:
     merged = model.merge_and_unload()
     merged.save_pretrained(run.work_dir / "model")
     run.tokenizer.save_pretrained(run.work_dir / "model")
-    cfg = run.config
-    record = {"teacher_model": cfg["teacher_model"], "match": cfg["match"], "cache": str(cfg["cache"]),
-              "student": str(cfg["student"]), "excluded_conversations": run.excluded_conversations,
-              "examples": run.counts, "metrics": run.metrics, "data_card": run.data_card, "config": dict(cfg)}
+    settings = run.settings
+    record = {"teacher_model": settings.teacher_model, "match": settings.match, "cache": settings.cache,
+              "student": settings.student, "excluded_conversations": run.excluded_conversations,
+              "examples": run.counts, "metrics": run.metrics, "data_card": run.data_card,
+              "config": settings_record(settings)}
     (run.work_dir / "distill.json").write_text(json.dumps(record, indent=2, default=str))
     swap_in(run.work_dir, run.out)  # only a previous run of this recipe is replaced
     return run.out

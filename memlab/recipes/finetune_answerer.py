@@ -67,7 +67,15 @@ from memlab.lm.errors import ParseError
 from memlab.lm.hf import HFLM
 from memlab.lm.types import ChatRequest
 from memlab.stages.answer.base import clean_answer
-from memlab.training import MetricsLog, Optimiser, PipelineSettings, prepare_training, start_recipe, total_steps
+from memlab.training import (
+    MetricsLog,
+    Optimiser,
+    PipelineSettings,
+    prepare_training,
+    settings_record,
+    start_recipe,
+    total_steps,
+)
 from memlab.training.answering import AnswerExample, answer_examples, answer_scores, capped_abstentions
 from memlab.training.causal_lm import LoraSettings, add_lora, completion_loss, mean_completion_loss, tokenize_pair
 from memlab.training.loop import Optimisation, fit, shuffled_batches
@@ -119,7 +127,7 @@ class Settings(PipelineSettings):
 
 @dataclass
 class Run:
-    config: dict[str, Any]
+    settings: Settings
     out: Path
     work: Path  # ``<output_dir>.partial``: renamed to ``out`` once complete
     split: dict[str, list[str]] = field(default_factory=dict)
@@ -136,17 +144,17 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config, parts = start_recipe(config, Settings(recipe="finetune_answerer"), final_fit_supported=True)
-    out = Path(config["output_dir"]).expanduser()
+    settings, parts = start_recipe(config, Settings(recipe="finetune_answerer"), final_fit_supported=True)
+    out = Path(settings.output_dir).expanduser()
     if out.exists() and not (out / "training.json").is_file():
         raise FileExistsError(f"finetune_answerer: {out} exists and is not a trained answerer; choose another "
                               "output_dir")
-    run = Run(config=config, out=out, work=out.with_name(out.name + ".partial"), split=parts.ids())
+    run = Run(settings=settings, out=out, work=out.with_name(out.name + ".partial"), split=parts.ids())
     run.work.mkdir(parents=True, exist_ok=True)
-    run.examples = cached_examples(config, parts._asdict(), run.work / EXAMPLES_FILE)
-    run.examples["train"] = capped_abstentions(run.examples["train"], config["abstention_share"], int(config["seed"]))
-    run.tokenizer, base = HFLM(str(config["student"]), cache=None, dtype="float32").loaded()
-    limit = int(config["max_length"])
+    run.examples = cached_examples(settings, parts._asdict(), run.work / EXAMPLES_FILE)
+    run.examples["train"] = capped_abstentions(run.examples["train"], settings.abstention_share, settings.seed)
+    run.tokenizer, base = HFLM(settings.student, cache=None, dtype="float32").loaded()
+    limit = settings.max_length
     for part, examples in run.examples.items():
         tokenised = [tokenize_pair(run.tokenizer, e.messages, e.target, limit) for e in examples]
         run.examples[part] = [e for e, row in zip(examples, tokenised) if row is not None]  # beside its rows
@@ -155,18 +163,18 @@ def setup(config: dict[str, Any]) -> Run:
     if not run.rows["train"]:
         raise ValueError(f"finetune_answerer: no training example of at most max_length={limit} tokens "
                          f"({len(run.examples['train']) + run.dropped['train']} examples before the cut)")
-    kept = spread(len(run.rows["validation"]), config["validation_examples"])
+    kept = spread(len(run.rows["validation"]), settings.validation_examples)
     run.rows["validation"] = [run.rows["validation"][i] for i in kept]
     run.examples["validation"] = [run.examples["validation"][i] for i in kept]
-    lora = config["lora"]
-    model = add_lora(base, lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"])
-    run.model, run.optimizer, run.scheduler, run.accelerator = prepare_training(model, config, len(run.rows["train"]),
+    lora = settings.lora
+    model = add_lora(base, lora.rank, lora.alpha, lora.dropout, lora.target_modules)
+    run.model, run.optimizer, run.scheduler, run.accelerator = prepare_training(model, settings, len(run.rows["train"]),
                                                                              cpu_bf16=True)
     # a saved state continues only the run of this very config (where it writes and whether it
     # shows a bar aside): another one is refused, naming the folder
-    trained_by = config_fingerprint({k: v for k, v in config.items()
+    trained_by = config_fingerprint({k: v for k, v in settings_record(settings).items()
                                      if k not in ("output_dir", "progress", "examples", "stop_after")})
-    run.resume = Resumption(run.work / STATE, int(config["checkpoint_every"]), trained_by)
+    run.resume = Resumption(run.work / STATE, settings.checkpoint_every, trained_by)
     run.log = MetricsLog.for_checkpoint(out, keep=run.resume.path.is_file())  # a resumed run keeps its lines
     return run
 
@@ -180,30 +188,30 @@ def spread(n: int, cap: int | None) -> list[int]:
     return [i * n // cap for i in range(cap)]
 
 
-def examples_of(config: dict[str, Any], conversations) -> list[AnswerExample]:
+def examples_of(settings: Settings, conversations) -> list[AnswerExample]:
     """The answer-stage examples of ``conversations`` under the recipe's pipeline (none: empty)."""
     if not conversations:
         return []
-    pipeline, _, _ = build_pipeline(config["pipeline"], list(config["pipeline_overrides"] or []))
+    pipeline, _, _ = build_pipeline(settings.pipeline, list(settings.pipeline_overrides or []))
     return answer_examples(pipeline, conversations)
 
 
-def examples_key(config: dict[str, Any]) -> str:
+def examples_key(settings: Settings) -> str:
     """What a conversation's examples are made from: the data settings ``EXAMPLES_DEPEND_ON`` and
     the pipeline's resolved tree (an edited pipeline file makes them again)."""
-    return config_fingerprint({"data": {k: config["data"][k] for k in EXAMPLES_DEPEND_ON},
-                               "pipeline": load_config(config["pipeline"], list(config["pipeline_overrides"] or []))})
+    return config_fingerprint({"data": {k: getattr(settings.data, k) for k in EXAMPLES_DEPEND_ON},
+                               "pipeline": load_config(settings.pipeline, list(settings.pipeline_overrides or []))})
 
 
-def cached_examples(config: dict[str, Any], parts: dict[str, Sequence[Conversation]],
+def cached_examples(settings: Settings, parts: dict[str, Sequence[Conversation]],
                     path: Path) -> dict[str, list[AnswerExample]]:
     """The examples of each part. Retrieval for every question of seven conversations takes most
     of an hour on two cores, so a conversation's examples are read from ``path`` (this run's file)
     or the ``examples`` file when one was made with the same ``examples_key``, and only the
     conversations neither holds are made; ``path`` is then rewritten whole with all of them."""
-    key = examples_key(config)
+    key = examples_key(settings)
     known: dict[str, list[AnswerExample]] = {}
-    given = config["examples"]
+    given = settings.examples
     if given is not None:
         found_key, found = read_examples(Path(given))
         if found_key != key:
@@ -217,7 +225,7 @@ def cached_examples(config: dict[str, Any], parts: dict[str, Sequence[Conversati
     wanted = [c for conversations in parts.values() for c in conversations]
     missing = [c for c in wanted if c.id not in known]
     if missing:
-        made = examples_of(config, missing)
+        made = examples_of(settings, missing)
         known.update({c.id: [e for e in made if e.conversation_id == c.id] for c in missing})
         write_examples(path, key, known)
     return {part: [e for c in conversations for e in known[c.id]] for part, conversations in parts.items()}
@@ -255,27 +263,27 @@ def read_examples(path: Path) -> tuple[str | None, dict[str, list[AnswerExample]
 
 def train(run: Run) -> dict[str, Any]:
     pad = run.tokenizer.pad_token_id
-    rng = random.Random(int(run.config["seed"]))
+    rng = random.Random(run.settings.seed)
     validation = run.rows["validation"]
 
     def validate() -> dict[str, Any]:
         with run.accelerator.autocast():  # the precision training runs in (fit validates outside it)
             scores: dict[str, Any] = {"loss": round(mean_completion_loss(run.model, validation, pad), 5)}
-        if run.config["select_on"] == "answers":  # in full precision, as the adapter is served
+        if run.settings.select_on == "answers":  # in full precision, as the adapter is served
             scores.update(generated_scores(run, run.examples["validation"]))
         return scores
 
-    select = (lambda scores: -scores["loss"]) if run.config["select_on"] == "loss" else (lambda scores: scores["score"])
+    select = (lambda scores: -scores["loss"]) if run.settings.select_on == "loss" else (lambda scores: scores["score"])
 
     # A final fit (no validation conversation) trains the configured length and keeps the last step.
     return fit(Optimisation(run.model, run.accelerator, run.optimizer, run.scheduler),
-               n_steps=total_steps(len(run.rows["train"]), run.config["optim"]),
-               epoch_batches=lambda: shuffled_batches(run.rows["train"], int(run.config["optim"]["batch_size"]), rng),
+               n_steps=total_steps(len(run.rows["train"]), run.settings.optim),
+               epoch_batches=lambda: shuffled_batches(run.rows["train"], run.settings.optim.batch_size, rng),
                batch_loss=lambda batch: completion_loss(run.model, batch, pad), save=lambda: save_checkpoint(run),
                log=run.log, validate=validate if validation else None, metric=select,
-               patience=int(run.config["patience"]), eval_every=int(run.config["eval_every"]),
-               validate_first=bool(validation), progress=run.config["progress"], desc="answerer",
-               resume=run.resume, stop_after=run.config["stop_after"])
+               patience=run.settings.patience, eval_every=run.settings.eval_every,
+               validate_first=bool(validation), progress=run.settings.progress, desc="answerer",
+               resume=run.resume, stop_after=run.settings.stop_after)
 
 
 def generated_scores(run: Run, examples: Sequence[AnswerExample]) -> dict[str, Any]:
@@ -285,10 +293,10 @@ def generated_scores(run: Run, examples: Sequence[AnswerExample]) -> dict[str, A
     model = run.accelerator.unwrap_model(run.model)
     was_training = model.training
     model.eval()
-    lm = HFLM.over(str(run.config["student"]), run.tokenizer, model, label="finetune_answerer: the model in training",
-                   batch_size=int(run.config["optim"]["batch_size"]))
+    lm = HFLM.over(run.settings.student, run.tokenizer, model, label="finetune_answerer: the model in training",
+                   batch_size=run.settings.optim.batch_size)
     try:
-        completions = lm.generate([ChatRequest(e.messages, max_tokens=int(run.config["answer_tokens"]))
+        completions = lm.generate([ChatRequest(e.messages, max_tokens=run.settings.answer_tokens)
                                    for e in examples])
     finally:
         model.train(was_training)
@@ -313,7 +321,7 @@ def save_checkpoint(run: Run) -> Path:
 
 def held_out_loss(run: Run) -> float | None:
     """The best adapter's loss on the evaluation conversations' examples (None: none, or not asked)."""
-    if not (run.config["held_out_loss"] and run.rows["evaluation"]):
+    if not (run.settings.held_out_loss and run.rows["evaluation"]):
         return None
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
@@ -329,21 +337,21 @@ def card(run: Run, summary: dict[str, Any]) -> str:
     curve = [json.loads(line) for line in run.log.path.read_text(encoding="utf-8").splitlines() if line.strip()]
     points = "\n".join(f"| {p['step']} | {p['validation']['loss']} | {p['validation'].get('score', '-')} |"
                        for p in curve if "validation" in p)
-    cfg = run.config
-    return f"""# Trained answerer: {cfg['student']} + LoRA (memlab recipe `finetune_answerer`)
+    settings = run.settings
+    return f"""# Trained answerer: {settings.student} + LoRA (memlab recipe `finetune_answerer`)
 
-Serve: `memlab.lm.hf.HFLM(model={cfg['student']!r}, adapter=<this folder>)` as the answer stage's LM
+Serve: `memlab.lm.hf.HFLM(model={settings.student!r}, adapter=<this folder>)` as the answer stage's LM
 (`configs/pipelines/rag_turns_best_trained_answerer.yaml`).
 
-- Base model: `{cfg['student']}` (GGUF, dequantised by transformers), LoRA rank {cfg['lora']['rank']}, alpha
-  {cfg['lora']['alpha']}, on {', '.join(cfg['lora']['target_modules'])}.
-- Inputs: the answer stage's requests under `{cfg['pipeline']}` {list(cfg['pipeline_overrides'] or [])}; targets:
-  gold (audited where the errata correct it), "Not mentioned in the conversation." for category 5{_share(cfg)}.
-- Selected on: {'the validation loss' if cfg['select_on'] == 'loss' else 'the score of the generated validation answers'}.
+- Base model: `{settings.student}` (GGUF, dequantised by transformers), LoRA rank {settings.lora.rank}, alpha
+  {settings.lora.alpha}, on {', '.join(settings.lora.target_modules)}.
+- Inputs: the answer stage's requests under `{settings.pipeline}` {list(settings.pipeline_overrides or [])}; targets:
+  gold (audited where the errata correct it), "Not mentioned in the conversation." for category 5{_share(settings)}.
+- Selected on: {'the validation loss' if settings.select_on == 'loss' else 'the score of the generated validation answers'}.
 - Split by conversation: train {run.split['train']}, validation {run.split['validation']},
   held out {run.split['evaluation']}.
-- Examples: {summary['examples']}; dropped as longer than {cfg['max_length']} tokens: {run.dropped}.
-- Steps: {summary['steps']} of batch {cfg['optim']['batch_size']}, lr {cfg['optim']['lr']}; best step
+- Examples: {summary['examples']}; dropped as longer than {settings.max_length} tokens: {run.dropped}.
+- Steps: {summary['steps']} of batch {settings.optim.batch_size}, lr {settings.optim.lr}; best step
   {(summary['best'] or {}).get('step')}; held-out loss {summary['held_out_loss']}.{_stopped(summary)}
 
 | step | validation loss | validation answer score |
@@ -352,8 +360,8 @@ Serve: `memlab.lm.hf.HFLM(model={cfg['student']!r}, adapter=<this folder>)` as t
 """
 
 
-def _share(config: dict[str, Any]) -> str:
-    share = config["abstention_share"]
+def _share(settings: Settings) -> str:
+    share = settings.abstention_share
     return "" if share is None else f" (drawn down to at most {share:.0%} of the training examples)"
 
 
@@ -366,12 +374,12 @@ def _stopped(summary: dict[str, Any]) -> str:
 def main(config: dict[str, Any]) -> dict[str, Any]:
     run = setup(config)
     summary = train(run)
-    summary.update(split=run.split, student=str(run.config["student"]),
+    summary.update(split=run.split, student=run.settings.student,
                    examples={part: len(rows) for part, rows in run.rows.items()}, dropped_too_long=run.dropped,
                    held_out_loss=held_out_loss(run), device=str(run.accelerator.device),
                    torch_threads=torch.get_num_threads())
     adapter = run.work / ADAPTER
-    write_json_atomic(adapter / "training.json", {"config": run.config, **summary})
+    write_json_atomic(adapter / "training.json", {"config": settings_record(run.settings), **summary})
     (adapter / CARD).write_text(card(run, summary), encoding="utf-8")
     swap_in(adapter, run.out)  # only now does output_dir hold the adapter, whole
     shutil.rmtree(run.work)

@@ -73,7 +73,7 @@ class Settings(PipelineSettings):
 
 @dataclass
 class Run:
-    config: dict[str, Any]
+    settings: Settings
     out: Path
     stage: Any = None
     groups: list[tuple[str, list[str]]] = field(default_factory=list)  # (question, [positive, negatives...])
@@ -97,25 +97,25 @@ def build_groups(dataset) -> list[tuple[str, list[str]]]:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config, parts = start_recipe(config, Settings(recipe="finetune_reranker"), final_fit_supported=True)
-    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
+    settings, parts = start_recipe(config, Settings(recipe="finetune_reranker"), final_fit_supported=True)
+    run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
     train, validation, evaluation = parts
-    depth, overrides = int(config["rerank_depth"]), list(config["pipeline_overrides"] or [])
-    examples = rerank_examples(train, first_stage(config["pipeline"], overrides), negatives=int(config["negatives"]),
-                               candidates=depth, seed=int(config["seed"]), sampling=config["negative_sampling"])
+    depth, overrides = settings.rerank_depth, list(settings.pipeline_overrides or [])
+    examples = rerank_examples(train, first_stage(settings.pipeline, overrides), negatives=settings.negatives,
+                               candidates=depth, seed=settings.seed, sampling=settings.negative_sampling)
     run.groups = build_groups(examples)
     if not run.groups:
         raise ValueError("no training groups: the training conversations have no question with evidence")
     # Validation runs several times: ``validation_questions`` caps its cost (the first N questions).
-    run.evaluator = RerankerEvaluator(pipeline=config["pipeline"], pipeline_overrides=overrides, depth=depth,
-                                      metric=f"reranked.{config['metric']}")
+    run.evaluator = RerankerEvaluator(pipeline=settings.pipeline, pipeline_overrides=overrides, depth=depth,
+                                      metric=f"reranked.{settings.metric}")
     if validation:
-        run.validation = run.evaluator.prepare(validation).first(config["validation_questions"])
+        run.validation = run.evaluator.prepare(validation).first(settings.validation_questions)
     if evaluation:
         run.evaluation = run.evaluator.prepare(evaluation)
 
-    run.stage = instantiate(config["stage"])
-    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.groups))
+    run.stage = instantiate(settings.stage)
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, settings, len(run.groups))
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 
@@ -135,21 +135,21 @@ def validate(run: Run) -> dict[str, Any]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    batch_size = int(run.config["optim"]["batch_size"])
-    rng = random.Random(int(run.config["seed"]))
+    batch_size = run.settings.optim.batch_size
+    rng = random.Random(run.settings.seed)
     # A final fit (no validation conversation) trains the configured length and keeps the last step.
     baseline = None
     if run.validation:
         baseline = run.evaluator.score(None, run.validation)["first_stage"]
         run.log.write(step=0, validation_first_stage=baseline)
     summary = fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
-                  n_steps=total_steps(len(run.groups), run.config["optim"]),
+                  n_steps=total_steps(len(run.groups), run.settings.optim),
                   epoch_batches=lambda: shuffled_batches(run.groups, batch_size, rng),
                   batch_loss=lambda batch: group_loss(run.stage, batch), save=lambda: save_checkpoint(run),
                   log=run.log, validate=(lambda: validate(run)) if run.validation else None,
-                  metric=run.evaluator.primary, patience=int(run.config["patience"]),
-                  eval_every=int(run.config["eval_every"]), unit="pairs",
-                  count=lambda batch: sum(len(texts) for _, texts in batch), progress=run.config["progress"],
+                  metric=run.evaluator.primary, patience=run.settings.patience,
+                  eval_every=run.settings.eval_every, unit="pairs",
+                  count=lambda batch: sum(len(texts) for _, texts in batch), progress=run.settings.progress,
                   desc="reranker")
     return {**summary, "validation_first_stage": baseline}
 
@@ -165,5 +165,5 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     final = run.evaluator.score(best, run.evaluation) if run.evaluation else None
     summary.update(split=run.split, groups=len(run.groups), evaluation=final, checkpoint=str(run.out),
                    device=str(run.accelerator.device))
-    record_training(run.out, run.config, summary, run.evaluator)
+    record_training(run.out, run.settings, summary, run.evaluator)
     return summary

@@ -78,7 +78,7 @@ class Group:
 
 @dataclass
 class Run:
-    config: dict[str, Any]
+    settings: Settings
     out: Path
     stage: Any = None
     groups: list[Group] = field(default_factory=list)
@@ -102,19 +102,19 @@ def build_groups(dataset) -> list[Group]:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config, parts = start_recipe(config, Settings(recipe="finetune_retriever"))
-    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
+    settings, parts = start_recipe(config, Settings(recipe="finetune_retriever"))
+    run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
     train, validation, evaluation = parts
-    overrides = list(config["pipeline_overrides"] or [])
-    examples = rerank_examples(train, first_stage(config["pipeline"], overrides), negatives=int(config["negatives"]),
-                               candidates=int(config["candidates"]), seed=int(config["seed"]), sampling="top")
-    run.evaluator = RetrieverEvaluator(pipeline=config["pipeline"], pipeline_overrides=overrides, metric=config["metric"])
+    overrides = list(settings.pipeline_overrides or [])
+    examples = rerank_examples(train, first_stage(settings.pipeline, overrides), negatives=settings.negatives,
+                               candidates=settings.candidates, seed=settings.seed, sampling="top")
+    run.evaluator = RetrieverEvaluator(pipeline=settings.pipeline, pipeline_overrides=overrides, metric=settings.metric)
     run.validation, run.evaluation = run.evaluator.prepare(validation), run.evaluator.prepare(evaluation)
     run.groups = build_groups(examples)
     if not run.groups:
         raise ValueError("no training groups: the training conversations have no question with evidence")
-    run.stage = instantiate(config["stage"])
-    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.groups))
+    run.stage = instantiate(settings.stage)
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, settings, len(run.groups))
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 
@@ -133,17 +133,17 @@ def validate(run: Run, prepared: PipelineTree) -> dict[str, Any]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    batch_size = int(run.config["optim"]["batch_size"])
-    rng = random.Random(int(run.config["seed"]))
+    batch_size = run.settings.optim.batch_size
+    rng = random.Random(run.settings.seed)
     # Step 0 is the untrained stage (the packaged encoder): training must beat it to replace it.
     summary = fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
-                  n_steps=total_steps(len(run.groups), run.config["optim"]),
+                  n_steps=total_steps(len(run.groups), run.settings.optim),
                   # InfoNCE needs in-batch negatives: a last batch of one is left out
                   epoch_batches=lambda: [b for b in shuffled_batches(run.groups, batch_size, rng) if len(b) >= 2],
                   batch_loss=lambda batch: batch_loss(run.stage, batch, rng), save=lambda: save_checkpoint(run),
                   log=run.log, validate=lambda: validate(run, run.validation), metric=run.evaluator.primary,
-                  patience=int(run.config["patience"]), eval_every=int(run.config["eval_every"]), validate_first=True,
-                  unit="questions", progress=run.config["progress"], desc="retriever")
+                  patience=run.settings.patience, eval_every=run.settings.eval_every, validate_first=True,
+                  unit="questions", progress=run.settings.progress, desc="retriever")
     return summary
 
 
@@ -155,10 +155,10 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     run = setup(config)
     summary = train(run)
     best = Stage.load(run.out)  # the early-stopped best, exactly as a user will load it
-    untrained = instantiate(run.config["stage"])
+    untrained = instantiate(run.settings.stage)
     summary.update(split=run.split, groups=len(run.groups), checkpoint=str(run.out),
                    device=str(run.accelerator.device),
                    evaluation=run.evaluator.score(best, run.evaluation),
                    evaluation_untrained=run.evaluator.score(untrained, run.evaluation))
-    record_training(run.out, run.config, summary, run.evaluator)
+    record_training(run.out, run.settings, summary, run.evaluator)
     return summary

@@ -64,7 +64,7 @@ METRICS = get_args(Metric)
 
 @dataclass
 class Run:
-    config: dict[str, Any]
+    settings: Settings
     out: Path
     stage: Any = None
     examples: list[dict[str, Any]] = field(default_factory=list)
@@ -80,23 +80,23 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config, parts = start_recipe(config, Settings(recipe="finetune_router"))
-    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
+    settings, parts = start_recipe(config, Settings(recipe="finetune_router"))
+    run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
     train, validation, evaluation = parts
-    run.evaluator = RouterEvaluator(metric=config["metric"])
+    run.evaluator = RouterEvaluator(metric=settings.metric)
     run.validation, run.evaluation = run.evaluator.prepare(validation), run.evaluator.prepare(evaluation)
     run.examples = list(routing_examples(train))
     if not run.examples:
         raise ValueError(f"no training questions: the training conversations {run.split['train']} have none")
-    if config["metric"] == "accuracy" and not any(q.category in ANSWERABLE_CATEGORIES
+    if settings.metric == "accuracy" and not any(q.category in ANSWERABLE_CATEGORIES
                                                   for c in validation for q in c.questions):
         raise ValueError(f"the validation conversations {run.split['validation']} have no question of categories "
                          "1-4, so their accuracy is undefined: choose other data.validation_ids or metric=accuracy_5way")
-    run.stage = instantiate(config["stage"])
+    run.stage = instantiate(settings.stage)
     missing = [head for head in run.stage.labels if head not in run.examples[0]]
     if missing:
         raise ValueError(f"the router's heads {missing} have no label column in the routing data")
-    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.examples))
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, settings, len(run.examples))
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 
@@ -119,8 +119,8 @@ def head_accuracy(stage, conversations) -> dict[str, float]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    batch_size = int(run.config["optim"]["batch_size"])
-    rng = random.Random(int(run.config["seed"]))
+    batch_size = run.settings.optim.batch_size
+    rng = random.Random(run.settings.seed)
     stage = run.accelerator.unwrap_model(run.stage)
 
     def batch_loss(batch: list[dict[str, Any]]) -> torch.Tensor:
@@ -131,10 +131,10 @@ def train(run: Run) -> dict[str, Any]:
         return {k: scores[k] for k in METRICS}
 
     return fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
-               n_steps=total_steps(len(run.examples), run.config["optim"]),
+               n_steps=total_steps(len(run.examples), run.settings.optim),
                epoch_batches=lambda: shuffled_batches(run.examples, batch_size, rng), batch_loss=batch_loss,
                save=lambda: save_checkpoint(run), log=run.log, validate=validate, metric=run.evaluator.primary,
-               patience=int(run.config["patience"]), unit="examples", progress=run.config["progress"], desc="router")
+               patience=run.settings.patience, unit="examples", progress=run.settings.progress, desc="router")
 
 
 def save_checkpoint(run: Run) -> Path:
@@ -148,5 +148,5 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     summary.update(split=run.split, examples=len(run.examples), checkpoint=str(run.out),
                    device=str(run.accelerator.device), evaluation=run.evaluator.score(best, run.evaluation),
                    evaluation_heads=head_accuracy(best, run.evaluation.conversations))
-    record_training(run.out, run.config, summary, run.evaluator)
+    record_training(run.out, run.settings, summary, run.evaluator)
     return summary

@@ -36,7 +36,7 @@ from memlab.stage import Stage
 from memlab.stages.route import TfidfRouter
 from memlab.stages.route.linear import fit_vocabulary
 from memlab.stages.route.neural import IGNORE_INDEX
-from memlab.training import ConversationSettings, record_training, start_recipe
+from memlab.training import ConversationSettings, ConversationSplit, record_training, start_recipe
 from memlab.training.evaluators import RouterEvaluator
 from memlab.training.supervision import routing_examples
 
@@ -68,18 +68,18 @@ def targets(stage, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     return out
 
 
-def fit(config: dict[str, Any], conversations, c: float) -> Stage:
+def fit(settings: Settings, conversations, c: float) -> Stage:
     """A router fitted on ``conversations`` with regularisation ``c``."""
     rows = list(routing_examples(conversations))
     texts = [row["question"] for row in rows]
-    vocabulary, idf = fit_vocabulary(texts, int(config["min_count"]))
-    stage = instantiate({**config["stage"], "vocabulary": vocabulary})
+    vocabulary, idf = fit_vocabulary(texts, settings.min_count)
+    stage = instantiate({**settings.stage, "vocabulary": vocabulary})
     stage.idf.copy_(torch.tensor(idf))
     features = stage.features(texts)
     labelled = targets(stage, rows)
     parameters = list(stage.heads.parameters())
-    optimizer = torch.optim.LBFGS(parameters, lr=float(config["optim"]["lr"]),
-                                  max_iter=int(config["optim"]["max_iterations"]), line_search_fn="strong_wolfe")
+    optimizer = torch.optim.LBFGS(parameters, lr=settings.optim.lr, max_iter=settings.optim.max_iterations,
+                                  line_search_fn="strong_wolfe")
     penalty = 1.0 / (2.0 * c * len(rows))
 
     def closure():
@@ -100,24 +100,24 @@ def fit(config: dict[str, Any], conversations, c: float) -> Stage:
 EVALUATOR = RouterEvaluator()
 
 
-def setup(config: dict[str, Any]):
-    """The checked config and its conversations (``ConversationSplit``)."""
+def setup(config: dict[str, Any]) -> tuple[Settings, ConversationSplit]:
+    """The checked settings and their conversations."""
     return start_recipe(config, Settings(recipe="fit_tfidf_router"))
 
 
 def main(config: dict[str, Any]) -> dict[str, Any]:
-    config, parts = setup(config)
+    settings, parts = setup(config)
     train, validation, evaluation = parts
     started = active_seconds()
     selection = {}
     checked, held_out = EVALUATOR.prepare(validation), EVALUATOR.prepare(evaluation)
-    grid = config["optim"]["c_grid"]
+    grid = settings.optim.c_grid
     for c in grid:
-        selection[str(c)] = EVALUATOR.primary(EVALUATOR.score(fit(config, train, float(c)), checked))
+        selection[str(c)] = EVALUATOR.primary(EVALUATOR.score(fit(settings, train, float(c)), checked))
     best_c = float(max(grid, key=lambda c: selection[str(c)]))
-    stage = fit(config, [*train, *validation], best_c)
+    stage = fit(settings, [*train, *validation], best_c)
     seconds = active_seconds() - started
-    out = Path(config["output_dir"])
+    out = Path(settings.output_dir)
     stage.save(out)
     loaded = Stage.load(out)  # scored exactly as a user will load it
     summary = {
@@ -126,5 +126,5 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
         "vocabulary": len(stage.vocabulary), "fit_seconds": round(seconds, 1),
         "evaluation": EVALUATOR.score(loaded, held_out), "checkpoint": str(out),
     }
-    record_training(out, config, summary, EVALUATOR)
+    record_training(out, settings, summary, EVALUATOR)
     return summary

@@ -121,7 +121,7 @@ THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 19))
 
 @dataclass
 class Run:
-    config: dict[str, Any]
+    settings: Settings
     out: Path
     stage: Any = None
     examples: Any = None  # the training data set (its card says where the labels came from)
@@ -158,19 +158,19 @@ def teacher_part(run: Run, part: str, conversations) -> TeacherLabels:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config, parts = start_recipe(config, Settings(recipe="train_event_segmenter"))
-    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
+    settings, parts = start_recipe(config, Settings(recipe="train_event_segmenter"))
+    run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
     train, validation, evaluation = parts
-    run.evaluator = SegmenterEvaluator(teacher=config["teacher"]["config"],
-                                       teacher_overrides=list(config["teacher"]["overrides"] or []))
+    run.evaluator = SegmenterEvaluator(teacher=settings.teacher.config,
+                                       teacher_overrides=list(settings.teacher.overrides or []))
     run.evaluation, run.evaluation_conversations = teacher_part(run, "evaluation", evaluation), list(evaluation)
-    if config["labels"] == "teacher":
+    if settings.labels == "teacher":
         teacher_labels(run, train, validation)
     else:
         annotation_labels(run, train, validation, evaluation)
     run.evaluator.baseline_span = run.baseline_span  # known once the training labels are
-    run.stage = instantiate(config["stage"])
-    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.sessions))
+    run.stage = instantiate(settings.stage)
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, settings, len(run.sessions))
     stage = run.accelerator.unwrap_model(run.stage)
     if stage.encoder.frozen:  # the encoder never changes: encode every training and validation turn once
         with torch.no_grad():
@@ -184,8 +184,8 @@ def teacher_labels(run: Run, train, validation) -> None:
     """Training and validation labels distilled from the prompted segmenter (its cached calls)."""
     training = teacher_part(run, "train", train).sessions
     found = teacher_part(run, "validation", validation).sessions
-    teacher = run.config["teacher"]
-    source = f"{TEACHER_SOURCE}; teacher config {teacher['config']} {list(teacher['overrides'])}"
+    teacher = run.settings.teacher
+    source = f"{TEACHER_SOURCE}; teacher config {teacher.config} {list(teacher.overrides)}"
     run.examples = segmentation_examples(training, run.teacher_counts["train"], source)
     kept = usable_sessions(training)
     by_id = {(t.conversation_id, t.session.id): t.session for t in kept}
@@ -201,17 +201,17 @@ def teacher_labels(run: Run, train, validation) -> None:
 def annotation_labels(run: Run, train, validation, evaluation) -> None:
     """Training, validation and evaluation labels read from LoCoMo's observations; a part with
     no observation is refused."""
-    settings = run.config["observations"]
-    embedder = instantiate(settings["embedder"])
+    observations = run.settings.observations
+    embedder = instantiate(observations.embedder)
     for part, conversations in (("train", train), ("validation", validation), ("evaluation", evaluation)):
         found = {(c.id, sid): labels for c in conversations
-                 for sid, labels in observation_labels(c, embedder, float(settings["percentile"])).items()}
+                 for sid, labels in observation_labels(c, embedder, float(observations.percentile)).items()}
         if not found:
             raise ConfigError(f"train_event_segmenter: labels: observations, but the {part} conversations "
                               f"{[c.id for c in conversations]} carry no observation annotations")
         run.observation_labels.update(found)
         if part == "train":
-            run.examples = observation_examples(conversations, found, float(settings["percentile"]),
+            run.examples = observation_examples(conversations, found, float(observations.percentile),
                                                 str(embedder.identity))
     sessions = {(c.id, s.id): s for c in (*train, *validation) for s in c.sessions}
     run.sessions = [sessions[(row["conversation_id"], row["session_id"])] for row in run.examples]
@@ -233,7 +233,7 @@ def validation_scores(run: Run) -> dict[str, float]:
 def stage_validation_scores(run: Run, stage: BoundarySegmenter) -> dict[str, float]:
     """``validation_scores`` of ``stage``."""
     probabilities = stage.boundary_probabilities(run.validation_sessions, run.validation_vectors)
-    thresholds = THRESHOLDS if run.config["calibrate_threshold"] else (stage.threshold,)
+    thresholds = THRESHOLDS if run.settings.calibrate_threshold else (stage.threshold,)
     scored = [(threshold, label_f1([decode_boundaries(p, threshold, stage.max_span, stage.peaks_only)
                                     for p in probabilities], run.validation_labels)) for threshold in thresholds]
     threshold, best = max(scored, key=lambda item: (item[1]["f1"], -item[0]))
@@ -241,8 +241,8 @@ def stage_validation_scores(run: Run, stage: BoundarySegmenter) -> dict[str, flo
 
 
 def train(run: Run) -> dict[str, Any]:
-    optim, pos_weight = run.config["optim"], run.config["pos_weight"]
-    rng = random.Random(int(run.config["seed"]))
+    optim, pos_weight = run.settings.optim, run.settings.pos_weight
+    rng = random.Random(run.settings.seed)
     stage = run.accelerator.unwrap_model(run.stage)
 
     def batch_loss(batch: list[int]) -> torch.Tensor:
@@ -254,10 +254,10 @@ def train(run: Run) -> dict[str, Any]:
 
     return fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
                n_steps=total_steps(len(run.sessions), optim),
-               epoch_batches=lambda: shuffled_batches(range(len(run.sessions)), int(optim["batch_size"]), rng),
+               epoch_batches=lambda: shuffled_batches(range(len(run.sessions)), optim.batch_size, rng),
                batch_loss=batch_loss, save=lambda: save_checkpoint(run), log=run.log,
                validate=lambda: validation_scores(run), metric=lambda scores: scores["f1"],
-               patience=int(run.config["patience"]), unit="sessions", progress=run.config["progress"],
+               patience=run.settings.patience, unit="sessions", progress=run.settings.progress,
                desc="segmenter")
 
 
@@ -277,17 +277,17 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     run = setup(config)
     summary = train(run)
     best = Stage.load(run.out)
-    if run.config["calibrate_threshold"]:
+    if run.settings.calibrate_threshold:
         summary["threshold"] = calibrate_threshold(run, best)
         best.save(run.out)
     summary.update(split=run.split, checkpoint=str(run.out), device=str(run.accelerator.device),
-                   labels=run.config["labels"], teacher=run.teacher_counts, dataset_card=run.examples.info.description,
+                   labels=run.settings.labels, teacher=run.teacher_counts, dataset_card=run.examples.info.description,
                    sessions={"train": len(run.sessions), "validation": len(run.validation_sessions),
                              "evaluation": len(usable_sessions(run.evaluation.sessions))},
                    evaluation=run.evaluator.score(best, run.evaluation))
     if run.observation_labels:
         summary["evaluation_observations"] = evaluate_on_observations(
             best, run.evaluation_conversations, run.observation_labels, run.baseline_span)
-    record_training(run.out, run.config, summary, run.evaluator)
+    record_training(run.out, run.settings, summary, run.evaluator)
     return summary
 

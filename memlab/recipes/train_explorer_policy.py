@@ -97,7 +97,7 @@ NEXT_THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 11))
 
 @dataclass
 class Run:
-    config: dict[str, Any]
+    settings: Settings
     out: Path
     stage: Any = None
     questions: list[list[tuple[Any, Any]]] = field(default_factory=list)  # (inputs, target) states per question
@@ -113,12 +113,12 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config, split = start_recipe(config, Settings(recipe="train_explorer_policy"))
-    run = Run(config=config, out=Path(config["output_dir"]), split=split.ids())
+    settings, split = start_recipe(config, Settings(recipe="train_explorer_policy"))
+    run = Run(settings=settings, out=Path(settings.output_dir), split=split.ids())
     parts = split._asdict()
-    run.evaluator = NavigatorEvaluator(pipeline=config["pipeline"], pipeline_overrides=list(config["pipeline_overrides"] or []),
-                                       hops=int(config["supervision"]["hops"]),
-                                       max_states=int(config["supervision"]["max_states"]), metric=config["metric"])
+    run.evaluator = NavigatorEvaluator(pipeline=settings.pipeline, pipeline_overrides=list(settings.pipeline_overrides or []),
+                                       hops=settings.supervision.hops,
+                                       max_states=settings.supervision.max_states, metric=settings.metric)
     for part, conversations in parts.items():
         run.datasets[part] = run.evaluator.prepare(conversations)
         if not len(run.datasets[part].examples):
@@ -131,11 +131,11 @@ def setup(config: dict[str, Any]) -> Run:
     counts = Counter(row["action"] for row in run.datasets["train"].examples)
     run.majority = run.evaluator.majority = counts.most_common(1)[0][0]  # the baseline a score is beside
     top = max(counts.values())
-    balance = float(config["class_balance"])
+    balance = settings.class_balance
     run.action_weights = torch.tensor([(top / counts[a]) ** balance if counts[a] else 1.0 for a in ACTIONS])
 
-    run.stage = instantiate(config["stage"])
-    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.datasets["train"].examples))
+    run.stage = instantiate(settings.stage)
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, settings, len(run.datasets["train"].examples))
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 
@@ -145,7 +145,7 @@ def batches(run: Run, rng: random.Random) -> list[list[tuple[Any, Any]]]:
     questions = list(run.questions)
     rng.shuffle(questions)
     states = [state for question in questions for state in question]
-    size = int(run.config["optim"]["batch_size"])
+    size = run.settings.optim.batch_size
     return [states[start:start + size] for start in range(0, len(states), size)]
 
 
@@ -160,16 +160,16 @@ def validate(run: Run, part: str = "validation") -> dict[str, Any]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    rng = random.Random(int(run.config["seed"]))
+    rng = random.Random(run.settings.seed)
     # Step 0 is the initial weights: they stay the answer unless training beats them.
     summary = fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
-                  n_steps=total_steps(len(run.datasets["train"].examples), run.config["optim"]),
+                  n_steps=total_steps(len(run.datasets["train"].examples), run.settings.optim),
                   epoch_batches=lambda: batches(run, rng),
                   batch_loss=lambda batch: batch_loss(run.stage, batch, run.action_weights),
                   save=lambda: save_checkpoint(run), log=run.log, validate=lambda: validate(run),
-                  metric=run.evaluator.primary, patience=int(run.config["patience"]),
-                  eval_every=int(run.config["eval_every"]), validate_first=True, unit="states",
-                  progress=run.config["progress"], desc="explorer policy")
+                  metric=run.evaluator.primary, patience=run.settings.patience,
+                  eval_every=run.settings.eval_every, validate_first=True, unit="states",
+                  progress=run.settings.progress, desc="explorer policy")
     return {**summary, "action_weights": dict(zip(ACTIONS, run.action_weights.tolist()))}
 
 
@@ -193,11 +193,11 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     run = setup(config)
     summary = train(run)
     best = Stage.load(run.out)  # the early-stopped best, exactly as a user will load it
-    if run.config["calibrate_next_threshold"]:
+    if run.settings.calibrate_next_threshold:
         summary["calibration"] = calibrate_next_threshold(run, best)
         best.save(run.out)
     final = run.evaluator.score(best, run.datasets["evaluation"])
     summary.update(split=run.split, checkpoint=str(run.out), device=str(run.accelerator.device), evaluation=final,
                    supervision={part: data.examples.info.description for part, data in run.datasets.items()})
-    record_training(run.out, run.config, summary, run.evaluator)
+    record_training(run.out, run.settings, summary, run.evaluator)
     return summary

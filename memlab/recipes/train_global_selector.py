@@ -31,7 +31,7 @@ batch_size (calls per step), warmup_fraction, max_steps}``, ``positive_weight``,
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,7 @@ class Settings(PipelineSettings):
 
 @dataclass
 class Run:
-    config: dict[str, Any]
+    settings: Settings
     out: Path
     stage: Any = None
     memories: dict[str, SelectionMemories] = field(default_factory=dict)  # part -> its built memories
@@ -91,27 +91,27 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config, parts = start_recipe(config, Settings(recipe="train_global_selector"))
-    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
-    run.evaluator = GlobalSelectorEvaluator(pipeline=config["pipeline"],
-                                            pipeline_overrides=list(config["pipeline_overrides"] or []),
-                                            max_share=float(config["supervision"]["max_share"]))
+    settings, parts = start_recipe(config, Settings(recipe="train_global_selector"))
+    run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
+    run.evaluator = GlobalSelectorEvaluator(pipeline=settings.pipeline,
+                                            pipeline_overrides=list(settings.pipeline_overrides or []),
+                                            max_share=settings.supervision.max_share)
     for part, conversations in parts._asdict().items():
         run.memories[part] = built = run.evaluator.prepare(conversations)  # refuses a pipeline with no hierarchy
         run.datasets[part] = selection_examples(built.memories, built.conversations, built.pipeline.selection_batch,
-                                                **config["supervision"])
+                                                **asdict(settings.supervision))
         if not len(run.datasets[part]):
             raise ValueError(f"the {part} conversations {run.split[part]} give no selector call (no question of "
                              "categories 1-4 with evidence): choose other data")
-    run.stage = instantiate(config["stage"])
-    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.datasets["train"]))
+    run.stage = instantiate(settings.stage)
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, settings, len(run.datasets["train"]))
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 
 
 def batches(run: Run, rng: random.Random) -> list[list[tuple[Any, Any]]]:
     rows = [(row_inputs(row), row_target(row)) for row in run.datasets["train"]]
-    return shuffled_batches(rows, int(run.config["optim"]["batch_size"]), rng)
+    return shuffled_batches(rows, run.settings.optim.batch_size, rng)
 
 
 def validate(run: Run, part: str = "validation") -> dict[str, Any]:
@@ -119,8 +119,8 @@ def validate(run: Run, part: str = "validation") -> dict[str, Any]:
 
 
 def train(run: Run) -> dict[str, Any]:
-    weight = float(run.config["positive_weight"])
-    rng = random.Random(int(run.config["seed"]))
+    weight = run.settings.positive_weight
+    rng = random.Random(run.settings.seed)
 
     def batch_loss(batch: list[tuple[Any, Any]]) -> torch.Tensor:
         items = [inputs for inputs, _ in batch]
@@ -128,11 +128,11 @@ def train(run: Run) -> dict[str, Any]:
 
     # Step 0 is the initial weights: they stay the answer unless training beats them.
     return fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
-               n_steps=total_steps(len(run.datasets["train"]), run.config["optim"]),
+               n_steps=total_steps(len(run.datasets["train"]), run.settings.optim),
                epoch_batches=lambda: batches(run, rng), batch_loss=batch_loss, save=lambda: save_checkpoint(run),
                log=run.log, validate=lambda: validate(run), metric=lambda scores: scores["select_f1"],
-               patience=int(run.config["patience"]), eval_every=int(run.config["eval_every"]), validate_first=True,
-               unit="calls", progress=run.config["progress"], desc="global selector")
+               patience=run.settings.patience, eval_every=run.settings.eval_every, validate_first=True,
+               unit="calls", progress=run.settings.progress, desc="global selector")
 
 
 def save_checkpoint(run: Run) -> Path:
@@ -148,5 +148,5 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     summary.update(split=run.split, checkpoint=str(run.out), device=str(run.accelerator.device), evaluation=final,
                    teacher_forced_evaluation=score_rows(best, run.datasets["evaluation"]),
                    supervision={part: data.info.description for part, data in run.datasets.items()})
-    record_training(run.out, run.config, summary, run.evaluator)
+    record_training(run.out, run.settings, summary, run.evaluator)
     return summary

@@ -74,7 +74,7 @@ METRICS = get_args(Metric)
 
 @dataclass
 class Run:
-    config: dict[str, Any]
+    settings: Settings
     out: Path
     stage: Any = None
     examples: Any = None  # the training pairs (a datasets.Dataset)
@@ -101,26 +101,26 @@ def part_labels(run: Run, part: str, conversations: list) -> TeacherLabels:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config, parts = start_recipe(config, Settings(recipe="train_relation_extractor"))
-    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
+    settings, parts = start_recipe(config, Settings(recipe="train_relation_extractor"))
+    run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
     train, validation, evaluation = parts
-    run.evaluator = RelationEvaluator(teacher=config["teacher_config"],
-                                      teacher_overrides=list(config["teacher_overrides"] or []),
-                                      keep_failed=config["keep_failed"], metric=config["metric"])
+    run.evaluator = RelationEvaluator(teacher=settings.teacher_config,
+                                      teacher_overrides=list(settings.teacher_overrides or []),
+                                      keep_failed=settings.keep_failed, metric=settings.metric)
     for part, conversations in (("train", train), ("validation", validation), ("evaluation", evaluation)):
         run.labels[part] = part_labels(run, part, conversations)
-    run.examples = relation_examples(run.labels["train"].sessions, keep_failed=config["keep_failed"],
+    run.examples = relation_examples(run.labels["train"].sessions, keep_failed=settings.keep_failed,
                                      teacher_counts=dict(run.labels["train"].counts),
-                                     teacher_config=config["teacher_config"])
-    run.stage = instantiate(config["stage"])
+                                     teacher_config=settings.teacher_config)
+    run.stage = instantiate(settings.stage)
     unknown = sorted(set(run.examples["label"]) - set(run.stage.labels))
     if unknown:
         raise ValueError(f"the training pairs have labels {unknown} the classifier's head lacks ({list(run.stage.labels)})")
     if run.stage.encoder.frozen:  # the encoder never changes: encode every training event once
         texts = sorted(set(run.examples["earlier"]) | set(run.examples["later"]))
         run.vectors = dict(zip(texts, run.stage.encode_texts(texts)))
-    run.weights = class_weights(run.examples["label"], run.stage.labels, float(config["class_weight_power"]))
-    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, config, len(run.examples))
+    run.weights = class_weights(run.examples["label"], run.stage.labels, settings.class_weight_power)
+    run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, settings, len(run.examples))
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 
@@ -138,8 +138,8 @@ def batch_loss(stage, rows: list[dict[str, Any]], weights, vectors: dict[str, An
 
 
 def train(run: Run) -> dict[str, Any]:
-    optim = run.config["optim"]
-    rng = random.Random(int(run.config["seed"]))
+    optim = run.settings.optim
+    rng = random.Random(run.settings.seed)
     rows = run.examples.to_list()
     stage = run.accelerator.unwrap_model(run.stage)
 
@@ -149,11 +149,11 @@ def train(run: Run) -> dict[str, Any]:
 
     return fit(Optimisation(run.stage, run.accelerator, run.optimizer, run.scheduler),
                n_steps=total_steps(len(run.examples), optim),
-               epoch_batches=lambda: shuffled_batches(rows, int(optim["batch_size"]), rng),
+               epoch_batches=lambda: shuffled_batches(rows, optim.batch_size, rng),
                batch_loss=lambda batch: batch_loss(stage, batch, run.weights, run.vectors),
                save=lambda: save_checkpoint(run), log=run.log, validate=validate,
                metric=lambda scores: run.evaluator.primary(scores) or 0.0,  # None: no relation label anywhere
-               patience=int(run.config["patience"]), unit="pairs", progress=run.config["progress"],
+               patience=run.settings.patience, unit="pairs", progress=run.settings.progress,
                desc="relations")
 
 
@@ -168,12 +168,12 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     held_out = run.labels["evaluation"]
     train_majority = majority_label(run.examples["label"])
     baseline = evaluate_relation_extractor(MajorityRelationExtractor(train_majority), held_out.sessions,
-                                           keep_failed=run.config["keep_failed"])
+                                           keep_failed=run.settings.keep_failed)
     summary.update(
         split=run.split, pairs=len(run.examples), checkpoint=str(run.out), device=str(run.accelerator.device),
         dataset_card=run.examples.info.description,
         evaluation=run.evaluator.score(best, held_out),
         evaluation_train_majority={"label": train_majority, **{k: baseline[k] for k in METRICS}},
     )
-    record_training(run.out, run.config, summary, run.evaluator)
+    record_training(run.out, run.settings, summary, run.evaluator)
     return summary

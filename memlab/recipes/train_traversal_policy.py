@@ -77,7 +77,7 @@ class Walk:
 
 @dataclass
 class Run:
-    config: dict[str, Any]
+    settings: Settings
     out: Path
     pipeline: Any = None
     policy: Any = None
@@ -91,10 +91,10 @@ class Run:
 
 
 def setup(config: dict[str, Any]) -> Run:
-    config, parts = start_recipe(config, Settings(recipe="train_traversal_policy"))
-    run = Run(config=config, out=Path(config["output_dir"]), split=parts.ids())
+    settings, parts = start_recipe(config, Settings(recipe="train_traversal_policy"))
+    run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
     train, validation, evaluation = parts
-    run.evaluator = SlotRecallEvaluator(pipeline=config["pipeline"], pipeline_overrides=list(config["pipeline_overrides"] or []),
+    run.evaluator = SlotRecallEvaluator(pipeline=settings.pipeline, pipeline_overrides=list(settings.pipeline_overrides or []),
                                         slot="traverser", ks=[10], baseline=False)
     run.pipeline = run.evaluator.pipeline_named("pipeline")  # the one the evaluator scores with
     for conversation in train:
@@ -114,11 +114,11 @@ def setup(config: dict[str, Any]) -> Run:
         except ValueError as e:
             raise ValueError(f"the {part} conversations: {e}: nothing to score recall@10 on, choose other "
                              f"data.{key}") from e
-    run.policy = instantiate(config["stage"])
+    run.policy = instantiate(settings.stage)
     trainable = [p for p in run.policy.parameters() if p.requires_grad]
     if not trainable:
         raise ValueError("the policy has no trainable parameter: set stage.trainable=true")
-    run.optimizer = torch.optim.Adam(trainable, lr=float(config["optim"]["lr"]))
+    run.optimizer = torch.optim.Adam(trainable, lr=settings.optim.lr)
     run.log = MetricsLog.for_checkpoint(run.out)
     return run
 
@@ -146,9 +146,9 @@ def recall(run: Run, policy, prepared: RetrievalPairs) -> float:
 
 
 def train(run: Run) -> dict[str, Any]:
-    epochs = int(run.config["optim"]["epochs"])
-    stopper = EarlyStopping(patience=int(run.config["patience"]))
-    rng = random.Random(int(run.config["seed"]))
+    epochs = run.settings.optim.epochs
+    stopper = EarlyStopping(patience=run.settings.patience)
+    rng = random.Random(run.settings.seed)
     initial = recall(run, run.policy, run.validation)
     stopper.step(initial)
     save_checkpoint(run)  # the initial weights stay the answer unless training beats them
@@ -158,7 +158,7 @@ def train(run: Run) -> dict[str, Any]:
         order = list(range(len(run.walks)))
         rng.shuffle(order)
         total, counted = 0.0, 0
-        for i in tqdm(order, desc=f"policy epoch {epoch}", disable=not run.config["progress"]):
+        for i in tqdm(order, desc=f"policy epoch {epoch}", disable=not run.settings.progress):
             started = active_seconds()
             loss = walk_loss(run.policy, run.walks[i])
             if loss is not None:
@@ -196,9 +196,9 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     trained = Stage.load(run.out)
     summary.update(
         split=run.split, checkpoint=str(run.out), trained_weights=describe(trained),
-        evaluation={"recall@10_initial": recall(run, instantiate(run.config["stage"]), run.evaluation),
+        evaluation={"recall@10_initial": recall(run, instantiate(run.settings.stage), run.evaluation),
                     "recall@10_trained": recall(run, trained, run.evaluation),
                     "questions": len(run.evaluation.pairs)},
     )
-    record_training(run.out, run.config, summary, run.evaluator)
+    record_training(run.out, run.settings, summary, run.evaluator)
     return summary

@@ -43,6 +43,7 @@ from memlab.training.recipes import (
     record_training,
     run_recipe,
     seed_everything,
+    settings_record,
     start_recipe,
     total_steps,
     training_conversations,
@@ -74,6 +75,7 @@ __all__ = [
     "record_training",
     "run_recipe",
     "seed_everything",
+    "settings_record",
     "start_recipe",
     "total_steps",
 ]

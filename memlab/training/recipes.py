@@ -8,7 +8,8 @@ module holds only the pieces that would otherwise be copied into each script:
   configs, ``_base_`` and dotted overrides included) with its common keys checked;
 * ``recipe_settings``: a config over the recipe's ``Settings`` (a dataclass: its fields, their
   annotations and defaults), checked by the config validator like any component node (each
-  recipe's ``setup`` calls it, so a config given as a dict is checked too); ``RecipeSettings``,
+  recipe's ``setup`` calls it, so a config given as a dict is checked too), returned as that
+  dataclass, so a recipe reads ``settings.optim.lr``, typed; ``RecipeSettings``,
   ``ConversationSettings``, ``GradientSettings``, ``PipelineSettings``, ``DataSettings``,
   ``Optimiser`` and ``encoder_stage`` are the parts recipes share;
 * ``start_recipe``: a recipe's first step (settings, seed, its ``ConversationSplit``);
@@ -24,6 +25,7 @@ module holds only the pieces that would otherwise be copied into each script:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -33,7 +35,7 @@ import pkgutil
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -74,31 +76,51 @@ def load_recipe_config(path: str | os.PathLike, overrides: list[str] | tuple[str
     return config
 
 
-def recipe_settings(config: dict[str, Any], defaults: RecipeSettings) -> dict[str, Any]:
-    """``config`` over ``defaults`` (the recipe's ``Settings()``) as a plain dict, checked by
+SettingsT = TypeVar("SettingsT", bound="RecipeSettings")
+
+
+def recipe_settings(config: dict[str, Any], defaults: SettingsT) -> SettingsT:
+    """``config`` over ``defaults`` (the recipe's ``Settings()``), checked by
     ``memlab.config.validate_settings``: an unknown key or a value that does not fit its field's
     annotation (type, range, choices) is a ConfigError naming it, so a typo is never silently
     ignored; a section (``optim``, ``data``) is merged over its default field by field; a
-    ``_component_`` node (``stage``) is validated and kept whole, for the recipe to build."""
+    ``_component_`` node (``stage``) is validated and kept whole, for the recipe to build. Returned
+    as an instance of ``defaults``' class, its sections as theirs (``settings_record`` turns it back
+    into the config ``training.json`` records)."""
     recipe = config.get("recipe", defaults.recipe)
     missing = [k for k in REQUIRED_KEYS if k not in config]
     if missing:
         raise ConfigError(f"{recipe}: a training config needs the keys {missing}")
     try:
-        return validate_settings(config, defaults)
+        return _as_settings(validate_settings(config, defaults), defaults)
     except ConfigError as e:
         raise ConfigError(f"{recipe}: {e}") from None
 
 
-def record_training(checkpoint: str | os.PathLike, config: dict[str, Any], summary: dict[str, Any],
+def _as_settings(values: dict[str, Any], defaults: Any) -> Any:
+    """The checked ``values`` as an instance of ``defaults``' dataclass, a section (a field whose
+    default is a dataclass) as one of its own."""
+    return type(defaults)(**{name: _as_settings(value, getattr(defaults, name))
+                             if dataclasses.is_dataclass(getattr(defaults, name)) else value
+                             for name, value in values.items()})
+
+
+def settings_record(settings: RecipeSettings) -> dict[str, Any]:
+    """``settings`` as the plain config they were read from (every field, sections as mappings):
+    what ``training.json`` records and a run's fingerprint is taken over."""
+    return dataclasses.asdict(settings)
+
+
+def record_training(checkpoint: str | os.PathLike, settings: RecipeSettings, summary: dict[str, Any],
                     evaluator: "StageEvaluator") -> None:
-    """Write the run's record (config, ``split``, scores, and the ``evaluator`` its validation
+    """Write the run's record (its config, ``split``, scores, and the ``evaluator`` its validation
     used, as its config node, which ``memlab evaluate-stage`` rebuilds) into its saved
     ``checkpoint`` as ``training.json`` and re-seal the checkpoint's manifest over it: the split
     is what ``Stage.trained_on`` reads, so it must be as tamper-evident as the weights."""
     from memlab.checkpoint import TRAINING_FILE, seal_checkpoint
 
-    write_json_atomic(Path(checkpoint) / TRAINING_FILE, {"config": config, "evaluator": evaluator.node(), **summary})
+    write_json_atomic(Path(checkpoint) / TRAINING_FILE,
+                      {"config": settings_record(settings), "evaluator": evaluator.node(), **summary})
     seal_checkpoint(checkpoint)
 
 
@@ -265,23 +287,6 @@ class ConversationSettings(RecipeSettings):
     data: DataSettings = field(default_factory=DataSettings)
 
 
-@dataclass
-class GradientSettings(ConversationSettings):
-    """What every gradient recipe adds: accelerate's precision (ignored on a CPU), a progress bar."""
-
-    precision: Literal["no", "fp16", "bf16"] = "no"
-    progress: bool = True
-
-
-@dataclass
-class PipelineSettings(GradientSettings):
-    """A gradient recipe whose examples and evaluation come from the memories (or the first stage)
-    of a pipeline config: ``pipeline`` + dotted ``pipeline_overrides``."""
-
-    pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
-    pipeline_overrides: list[str] = field(default_factory=list)
-
-
 def encoder_stage(component: str) -> Callable[[], dict[str, Any]]:
     """The default of a recipe's ``stage`` (a ``field`` default_factory): a node of the neural stage
     ``component`` over a default ``TextEncoder``."""
@@ -303,6 +308,25 @@ class Optimiser:
     max_steps: PositiveInt | None = None
 
 
+@dataclass
+class GradientSettings(ConversationSettings):
+    """What every gradient recipe adds: its optimiser (``prepare_training``), accelerate's precision
+    (ignored on a CPU), a progress bar."""
+
+    optim: Optimiser = field(default_factory=Optimiser)
+    precision: Literal["no", "fp16", "bf16"] = "no"
+    progress: bool = True
+
+
+@dataclass
+class PipelineSettings(GradientSettings):
+    """A gradient recipe whose examples and evaluation come from the memories (or the first stage)
+    of a pipeline config: ``pipeline`` + dotted ``pipeline_overrides``."""
+
+    pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
+    pipeline_overrides: list[str] = field(default_factory=list)
+
+
 class ConversationSplit(NamedTuple):
     """A recipe's conversations: to train on, to select on (early stopping), to score once at the end."""
 
@@ -315,16 +339,16 @@ class ConversationSplit(NamedTuple):
         return {part: [c.id for c in conversations] for part, conversations in self._asdict().items()}
 
 
-def start_recipe(config: dict[str, Any], defaults: RecipeSettings, final_fit_supported: bool = False
-                 ) -> tuple[dict[str, Any], ConversationSplit]:
+def start_recipe(config: dict[str, Any], defaults: SettingsT, final_fit_supported: bool = False
+                 ) -> tuple[SettingsT, ConversationSplit]:
     """A recipe's first step: its config checked over ``defaults`` (``recipe_settings``), every
     seed set (``seed_everything``), its conversations split (``recipe_conversations``)."""
-    config = recipe_settings(config, defaults)
-    seed_everything(int(config["seed"]))
-    return config, recipe_conversations(config["data"], final_fit_supported)
+    settings = recipe_settings(config, defaults)
+    seed_everything(settings.seed)
+    return settings, recipe_conversations(settings.data, final_fit_supported)
 
 
-def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False) -> ConversationSplit:
+def recipe_conversations(data: DataSettings, final_fit_supported: bool = False) -> ConversationSplit:
     """(train, validation, evaluation) conversations from a recipe's ``data`` section.
 
     ``data.path``: a LoCoMo file, required (the embedded sample holds a single conversation, which
@@ -345,27 +369,27 @@ def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False
     from memlab.data.prefix import first_questions
     from memlab.training.supervision import FIXED_EVAL_IDS, fixed_split, split_conversations
 
-    if not data.get("path"):
+    if not data.path:
         raise ConfigError("data.path is required: a LoCoMo file with at least three conversations (train, "
                           "validation, evaluation), e.g. ../shared/data/locomo/locomo10_dev.json; the embedded "
                           "sample has only one")
-    if data.get("final_fit") and not final_fit_supported:
+    if data.final_fit and not final_fit_supported:
         raise ConfigError("data.final_fit: this recipe selects on a validation conversation and cannot train "
                           "without one; leave final_fit false")
-    if data.get("final_fit") and (data.get("eval_ids") or data.get("validation_ids")):
+    if data.final_fit and (data.eval_ids or data.validation_ids):
         raise ConfigError("data.final_fit trains on every conversation: set data.eval_ids=null and "
                           "data.validation_ids=null")
-    conversations = training_conversations(data["path"], data.get("conversations"), data.get("sessions"))
+    conversations = training_conversations(data.path, data.conversations, data.sessions)
     # a quick run (tests, smoke checks): the first questions of each
-    conversations = first_questions(conversations, data.get("max_questions"))
-    if data.get("final_fit"):
+    conversations = first_questions(conversations, data.max_questions)
+    if data.final_fit:
         return ConversationSplit(conversations, [], [])
     try:
-        split = fixed_split([c.id for c in conversations], data.get("eval_ids") or FIXED_EVAL_IDS)
+        split = fixed_split([c.id for c in conversations], data.eval_ids or FIXED_EVAL_IDS)
     except ValueError as e:  # eval ids absent from the data, or nothing left to train on
         raise ConfigError(f"data.eval_ids: {e}") from None
     train, evaluation = split_conversations(conversations, split)
-    validation_ids = data.get("validation_ids") or [train[-1].id]
+    validation_ids = data.validation_ids or [train[-1].id]
     unknown = set(validation_ids) - {c.id for c in train}
     if unknown:
         raise ConfigError(f"data.validation_ids {sorted(unknown)} must be training conversations "
@@ -377,27 +401,26 @@ def recipe_conversations(data: dict[str, Any], final_fit_supported: bool = False
     return ConversationSplit(train, validation, evaluation)
 
 
-def total_steps(items: int, optim: dict[str, Any]) -> int:
+def total_steps(items: int, optim: Optimiser) -> int:
     """Optimiser steps for ``items`` examples: ``optim.epochs`` passes of ``optim.batch_size``,
     capped by ``optim.max_steps`` (null: no cap)."""
-    steps = math.ceil(items / int(optim["batch_size"])) * int(optim["epochs"])
-    return min(steps, int(optim["max_steps"])) if optim.get("max_steps") else steps
+    steps = math.ceil(items / optim.batch_size) * optim.epochs
+    return min(steps, optim.max_steps) if optim.max_steps else steps
 
 
-def adamw(stage: torch.nn.Module, optim: dict[str, Any]) -> torch.optim.AdamW:
-    """AdamW over the stage's trainable parameters (``optim.lr``, ``optim.weight_decay``); pair
-    it with ``linear_schedule`` or, for a constant rate, no schedule. With ``optim.head_lr`` (not
-    null) the parameters outside ``encoder.`` (heads that start from scratch, and see few steps
-    on little data: Adam moves a weight about lr per step) get that rate instead."""
-    head_lr = optim.get("head_lr")
+def adamw(stage: torch.nn.Module, lr: float, weight_decay: float, head_lr: float | None = None
+          ) -> torch.optim.AdamW:
+    """AdamW over the stage's trainable parameters; pair it with ``linear_schedule`` or, for a
+    constant rate, no schedule. With ``head_lr`` (not None) the parameters outside ``encoder.``
+    (heads that start from scratch, and see few steps on little data: Adam moves a weight about
+    lr per step) get that rate instead."""
     trainable = [(name, p) for name, p in stage.named_parameters() if p.requires_grad]
     if head_lr is None:
-        return torch.optim.AdamW([p for _, p in trainable], lr=float(optim["lr"]),
-                                 weight_decay=float(optim["weight_decay"]))
+        return torch.optim.AdamW([p for _, p in trainable], lr=lr, weight_decay=weight_decay)
     encoder = [p for name, p in trainable if name.startswith("encoder.")]
     heads = [p for name, p in trainable if not name.startswith("encoder.")]
-    return torch.optim.AdamW([{"params": encoder, "lr": float(optim["lr"])}, {"params": heads, "lr": float(head_lr)}],
-                             weight_decay=float(optim["weight_decay"]))
+    return torch.optim.AdamW([{"params": encoder, "lr": lr}, {"params": heads, "lr": head_lr}],
+                             weight_decay=weight_decay)
 
 
 def linear_schedule(optimizer, total_steps: int, warmup_fraction: float = 0.1):
@@ -412,14 +435,14 @@ def linear_schedule(optimizer, total_steps: int, warmup_fraction: float = 0.1):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def prepare_training(stage: torch.nn.Module, config: dict[str, Any], items: int, cpu_bf16: bool = False):
+def prepare_training(stage: torch.nn.Module, settings: GradientSettings, items: int, cpu_bf16: bool = False):
     """``(stage, optimizer, scheduler, accelerator)`` for a gradient recipe: AdamW over the
     stage's trainable parameters (``adamw``), the warm-up then linear schedule over the steps
     ``items`` examples make (``total_steps``), and accelerate's device and ``precision``, the
     stage and optimiser prepared by it (``cpu_bf16``: ``make_accelerator``'s)."""
-    optim = config["optim"]
-    optimizer = adamw(stage, optim)
-    scheduler = linear_schedule(optimizer, total_steps(items, optim), float(optim["warmup_fraction"]))
-    accelerator = make_accelerator(config["precision"], cpu_bf16=cpu_bf16)
+    optim = settings.optim
+    optimizer = adamw(stage, optim.lr, optim.weight_decay, optim.head_lr)
+    scheduler = linear_schedule(optimizer, total_steps(items, optim), optim.warmup_fraction)
+    accelerator = make_accelerator(settings.precision, cpu_bf16=cpu_bf16)
     stage, optimizer = accelerator.prepare(stage, optimizer)
     return stage, optimizer, scheduler, accelerator

@@ -92,7 +92,7 @@ def locomo_file(tmp_path, ids=("conv-26", "conv-30", "conv-41")):
 def test_calls_quoting_an_evaluation_conversation_are_held_out(tmp_path):
     recipe = load_recipe()
     cache = fill_cache(tmp_path / "responses.sqlite")
-    held_out = recipe.excluded_conversations({"path": str(locomo_file(tmp_path)), "exclude_ids": None})
+    held_out = recipe.excluded_conversations(recipe.ExcludedData(path=str(locomo_file(tmp_path))))
     assert [c.id for c in held_out] == ["conv-26", "conv-30"]  # FIXED_EVAL_IDS by default
     _, turn = next(iter(held_out[0].turns()))
     leaked = ChatRequest.of([{"role": "system", "content": SYSTEM},
@@ -100,9 +100,9 @@ def test_calls_quoting_an_evaluation_conversation_are_held_out(tmp_path):
     cache.put(TEACHER, leaked, Completion(text='{"count": 1}', prompt_tokens=30, completion_tokens=6, latency_s=0.1,
                                           model=TEACHER, finish_reason="stop"))
     cache.close()
-    cfg = recipe.resolve_config(config(tmp_path))
-    assert len(recipe.load_examples(cfg)) == 13  # without the exclusion, the leaked call is a training example
-    dataset = recipe.load_examples(cfg, exclude=conversation_texts(held_out))
+    settings = recipe.resolve_settings(config(tmp_path))
+    assert len(recipe.load_examples(settings)) == 13  # without the exclusion, the leaked call is a training example
+    dataset = recipe.load_examples(settings, exclude=conversation_texts(held_out))
     assert len(dataset) == 12 and distillation_dropped(dataset)["held_out"] == 1
     assert all(turn.text not in m["content"] for row in dataset for m in row["messages"])
 
@@ -110,11 +110,11 @@ def test_calls_quoting_an_evaluation_conversation_are_held_out(tmp_path):
 def test_excluded_conversations_are_checked(tmp_path):
     recipe = load_recipe()
     with pytest.raises(ConfigError, match="exclude_ids needs data.path"):
-        recipe.resolve_config(config(tmp_path, data={"exclude_ids": ["conv-26"]}))
+        recipe.resolve_settings(config(tmp_path, data={"exclude_ids": ["conv-26"]}))
     with pytest.raises(ConfigError, match="'conv-99'.*available: \\['conv-26', 'conv-30', 'conv-41'\\]"):
-        recipe.excluded_conversations({"path": str(locomo_file(tmp_path)), "exclude_ids": ["conv-99"]})
+        recipe.excluded_conversations(recipe.ExcludedData(path=str(locomo_file(tmp_path)), exclude_ids=["conv-99"]))
     with pytest.raises(ConfigError, match="data.exclude: no such setting"):
-        recipe.resolve_config(config(tmp_path, data={"path": "x.json", "exclude": ["conv-26"]}))
+        recipe.resolve_settings(config(tmp_path, data={"path": "x.json", "exclude": ["conv-26"]}))
 
 
 def test_split_is_by_request_and_deterministic():
@@ -133,11 +133,11 @@ def saved_eval_loss(tmp_path, folder) -> float:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     recipe = load_recipe()
-    cfg = recipe.resolve_config(config(tmp_path))
-    _, held_out = recipe.split_examples(list(recipe.load_examples(cfg)), cfg["eval_fraction"], cfg["seed"])
+    settings = recipe.resolve_settings(config(tmp_path))
+    _, held_out = recipe.split_examples(list(recipe.load_examples(settings)), settings.eval_fraction, settings.seed)
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
-    rows = [tokenize_pair(tokenizer, e["messages"], e["completion"], cfg["max_length"]) for e in held_out]
+    rows = [tokenize_pair(tokenizer, e["messages"], e["completion"], settings.max_length) for e in held_out]
     return mean_completion_loss(model, rows, tokenizer.pad_token_id, batch_size=3)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +21,7 @@ from memlab.bounds import PositiveFloat, PositiveInt
 from memlab.config import ConfigError
 from memlab.stage import Stage
 from memlab.training import (
+    DataSettings,
     EarlyStopping,
     RecipeSettings,
     load_recipe,
@@ -28,6 +29,7 @@ from memlab.training import (
     recipe_conversations,
     recipe_path,
     recipe_settings,
+    settings_record,
 )
 
 SAMPLE = Path(__file__).resolve().parents[2] / "memlab" / "data" / "samples" / "sample_locomo.json"
@@ -92,10 +94,12 @@ class ToySettings(RecipeSettings):
 def test_recipe_settings_fill_sections_and_keep_component_nodes_whole():
     defaults = ToySettings()
     node = {"_component_": "memlab.stages.route.RuleRouter"}
-    config = recipe_settings({"recipe": "r", "output_dir": "o", "optim": {"lr": 0.5}, "stage": node}, defaults)
-    assert config["seed"] == 0 and config["optim"] == {"lr": 0.5, "epochs": 2}
-    assert config["stage"] == node
+    settings = recipe_settings({"recipe": "r", "output_dir": "o", "optim": {"lr": 0.5}, "stage": node}, defaults)
+    assert isinstance(settings, ToySettings) and settings.seed == 0 and settings.optim == Section(lr=0.5, epochs=2)
+    assert settings.stage == node
     assert defaults.optim == Section()  # the recipe's defaults are not changed
+    assert settings_record(settings) == {"recipe": "r", "output_dir": "o", "seed": 0, "optim": {"lr": 0.5, "epochs": 2},
+                                         "stage": node, "mode": "a"}  # what training.json records
     with pytest.raises(ConfigError, match=r"needs the keys \['output_dir'\]"):
         recipe_settings({"recipe": "r"}, defaults)
 
@@ -113,21 +117,21 @@ def test_recipe_settings_fill_sections_and_keep_component_nodes_whole():
 def test_recipe_settings_refuse_a_setting_that_does_not_fit_its_declaration(override, message):
     with pytest.raises(ConfigError, match=message):
         recipe_settings({"recipe": "r", "output_dir": "o", **override}, ToySettings())
-    assert recipe_settings({"recipe": "r", "output_dir": "o", "optim": {"lr": 1}}, ToySettings())["optim"]["lr"] == 1
+    assert recipe_settings({"recipe": "r", "output_dir": "o", "optim": {"lr": 1}}, ToySettings()).optim.lr == 1
 
 
 def test_recipe_data_errors_name_the_problem(three_conversations):
     with pytest.raises(ConfigError, match="data.path is required"):
-        recipe_conversations({})
+        recipe_conversations(DataSettings())
     with pytest.raises(ConfigError, match=r"\['tiny-x'\] are not in .*available: \['tiny-a', 'tiny-b', 'tiny-c'\]"):
-        recipe_conversations({**tiny_data(three_conversations), "conversations": ["tiny-a", "tiny-x"]})
+        recipe_conversations(DataSettings(**tiny_data(three_conversations), conversations=["tiny-a", "tiny-x"]))
     with pytest.raises(ConfigError, match=r"data.eval_ids: .*\['conv-26', 'conv-30'\] are not among"):
-        recipe_conversations({"path": str(three_conversations)})
+        recipe_conversations(DataSettings(path=str(three_conversations)))
     with pytest.raises(ConfigError, match="data.final_fit: this recipe selects on a validation conversation"):
-        recipe_conversations({"path": str(three_conversations), "final_fit": True})
+        recipe_conversations(DataSettings(path=str(three_conversations), final_fit=True))
     with pytest.raises(ConfigError, match="set data.eval_ids=null and data.validation_ids=null"):
-        recipe_conversations({**tiny_data(three_conversations), "final_fit": True}, final_fit_supported=True)
-    train, validation, evaluation = recipe_conversations({"path": str(three_conversations), "final_fit": True},
+        recipe_conversations(DataSettings(**tiny_data(three_conversations), final_fit=True), final_fit_supported=True)
+    train, validation, evaluation = recipe_conversations(DataSettings(path=str(three_conversations), final_fit=True),
                                                          final_fit_supported=True)
     assert [c.id for c in train] == ["tiny-a", "tiny-b", "tiny-c"] and validation == [] and evaluation == []
 
@@ -265,7 +269,7 @@ def test_tfidf_router_recipe(three_conversations, tmp_path):
     from memlab.training import recipe_conversations
     from memlab.training.stage_eval import evaluate_router
 
-    train, validation, _ = recipe_conversations(config["data"])
+    train, validation, _ = recipe_conversations(DataSettings(**config["data"]))
     assert evaluate_router(loaded, train + validation)["accuracy"] > 0.5
 
 
@@ -320,30 +324,30 @@ def test_adamw_gives_heads_their_own_rate_when_asked():
     stage.encoder = torch.nn.Linear(2, 2)
     stage.head = torch.nn.Linear(2, 1)
     stage.encoder.bias.requires_grad_(False)  # frozen parameters are left out
-    one = adamw(stage, {"lr": 1e-3, "weight_decay": 0.0})
+    one = adamw(stage, lr=1e-3, weight_decay=0.0)
     assert [(g["lr"], len(g["params"])) for g in one.param_groups] == [(1e-3, 3)]
-    two = adamw(stage, {"lr": 0.0, "head_lr": 1e-2, "weight_decay": 0.0})
+    two = adamw(stage, lr=0.0, weight_decay=0.0, head_lr=1e-2)
     assert [(g["lr"], len(g["params"])) for g in two.param_groups] == [(0.0, 1), (1e-2, 2)]
 
 
 def test_data_sessions_cut_every_conversation_or_each_to_its_own_count(three_conversations):
-    from memlab.training.recipes import ConversationSettings, DataSettings
+    from memlab.training.recipes import ConversationSettings
 
-    whole = {c.id: len(c.sessions) for part in recipe_conversations(tiny_data(three_conversations)) for c in part}
+    whole = {c.id: len(c.sessions) for part in recipe_conversations(DataSettings(**tiny_data(three_conversations))) for c in part}
     assert min(whole.values()) >= 2
     # one count for all, or a mapping: a conversation it names with null, or does not name, stays whole
-    train, validation, evaluation = recipe_conversations({**tiny_data(three_conversations), "sessions": 1})
+    train, validation, evaluation = recipe_conversations(DataSettings(**tiny_data(three_conversations), sessions=1))
     assert {len(c.sessions) for c in train + validation + evaluation} == {1}
     mapped = {**tiny_data(three_conversations), "sessions": {"tiny-a": 1, "tiny-b": None}}
     recipe_settings({"recipe": "r", "output_dir": "o", "data": mapped}, ConversationSettings())  # the setting's type admits it
-    parts = recipe_conversations(mapped)
+    parts = recipe_conversations(DataSettings(**mapped))
     sessions = {c.id: len(c.sessions) for part in parts for c in part}
     assert sessions == {"tiny-a": 1, "tiny-b": whole["tiny-b"], "tiny-c": whole["tiny-c"]}
     cut = next(c for c in parts.train + parts.validation + parts.evaluation if c.id == "tiny-a")
     kept_turns = {t.id for s in cut.sessions for t in s.turns}
     assert all(set(q.evidence) <= kept_turns for q in cut.questions)
     with pytest.raises(ConfigError, match=r"data.sessions names \['tiny-x'\], which are not among"):
-        recipe_conversations({**tiny_data(three_conversations), "sessions": {"tiny-x": 1}})
+        recipe_conversations(DataSettings(**tiny_data(three_conversations), sessions={"tiny-x": 1}))
     with pytest.raises(ConfigError, match=r"data.sessions=\{...\} must be"):
         recipe_settings({"recipe": "r", "output_dir": "o", "data": {"sessions": {"tiny-a": 0}}}, ConversationSettings())
     assert DataSettings().sessions is None
@@ -432,32 +436,32 @@ def test_answerer_examples_are_made_once_per_conversation_whatever_the_split(thr
 
     made = []
 
-    def examples_of(config, conversations):
+    def examples_of(settings, conversations):
         made.append([c.id for c in conversations])
         return [AnswerExample(c.id, f"{c.id}:q{i}", "single-hop", ({"role": "user", "content": f"{c.id} {i}"},), "x")
                 for c in conversations for i in range(2)]
 
     monkeypatch.setattr(recipe, "examples_of", examples_of)
-    config = recipe_settings(load_recipe_config(CONFIGS / "answerer.yaml", [
+    settings = recipe_settings(load_recipe_config(CONFIGS / "answerer.yaml", [
         f"output_dir={tmp_path / 'a'}", "examples=null"]), recipe.Settings(recipe="finetune_answerer"))
     from memlab.data import load_conversations
 
     a, b, c = load_conversations(str(three_conversations))
-    split = recipe.cached_examples(config, {"train": [a], "validation": [b], "evaluation": [c]}, tmp_path / "run.jsonl")
+    split = recipe.cached_examples(settings, {"train": [a], "validation": [b], "evaluation": [c]}, tmp_path / "run.jsonl")
     assert made == [[a.id, b.id, c.id]] and [e.conversation_id for e in split["validation"]] == [b.id, b.id]
-    final = recipe.cached_examples(config, {"train": [a, b, c], "validation": [], "evaluation": []}, tmp_path / "run.jsonl")
+    final = recipe.cached_examples(settings, {"train": [a, b, c], "validation": [], "evaluation": []}, tmp_path / "run.jsonl")
     assert len(made) == 1 and final["train"] == split["train"] + split["validation"] + split["evaluation"]
 
     export = tmp_path / "export.jsonl.gz"
-    recipe.write_examples(export, recipe.examples_key(config), {a.id: split["train"]})
-    elsewhere = recipe.cached_examples({**config, "examples": str(export)}, {"train": [a, b]}, tmp_path / "new.jsonl")
+    recipe.write_examples(export, recipe.examples_key(settings), {a.id: split["train"]})
+    elsewhere = recipe.cached_examples(replace(settings, examples=str(export)), {"train": [a, b]}, tmp_path / "new.jsonl")
     assert made[1:] == [[b.id]] and elsewhere["train"][:2] == split["train"]
-    other = {**config, "examples": str(export), "pipeline_overrides": ["top_k=3"]}
+    other = replace(settings, examples=str(export), pipeline_overrides=["top_k=3"])
     with pytest.raises(ValueError, match="made from other data or another pipeline"):
         recipe.cached_examples(other, {"train": [a]}, tmp_path / "other.jsonl")
     (tmp_path / "torn.jsonl.gz").write_bytes(b"\x1f\x8b not gzip")
     with pytest.raises(ValueError, match="cannot read the examples file"):
-        recipe.cached_examples({**config, "examples": str(tmp_path / "torn.jsonl.gz")}, {"train": [a]}, tmp_path / "x")
+        recipe.cached_examples(replace(settings, examples=str(tmp_path / "torn.jsonl.gz")), {"train": [a]}, tmp_path / "x")
 
 
 def test_the_committed_answerer_examples_match_the_recipe_config():
@@ -466,8 +470,8 @@ def test_the_committed_answerer_examples_match_the_recipe_config():
     recipe = load_recipe("finetune_answerer")
     from memlab.training.recipes import recipe_settings
 
-    config = recipe_settings(load_recipe_config(CONFIGS / "answerer.yaml", []), recipe.Settings(recipe="finetune_answerer"))
-    key, examples = recipe.read_examples(REPO / config["examples"])
-    assert key == recipe.examples_key(config)
+    settings = recipe_settings(load_recipe_config(CONFIGS / "answerer.yaml", []), recipe.Settings(recipe="finetune_answerer"))
+    key, examples = recipe.read_examples(REPO / settings.examples)
+    assert key == recipe.examples_key(settings)
     assert {c: len(e) for c, e in examples.items()} == {"conv-26": 199, "conv-30": 105, "conv-41": 193, "conv-42": 260,
                                                           "conv-43": 242, "conv-44": 158, "conv-47": 190}

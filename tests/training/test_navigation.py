@@ -220,7 +220,7 @@ def test_calibration_saves_the_next_threshold_with_the_best_validation_f1(tmp_pa
             return {"next_precision": 0.1, "next_recall": 0.2, "next_f1": 1 - abs(stage.next_threshold - 0.15)}
 
     policy = ExplorerPolicy(TextEncoder(frozen=True))
-    run = recipe.Run(config={}, out=tmp_path, evaluator=PeaksAtFifteen(), datasets={"validation": []})
+    run = recipe.Run(settings=recipe.Settings(), out=tmp_path, evaluator=PeaksAtFifteen(), datasets={"validation": []})
     assert recipe.calibrate_next_threshold(run, policy)["next_threshold"] == 0.15
     policy.save(tmp_path / "policy")
     assert Stage.load(tmp_path / "policy").next_threshold == 0.15
