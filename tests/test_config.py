@@ -219,3 +219,14 @@ def test_the_unseen_data_config_resolves_dates_and_refuses_every_dev_conversatio
     with pytest.raises(ValueError, match=r"trained stages would be scored on conversations they learnt from"):
         run_config(REPO / "configs" / "pipelines" / "rag_turns_unseen.yaml", data=dev, conversations=["conv-30"],
                    options=RunOptions(progress=False), out=tmp_path / "run")
+
+
+def test_the_final_trained_answerer_has_seen_every_dev_conversation():
+    """The final fit's adapter serves rag_turns_unseen only, and records all 7 dev conversations,
+    so the runner refuses it on any of them (HFLM.trained_on reads its training.json)."""
+    from memlab.config import instantiate
+
+    tree = load_config(REPO / "configs" / "pipelines" / "rag_turns_unseen_trained_answerer.yaml")
+    assert tree["reranker"]["reranker"]["path"] == "checkpoints/reranker-minilm-gemma"  # rag_turns_unseen's final fit
+    lm = instantiate(tree["answerer"]["lm"])  # no weights are loaded until it is asked
+    assert lm.trained_on == {"conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44", "conv-47"}
