@@ -9,7 +9,7 @@ held-out conversations, written next to the checkpoint as ``training.json``.
 
 Objective: for each (question, positive unit) the stage scores the positive against the
 question's negatives (drawn from the first stage's top ``rerank_depth``, BM25 and dense or dense
-alone, the list the reranker re-scores at inference; ``memlab.training.supervision.rerank_examples``) and
+alone, the list the reranker re-scores at inference; ``memlab.training.rerank.rerank_examples``) and
 is trained with a softmax cross-entropy over that group (the positive is the target): a
 ranking loss, since recall@k only depends on the order of the candidates. The first stage is one
 pipeline config (``pipeline``): its memories give the training units and negatives, and its
@@ -52,9 +52,9 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import Candidates, RerankerEvaluator, first_stage
+from memlab.training.evaluators import first_stage
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.supervision import rerank_examples
+from memlab.training.rerank import Candidates, RerankerEvaluator, rerank_examples
 
 
 @dataclass

@@ -11,12 +11,12 @@ Objective: InfoNCE. A batch holds ``optim.batch_size`` questions; each brings on
 turns (drawn anew every epoch, so a question with several is one group, never its own in-batch
 negative) and ``negatives`` hard negatives, the best-ranked non-evidence turns of the BM25 and
 dense rankings of the first-stage ``pipeline`` with its packaged embedder
-(``memlab.training.supervision.rerank_examples``, ``sampling="top"``).
+(``memlab.training.rerank.rerank_examples``, ``sampling="top"``).
 Each question is scored against every document of the batch (the other questions' evidence
 and negatives are in-batch negatives) and trained to pick its own evidence turn.
 
 Validation and evaluation rank with that ``pipeline`` and the trained embedder in its slot
-(``memlab.training.evaluators.RetrieverEvaluator``, the evaluator the checkpoint records);
+(``memlab.training.retrieve.RetrieverEvaluator``, the evaluator the checkpoint records);
 early stopping on ``metric``.
 
 Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
@@ -52,9 +52,10 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import PipelineTree, RetrieverEvaluator, first_stage
+from memlab.training.evaluators import first_stage
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.supervision import rerank_examples
+from memlab.training.rerank import rerank_examples
+from memlab.training.retrieve import PipelineTree, RetrieverEvaluator
 
 
 @dataclass

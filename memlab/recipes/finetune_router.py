@@ -3,7 +3,7 @@
     memlab train finetune_router --config configs/train/router.yaml [key=value ...]
 
 Read top to bottom: ``setup`` (conversations split by conversation, labelled questions from
-``memlab.training.supervision.routing_examples``, stage, optimiser), ``train`` (``memlab.training.loop.fit``,
+``memlab.training.route.routing_examples``, stage, optimiser), ``train`` (``memlab.training.loop.fit``,
 validation accuracy after every epoch, early stopping), ``save_checkpoint`` (the best stage),
 then one evaluation on the held-out conversations (the ``memlab evaluate-stage`` metrics plus
 each head's accuracy), written next to the checkpoint as ``training.json``.
@@ -42,9 +42,8 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import Questions, RouterEvaluator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.supervision import routing_examples
+from memlab.training.route import Questions, RouterEvaluator, routing_examples
 from memlab.types import ANSWERABLE_CATEGORIES
 
 #: The validation metrics early stopping can read (``RouterEvaluator``'s accuracies).

@@ -9,7 +9,7 @@ with the best question-type accuracy on the validation conversations), a final f
 and validation conversations with that ``C``, saved via ``Stage.save``, and one evaluation on
 the held-out conversations, written next to the checkpoint as ``training.json``.
 
-Supervision (``memlab.training.supervision.routing_examples``): the question-type head learns
+Supervision (``memlab.training.route.routing_examples``): the question-type head learns
 the four answerable LoCoMo types (adversarial questions carry no type label, since they read like
 ordinary questions), the intent and complexity heads their derived labels on every question.
 The objective is sklearn's: mean cross-entropy + ||W||^2 / (2 C n) per head.
@@ -37,8 +37,7 @@ from memlab.stages.route import TfidfRouter
 from memlab.stages.route.linear import fit_vocabulary
 from memlab.stages.route.neural import IGNORE_INDEX
 from memlab.training import ConversationSettings, ConversationSplit, record_training, start_recipe
-from memlab.training.evaluators import RouterEvaluator
-from memlab.training.supervision import routing_examples
+from memlab.training.route import RouterEvaluator, routing_examples
 
 
 @dataclass

@@ -62,7 +62,6 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import SegmenterEvaluator, TeacherLabels
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.observation_boundaries import (
     evaluate_on_observations,
@@ -72,6 +71,7 @@ from memlab.training.observation_boundaries import (
 from memlab.training.segmentation import (
     TEACHER_SOURCE,
     BoundaryLabels,
+    SegmenterEvaluator,
     boundary_label_loss,
     label_f1,
     labelled_positions,
@@ -80,7 +80,7 @@ from memlab.training.segmentation import (
     session_boundaries,
     usable_sessions,
 )
-from memlab.training.teacher import TEACHER_CONFIG
+from memlab.training.teacher import TEACHER_CONFIG, TeacherLabels
 
 
 @dataclass

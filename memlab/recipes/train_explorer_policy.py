@@ -57,9 +57,8 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import NavigationStates, NavigatorEvaluator
 from memlab.training.loop import Optimisation, fit
-from memlab.training.navigation import row_inputs, row_target
+from memlab.training.navigation import NavigationStates, NavigatorEvaluator, row_inputs, row_target
 
 
 @dataclass

@@ -51,9 +51,15 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import GlobalSelectorEvaluator, SelectionMemories
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.selection import row_inputs, row_target, score_rows, selection_examples
+from memlab.training.selection import (
+    GlobalSelectorEvaluator,
+    SelectionMemories,
+    row_inputs,
+    row_target,
+    score_rows,
+    selection_examples,
+)
 
 
 @dataclass

@@ -47,10 +47,15 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import RelationEvaluator, TeacherLabels
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.relations import class_weights, evaluate_relation_extractor, majority_label, relation_examples
-from memlab.training.teacher import TEACHER_CONFIG
+from memlab.training.relations import (
+    RelationEvaluator,
+    class_weights,
+    evaluate_relation_extractor,
+    majority_label,
+    relation_examples,
+)
+from memlab.training.teacher import TEACHER_CONFIG, TeacherLabels
 
 #: The validation metrics early stopping can read.
 Metric = Literal["macro_f1", "macro_f1_relations", "accuracy"]

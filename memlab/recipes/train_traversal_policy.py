@@ -9,7 +9,7 @@ explicit loop; validation recall@10 of the MAGMA retrieval after every epoch, ea
 the trained and the initial (Table 6) weights, written next to the checkpoint.
 
 Objective: at every beam step the policy ranks the candidate nodes by cumulative score; where
-a candidate holds gold evidence (``memlab.training.supervision.traversal_targets``), the loss is
+a candidate holds gold evidence (``memlab.training.traversal.traversal_targets``), the loss is
 the negative log of the softmax mass (over log-scores) of the evidence candidates, which
 pushes evidence nodes up the beam. Anchors are fixed inputs (they come from retrieval).
 
@@ -42,8 +42,8 @@ from memlab.config import PipelineConfig, instantiate
 from memlab.stage import Stage
 from memlab.stages.traverse import TraversalPolicy, TraverseIn
 from memlab.training import ConversationSettings, EarlyStopping, MetricsLog, record_training, start_recipe
-from memlab.training.evaluators import RetrievalPairs, SlotRecallEvaluator
-from memlab.training.supervision import evaluable_questions, magma_event_units, traversal_targets
+from memlab.training.supervision import evaluable_questions
+from memlab.training.traversal import RetrievalPairs, SlotRecallEvaluator, magma_event_units, traversal_targets
 
 
 @dataclass

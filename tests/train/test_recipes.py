@@ -171,7 +171,7 @@ def test_traversal_policy_refuses_zero_epochs_and_an_empty_recall(tmp_path):
 
     from types import SimpleNamespace
 
-    from memlab.training.evaluators import RetrievalPairs, SlotRecallEvaluator
+    from memlab.training.traversal import RetrievalPairs, SlotRecallEvaluator
 
     run = SimpleNamespace(evaluator=SlotRecallEvaluator(slot="traverser", ks=[10], baseline=False))
     with pytest.raises(ValueError, match="none of the 0 questions has gold evidence"):
@@ -267,7 +267,7 @@ def test_tfidf_router_recipe(three_conversations, tmp_path):
     assert type(loaded).__name__ == "TfidfRouter" and loaded.trained_on == {"tiny-a", "tiny-b"}
     # fitted on its own training questions, it labels them better than chance
     from memlab.training import recipe_conversations
-    from memlab.training.stage_eval import evaluate_router
+    from memlab.training.route import evaluate_router
 
     train, validation, _ = recipe_conversations(DataSettings(**config["data"]))
     assert evaluate_router(loaded, train + validation)["accuracy"] > 0.5

@@ -195,7 +195,7 @@ def test_the_recipe_trains_saves_and_evaluates_on_held_out_conversations(three_c
 def test_evaluate_stage_scores_an_explorer_policy_on_built_memories(tmp_path, capsys, caplog):
     from memlab.cli import main
     from memlab.stages.navigate import ExplorerPolicy
-    from memlab.training.evaluators import NavigatorEvaluator
+    from memlab.training.navigation import NavigatorEvaluator
 
     ExplorerPolicy(TextEncoder(frozen=True)).save(tmp_path / "policy")
     config = tmp_path / "chunks.yaml"  # an LLM-free build: token chunks, no relations, no fusion
