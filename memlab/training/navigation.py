@@ -37,7 +37,7 @@ from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import datasets
 
@@ -288,6 +288,10 @@ class NavigationStates:
     examples: Any
 
 
+#: The figures of a ``NavigatorEvaluator`` result early stopping can read.
+NavigatorMetric = Literal["action_accuracy", "balanced_accuracy"]
+
+
 @dataclass
 class NavigatorEvaluator(StageEvaluator[NavigationStates]):
     """Action and next-node scores of an explorer policy on the evidence-labelled navigation
@@ -297,9 +301,11 @@ class NavigatorEvaluator(StageEvaluator[NavigationStates]):
     family: ClassVar[type] = Navigator
     configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
 
-    metric: str = "action_accuracy"
+    metric: NavigatorMetric = "action_accuracy"
     pipeline: PipelineConfig = "configs/pipelines/compassmem_trained_construction.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
+    #: How the evidence labels are simulated (``navigation_examples``): breadth over relation
+    #: edges from the start nodes, and the most states a question gives.
     hops: PositiveInt = 2
     max_states: PositiveInt = 24
     #: The majority-action baseline's action (None: the scored states' own majority, an upper

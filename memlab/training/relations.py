@@ -24,7 +24,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import datasets
 import torch
@@ -207,6 +207,10 @@ def evaluate_relation_extractor(extractor: "RelationExtractor", teacher_sessions
     }
 
 
+#: The figures of a ``RelationEvaluator`` result early stopping can read.
+RelationMetric = Literal["macro_f1", "macro_f1_relations", "accuracy"]
+
+
 @dataclass
 class RelationEvaluator(StageEvaluator[TeacherLabels]):
     """Pair labels against the prompted CompassMem relation extractor (the teacher) on every
@@ -215,8 +219,8 @@ class RelationEvaluator(StageEvaluator[TeacherLabels]):
     family: ClassVar[type] = RelationExtractor
     configs: ClassVar[dict[str, str]] = {"teacher": "teacher_overrides"}
 
-    metric: str = "macro_f1"
-    teacher: PipelineConfig = "configs/pipelines/compassmem_teacher.yaml"
+    metric: RelationMetric = "macro_f1"
+    teacher: PipelineConfig = TEACHER_CONFIG
     teacher_overrides: list[str] = field(default_factory=list)
     keep_failed: bool = False
 

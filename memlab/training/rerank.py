@@ -291,10 +291,14 @@ class RerankerEvaluator(StageEvaluator[Candidates]):
     ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
     max_questions: PositiveInt | None = None
 
+    def first_stage(self) -> Any:
+        """The first stage: the pipeline without its reranker, ranking ``depth`` deep (built once)."""
+        return self.pipeline_named("pipeline", first_stage_adjustment(self.depth))
+
     def prepare(self, conversations: Sequence[Conversation]) -> Candidates:
         """Per question the first stage's top ``depth`` units, best first."""
-        return Candidates(tuple(reranker_candidates(self.pipeline_named("pipeline", first_stage_adjustment(self.depth)),
-                                                    first_questions(conversations, self.max_questions), self.depth)))
+        return Candidates(tuple(reranker_candidates(self.first_stage(), first_questions(conversations, self.max_questions),
+                                                    self.depth)))
 
     def score(self, stage: Any, prepared: Candidates) -> dict[str, Any]:
         return {**evaluate_reranker(stage, prepared.items, ks=tuple(self.ks)),

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import datasets
 
@@ -35,6 +35,8 @@ from memlab.training.evaluators import StageEvaluator
 from memlab.training.supervision import dataset_with_card
 from memlab.types import ANSWERABLE_CATEGORIES, LOCOMO_CATEGORIES, Conversation, Question
 
+#: The figures of a ``RouterEvaluator`` result early stopping can read.
+RouterMetric = Literal["accuracy", "accuracy_5way"]
 #: Questions a router is asked per call.
 _BATCH = 32
 
@@ -176,7 +178,7 @@ class RouterEvaluator(StageEvaluator[Questions]):
 
     family: ClassVar[type] = IntentRouter
 
-    metric: str = "accuracy"
+    metric: RouterMetric = "accuracy"
     max_questions: PositiveInt | None = None
 
     def prepare(self, conversations: Sequence[Conversation]) -> Questions:

@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 
 import datasets
 
+from memlab.bounds import UnitFloat
 from memlab.clock import active_seconds
 from memlab.config import ConfigError, PipelineConfig
 from memlab.lm.cache_only import CacheMissError, live_stages
@@ -266,7 +267,7 @@ class GlobalSelectorEvaluator(StageEvaluator[SelectionMemories]):
     metric: str = "evidence_episode_recall"
     pipeline: PipelineConfig = "configs/pipelines/mnemis_replay.yaml"
     pipeline_overrides: list[str] = field(default_factory=list)
-    max_share: float = 0.5
+    max_share: UnitFloat = 0.5
 
     def prepare(self, conversations: Sequence[Conversation]) -> SelectionMemories:
         pipeline = self.pipeline_named("pipeline")

@@ -157,7 +157,7 @@ def test_router_refuses_data_it_cannot_train_or_select_on(three_conversations, t
     with pytest.raises(ValueError, match=r"validation conversations \['tiny-b'\] have no question of categories 1-4"):
         recipe.setup({**base, "data": {**tiny_data(three_conversations), "path": str(no_accuracy)}})
     with pytest.raises(ConfigError, match="metric='f1' must be one of 'accuracy', 'accuracy_5way'"):
-        recipe.setup({**base, "metric": "f1"})
+        recipe.setup({**base, "validation": {"_component_": "memlab.training.route.RouterEvaluator", "metric": "f1"}})
 
 
 def test_traversal_policy_refuses_zero_epochs_and_an_empty_recall(tmp_path):
@@ -219,7 +219,8 @@ def test_reranker_recipe(three_conversations, tmp_path):
     batch = run.groups[:2]
     first, after = fixed_batch_loss_drops(lambda: recipe.group_loss(stage, batch), run.optimizer)
     assert after < first
-    dense = recipe.setup({**config, "pipeline_overrides": ["retrieval=dense"]})  # the first stage of rag_turns_gemma / _best
+    dense = recipe.setup({**config, "validation": {**config["validation"], "pipeline_overrides": ["retrieval=dense"]}})
+    assert dense.evaluator.first_stage().retrieval == "dense"  # the first stage of rag_turns_gemma / _best
     assert dense.groups and dense.validation and dense.evaluation
 
     # The final fit: every conversation, the configured length, the last step kept, no held-out score.
