@@ -1,7 +1,8 @@
 """Components: what a ``_component_`` node names, and one check of a value against its declared type.
 
 A component is a class or function of the ``memlab`` package, named by its dotted path
-(``import_memlab_class``); anything outside the package is refused. Its constructor's
+(``import_memlab_class``); anything outside the package is refused. A component that moved
+keeps its old path in ``MOVED``, so a node a checkpoint recorded before the move still builds. Its constructor's
 annotations declare what each argument takes (``int``, ``float``, ``bool``, ``str``,
 ``Literal``, unions, lists, mappings, another component's class) and the ranges of
 ``memlab.bounds``. ``mismatch(value, hint)`` is the one check of a value against such an
@@ -53,10 +54,23 @@ def is_config_reference(value: Any) -> bool:
     return bool(isinstance(value, str) and value.strip() or isinstance(value, dict) and COMPONENT in value)
 
 
+#: Old component path -> where it lives now: checkpoints' ``training.json`` record evaluator
+#: nodes by path, and a record is never rewritten.
+MOVED: dict[str, str] = {
+    f"memlab.training.evaluators.{name}": f"memlab.training.{module}.{name}"
+    for module, name in (("rerank", "RerankerEvaluator"), ("route", "RouterEvaluator"),
+                         ("segmentation", "SegmenterEvaluator"), ("relations", "RelationEvaluator"),
+                         ("navigation", "NavigatorEvaluator"), ("selection", "GlobalSelectorEvaluator"),
+                         ("traversal", "SlotRecallEvaluator"), ("retrieve", "RetrieverEvaluator"))
+}
+
+
 def import_memlab_class(path: str) -> Any:
-    """Import ``memlab.x.y.Name``; anything outside the ``memlab`` package is refused."""
+    """Import ``memlab.x.y.Name`` (or where ``MOVED`` says it went); anything outside the
+    ``memlab`` package is refused."""
     if not isinstance(path, str) or not (path == "memlab" or path.startswith("memlab.")):
         raise ComponentError(f"only memlab.* classes can be instantiated, got {path!r}")
+    path = MOVED.get(path, path)
     module_name, _, attr = path.rpartition(".")
     try:
         module = importlib.import_module(module_name)

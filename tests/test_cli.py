@@ -94,7 +94,7 @@ def test_evaluate_stage_and_train_refuse_bad_input(tmp_path, caplog):
 
 def test_evaluate_stage_refuses_the_conversations_the_checkpoint_learnt_from(tmp_path, capsys, caplog):
     from memlab.stages.route.rules import RuleRouter
-    from memlab.training.evaluators import RouterEvaluator
+    from memlab.training.route import RouterEvaluator
 
     checkpoint = RuleRouter().save(tmp_path / "router")
     split = {"train": ["sample-1"], "validation": ["conv-47"], "evaluation": ["conv-26", "conv-30"]}
@@ -116,13 +116,13 @@ def test_evaluate_stage_rebuilds_the_evaluator_the_checkpoint_recorded(tmp_path,
 
     assert main(["evaluate-stage", str(REPO / "checkpoints/router-tfidf")]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["evaluator"]["_component_"] == "memlab.training.evaluators.RouterEvaluator"
+    assert result["evaluator"]["_component_"] == "memlab.training.route.RouterEvaluator"
     assert result["stage"] == "TfidfRouter" and 0.0 <= result["accuracy"] <= 1.0
     checkpoint = RuleRouter().save(tmp_path / "router")  # saved in code: no training record
     assert main(["evaluate-stage", str(checkpoint)]) == 2
     assert "records no evaluator" in caplog.text
     (checkpoint / "training.json").write_text(json.dumps({"config": {}, "evaluator": {
-        "_component_": "memlab.training.evaluators.RerankerEvaluator"}, "split": {"train": [], "validation": []}}))
+        "_component_": "memlab.training.rerank.RerankerEvaluator"}, "split": {"train": [], "validation": []}}))
     assert main(["evaluate-stage", str(checkpoint)]) == 2  # a router is no reranker
     assert "RerankerEvaluator scores Reranker stages, not RuleRouter" in caplog.text
 

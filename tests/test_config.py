@@ -122,7 +122,7 @@ def test_a_node_anchored_in_the_overriding_file_stays_one_node(tmp_path):
 def test_a_base_below_the_top_merges_relative_to_its_file(tmp_path):
     (tmp_path / "pipelines").mkdir()
     (tmp_path / "pipelines" / "base.yaml").write_text("_component_: memlab.pipelines.rag.RAG\ntop_k: 10\nrrf_k: 60\n")
-    (tmp_path / "train.yaml").write_text("evaluator:\n  _component_: memlab.training.evaluators.RerankerEvaluator\n"
+    (tmp_path / "train.yaml").write_text("evaluator:\n  _component_: memlab.training.rerank.RerankerEvaluator\n"
                                          "  pipeline: &first {_base_: pipelines/base.yaml, top_k: 50}\n"
                                          "again: *first\n")
     tree = load_config(tmp_path / "train.yaml", ["evaluator.pipeline.rrf_k=10"])

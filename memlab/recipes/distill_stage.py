@@ -3,7 +3,7 @@
 Every call a prompted stage makes goes through the LM response cache, which keeps the request
 and the completion. This recipe turns one stage's cached calls (``teacher_model`` + ``match``)
 into supervised (chat prompt -> completion) pairs with
-``memlab.training.supervision.distillation_examples``, fine-tunes a small causal LM with LoRA
+``memlab.training.distill.distillation_examples``, fine-tunes a small causal LM with LoRA
 adapters on them, and saves the best student as a merged transformers folder, which
 ``memlab.lm.hf.HFLM(model=<output_dir>/model)`` serves in place of the teacher.
 
@@ -76,7 +76,8 @@ from memlab.training import (
     training_conversations,
 )
 from memlab.training.causal_lm import IGNORE_INDEX, LoraSettings, add_lora, collate, tokenize_pair, trainable_state
-from memlab.training.supervision import FIXED_EVAL_IDS, conversation_texts, distillation_dropped, distillation_examples
+from memlab.training.distill import conversation_texts, distillation_dropped, distillation_examples
+from memlab.training.supervision import FIXED_EVAL_IDS
 
 
 @dataclass

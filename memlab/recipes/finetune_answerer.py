@@ -68,9 +68,9 @@ from memlab.lm.hf import HFLM
 from memlab.lm.types import ChatRequest
 from memlab.stages.answer.base import clean_answer
 from memlab.training import (
+    GradientSettings,
     MetricsLog,
     Optimiser,
-    PipelineSettings,
     prepare_training,
     settings_record,
     start_recipe,
@@ -92,8 +92,10 @@ CARD = "README.md"
 
 
 @dataclass
-class Settings(PipelineSettings):
+class Settings(GradientSettings):
+    #: The retrieval whose answer requests are learnt (+ dotted overrides).
     pipeline: PipelineConfig = "configs/pipelines/rag_turns_best.yaml"
+    pipeline_overrides: list[str] = field(default_factory=list)
     student: str = "qwen2.5-coder-0.5b"
     lora: LoraSettings = field(default_factory=lambda: LoraSettings(rank=16, alpha=32))
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=2e-4, epochs=2, batch_size=4,
@@ -341,13 +343,13 @@ def card(run: Run, summary: dict[str, Any]) -> str:
     return f"""# Trained answerer: {settings.student} + LoRA (memlab recipe `finetune_answerer`)
 
 Serve: `memlab.lm.hf.HFLM(model={settings.student!r}, adapter=<this folder>)` as the answer stage's LM
-(`configs/pipelines/rag_turns_best_trained_answerer.yaml`).
+(`answerer.lm`, as `configs/pipelines/rag_turns_best_trained_answerer.yaml` serves its adapter).
 
 - Base model: `{settings.student}` (GGUF, dequantised by transformers), LoRA rank {settings.lora.rank}, alpha
   {settings.lora.alpha}, on {', '.join(settings.lora.target_modules)}.
 - Inputs: the answer stage's requests under `{settings.pipeline}` {list(settings.pipeline_overrides or [])}; targets:
   gold (audited where the errata correct it), "Not mentioned in the conversation." for category 5{_share(settings)}.
-- Selected on: {'the validation loss' if settings.select_on == 'loss' else 'the score of the generated validation answers'}.
+- Selected on: {_selection(run)}.
 - Split by conversation: train {run.split['train']}, validation {run.split['validation']},
   held out {run.split['evaluation']}.
 - Examples: {summary['examples']}; dropped as longer than {settings.max_length} tokens: {run.dropped}.
@@ -358,6 +360,12 @@ Serve: `memlab.lm.hf.HFLM(model={settings.student!r}, adapter=<this folder>)` as
 |---|---|---|
 {points}
 """
+
+
+def _selection(run: Run) -> str:
+    if not run.split["validation"]:
+        return "nothing: a final fit on every conversation, the configured length, the last step kept"
+    return "the validation loss" if run.settings.select_on == "loss" else "the score of the generated validation answers"
 
 
 def _share(settings: Settings) -> str:

@@ -8,23 +8,26 @@ optimiser), ``train`` (``memlab.training.loop.fit``: periodic validation and ear
 held-out conversations, written next to the checkpoint as ``training.json``.
 
 Objective: for each (question, positive unit) the stage scores the positive against the
-question's negatives (drawn from the first stage's top ``rerank_depth``, BM25 and dense or dense
-alone, the list the reranker re-scores at inference; ``memlab.training.supervision.rerank_examples``) and
+question's negatives (drawn from the first stage's top ``validation.depth``, BM25 and dense or dense
+alone, the list the reranker re-scores at inference; ``memlab.training.rerank.rerank_examples``) and
 is trained with a softmax cross-entropy over that group (the positive is the target): a
-ranking loss, since recall@k only depends on the order of the candidates. The first stage is one
-pipeline config (``pipeline``): its memories give the training units and negatives, and its
-ranking the candidates the ``RerankerEvaluator`` scores validation and held-out recall on (the
-evaluator the checkpoint records, which ``memlab evaluate-stage`` rebuilds).
+ranking loss, since recall@k only depends on the order of the candidates. The first stage is the
+one of the ``validation`` evaluator (a ``RerankerEvaluator`` node: its ``pipeline`` and ``depth``):
+its memories give the training units and negatives, and its ranking the candidates that evaluator
+scores validation and held-out recall on (the evaluator the checkpoint records, which ``memlab
+evaluate-stage`` rebuilds).
 
 Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress`` (a progress bar), ``data {path,
 eval_ids, validation_ids, conversations, max_questions, final_fit}`` (``final_fit``: train on every
-conversation for the configured length, with no validation and no held-out score), ``pipeline``
-and ``pipeline_overrides`` (the first stage: ``rag_turns.yaml``, dense + BM25 fused by RRF, or
-``rag_turns_gemma.yaml``, EmbeddingGemma alone; its reranker is never used), ``stage`` (the
-reranker's ``_component_`` node), ``negatives, negative_sampling`` (uniform/top), ``rerank_depth``, ``optim {lr, weight_decay, epochs, batch_size (groups per step),
+conversation for the configured length, with no validation and no held-out score), ``validation``
+(the ``RerankerEvaluator`` node: ``pipeline`` and ``pipeline_overrides`` the first stage,
+``rag_turns.yaml``, dense + BM25 fused by RRF, or ``rag_turns_gemma.yaml``, EmbeddingGemma alone,
+its reranker never used; ``depth`` the candidates re-scored; ``metric`` the figure early stopping
+reads, e.g. reranked.recall@10), ``stage`` (the reranker's ``_component_`` node), ``negatives,
+negative_sampling`` (uniform/top), ``optim {lr, weight_decay, epochs, batch_size (groups per step),
 warmup_fraction, max_steps}``, ``eval_every`` (steps), ``patience`` (evaluations),
-``validation_questions`` (cap), ``metric`` (validation metric for early stopping, e.g. recall@10).
+``validation_questions`` (cap).
 """
 
 from __future__ import annotations
@@ -39,36 +42,34 @@ import torch
 import torch.nn.functional as F
 
 from memlab.bounds import PositiveInt
-from memlab.config import PipelineConfig, instantiate
+from memlab.config import instantiate
 from memlab.stage import Stage
 from memlab.stages.rerank import CrossEncoderReranker
 from memlab.training import (
+    GradientSettings,
     MetricsLog,
     Optimiser,
-    PipelineSettings,
     encoder_stage,
+    evaluator_node,
     prepare_training,
     record_training,
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import Candidates, RerankerEvaluator, first_stage
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.supervision import rerank_examples
+from memlab.training.rerank import Candidates, RerankerEvaluator, rerank_examples
 
 
 @dataclass
-class Settings(PipelineSettings):
-    pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
+class Settings(GradientSettings):
+    validation: RerankerEvaluator = field(default_factory=evaluator_node("memlab.training.rerank.RerankerEvaluator"))
     stage: CrossEncoderReranker = field(default_factory=encoder_stage("memlab.stages.rerank.CrossEncoderReranker"))
     negatives: PositiveInt = 8
     negative_sampling: Literal["uniform", "top"] = "uniform"
-    rerank_depth: PositiveInt = 50
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=2e-5, epochs=2, batch_size=16))
     eval_every: PositiveInt = 100
     patience: PositiveInt = 3
     validation_questions: PositiveInt | None = None
-    metric: str = "recall@10"
 
 
 @dataclass
@@ -100,15 +101,13 @@ def setup(config: dict[str, Any]) -> Run:
     settings, parts = start_recipe(config, Settings(recipe="finetune_reranker"), final_fit_supported=True)
     run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
     train, validation, evaluation = parts
-    depth, overrides = settings.rerank_depth, list(settings.pipeline_overrides or [])
-    examples = rerank_examples(train, first_stage(settings.pipeline, overrides), negatives=settings.negatives,
-                               candidates=depth, seed=settings.seed, sampling=settings.negative_sampling)
+    run.evaluator = instantiate(settings.validation)
+    examples = rerank_examples(train, run.evaluator.first_stage(), negatives=settings.negatives,
+                               candidates=run.evaluator.depth, seed=settings.seed, sampling=settings.negative_sampling)
     run.groups = build_groups(examples)
     if not run.groups:
         raise ValueError("no training groups: the training conversations have no question with evidence")
     # Validation runs several times: ``validation_questions`` caps its cost (the first N questions).
-    run.evaluator = RerankerEvaluator(pipeline=settings.pipeline, pipeline_overrides=overrides, depth=depth,
-                                      metric=f"reranked.{settings.metric}")
     if validation:
         run.validation = run.evaluator.prepare(validation).first(settings.validation_questions)
     if evaluation:

@@ -10,23 +10,22 @@ conversations, written next to the checkpoint as ``training.json``.
 Objective: InfoNCE. A batch holds ``optim.batch_size`` questions; each brings one of its evidence
 turns (drawn anew every epoch, so a question with several is one group, never its own in-batch
 negative) and ``negatives`` hard negatives, the best-ranked non-evidence turns of the BM25 and
-dense rankings of the first-stage ``pipeline`` with its packaged embedder
-(``memlab.training.supervision.rerank_examples``, ``sampling="top"``).
+dense rankings of the ``validation`` evaluator's ``pipeline`` with its packaged embedder
+(``memlab.training.rerank.rerank_examples``, ``sampling="top"``).
 Each question is scored against every document of the batch (the other questions' evidence
 and negatives are in-batch negatives) and trained to pick its own evidence turn.
 
 Validation and evaluation rank with that ``pipeline`` and the trained embedder in its slot
-(``memlab.training.evaluators.RetrieverEvaluator``, the evaluator the checkpoint records);
-early stopping on ``metric``.
+(``validation``: a ``memlab.training.retrieve.RetrieverEvaluator`` node, the evaluator the
+checkpoint records); early stopping on its ``metric``.
 
 Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision, progress``, ``data {path, eval_ids, validation_ids, conversations,
-max_questions, sessions}``, ``pipeline`` and ``pipeline_overrides`` (the pipeline config whose
-embedder slot the retriever fills: it mines hard negatives with its own embedder and scores
-with the stage's), ``stage`` (the retriever's ``_component_`` node), ``negatives``,
+max_questions, sessions}``, ``validation`` (the evaluator node; its ``pipeline`` and
+``pipeline_overrides`` the pipeline config whose embedder slot the retriever fills: it mines hard
+negatives with its own embedder and scores with the stage's; its ``metric``, e.g. recall@10), ``stage`` (the retriever's ``_component_`` node), ``negatives``,
 ``candidates`` (ranking depth the negatives come from), ``optim {lr, weight_decay, epochs,
-batch_size, warmup_fraction, max_steps}``, ``eval_every`` (steps), ``patience`` (evaluations),
-``metric`` (e.g. recall@10).
+batch_size, warmup_fraction, max_steps}``, ``eval_every`` (steps), ``patience`` (evaluations).
 """
 
 from __future__ import annotations
@@ -39,34 +38,35 @@ from typing import Any
 import torch
 
 from memlab.bounds import PositiveInt
-from memlab.config import PipelineConfig, instantiate
+from memlab.config import instantiate
 from memlab.stage import Stage
 from memlab.stages.retrieve import BiEncoderEmbedder
 from memlab.training import (
+    GradientSettings,
     MetricsLog,
     Optimiser,
-    PipelineSettings,
     encoder_stage,
+    evaluator_node,
     prepare_training,
     record_training,
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import PipelineTree, RetrieverEvaluator, first_stage
+from memlab.training.evaluators import first_stage
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.supervision import rerank_examples
+from memlab.training.rerank import rerank_examples
+from memlab.training.retrieve import PipelineTree, RetrieverEvaluator
 
 
 @dataclass
-class Settings(PipelineSettings):
-    pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
+class Settings(GradientSettings):
+    validation: RetrieverEvaluator = field(default_factory=evaluator_node("memlab.training.retrieve.RetrieverEvaluator"))
     stage: BiEncoderEmbedder = field(default_factory=encoder_stage("memlab.stages.retrieve.BiEncoderEmbedder"))
     negatives: PositiveInt = 2
     candidates: PositiveInt = 20
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=5e-4, epochs=3, batch_size=32))
     eval_every: PositiveInt = 25
     patience: PositiveInt = 3
-    metric: str = "recall@10"
 
 
 @dataclass
@@ -105,10 +105,10 @@ def setup(config: dict[str, Any]) -> Run:
     settings, parts = start_recipe(config, Settings(recipe="finetune_retriever"))
     run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
     train, validation, evaluation = parts
-    overrides = list(settings.pipeline_overrides or [])
-    examples = rerank_examples(train, first_stage(settings.pipeline, overrides), negatives=settings.negatives,
-                               candidates=settings.candidates, seed=settings.seed, sampling="top")
-    run.evaluator = RetrieverEvaluator(pipeline=settings.pipeline, pipeline_overrides=overrides, metric=settings.metric)
+    run.evaluator = instantiate(settings.validation)
+    examples = rerank_examples(train, first_stage(run.evaluator.pipeline, run.evaluator.pipeline_overrides),
+                               negatives=settings.negatives, candidates=settings.candidates, seed=settings.seed,
+                               sampling="top")
     run.validation, run.evaluation = run.evaluator.prepare(validation), run.evaluator.prepare(evaluation)
     run.groups = build_groups(examples)
     if not run.groups:

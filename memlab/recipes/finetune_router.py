@@ -3,7 +3,7 @@
     memlab train finetune_router --config configs/train/router.yaml [key=value ...]
 
 Read top to bottom: ``setup`` (conversations split by conversation, labelled questions from
-``memlab.training.supervision.routing_examples``, stage, optimiser), ``train`` (``memlab.training.loop.fit``,
+``memlab.training.route.routing_examples``, stage, optimiser), ``train`` (``memlab.training.loop.fit``,
 validation accuracy after every epoch, early stopping), ``save_checkpoint`` (the best stage),
 then one evaluation on the held-out conversations (the ``memlab evaluate-stage`` metrics plus
 each head's accuracy), written next to the checkpoint as ``training.json``.
@@ -15,8 +15,8 @@ Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output
 seed, precision``, ``progress`` (a progress bar), ``data {path, eval_ids, validation_ids,
 conversations, max_questions}``, ``stage`` (a ``QueryRouter`` ``_component_`` node; its
 ``heads`` name the label columns it learns), ``optim {lr, weight_decay, epochs, batch_size,
-warmup_fraction, max_steps}``, ``patience`` (epochs), ``metric`` (validation metric:
-``accuracy`` or ``accuracy_5way``).
+warmup_fraction, max_steps}``, ``patience`` (epochs), ``validation`` (the ``RouterEvaluator``
+node; its ``metric``, ``accuracy`` or ``accuracy_5way``, is what early stopping reads).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import torch
 
@@ -37,18 +37,15 @@ from memlab.training import (
     MetricsLog,
     Optimiser,
     encoder_stage,
+    evaluator_node,
     prepare_training,
     record_training,
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import Questions, RouterEvaluator
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.supervision import routing_examples
+from memlab.training.route import Questions, RouterEvaluator, RouterMetric, routing_examples
 from memlab.types import ANSWERABLE_CATEGORIES
-
-#: The validation metrics early stopping can read (``RouterEvaluator``'s accuracies).
-Metric = Literal["accuracy", "accuracy_5way"]
 
 
 @dataclass
@@ -56,10 +53,11 @@ class Settings(GradientSettings):
     stage: QueryRouter = field(default_factory=encoder_stage("memlab.stages.route.QueryRouter"))
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=1e-4, epochs=10, batch_size=32))
     patience: PositiveInt = 3
-    metric: Metric = "accuracy"
+    validation: RouterEvaluator = field(default_factory=evaluator_node("memlab.training.route.RouterEvaluator"))
 
 
-METRICS = get_args(Metric)
+#: The validation figures logged (``RouterEvaluator``'s accuracies).
+METRICS = get_args(RouterMetric)
 
 
 @dataclass
@@ -83,15 +81,15 @@ def setup(config: dict[str, Any]) -> Run:
     settings, parts = start_recipe(config, Settings(recipe="finetune_router"))
     run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
     train, validation, evaluation = parts
-    run.evaluator = RouterEvaluator(metric=settings.metric)
+    run.evaluator = instantiate(settings.validation)
     run.validation, run.evaluation = run.evaluator.prepare(validation), run.evaluator.prepare(evaluation)
     run.examples = list(routing_examples(train))
     if not run.examples:
         raise ValueError(f"no training questions: the training conversations {run.split['train']} have none")
-    if settings.metric == "accuracy" and not any(q.category in ANSWERABLE_CATEGORIES
+    if run.evaluator.metric == "accuracy" and not any(q.category in ANSWERABLE_CATEGORIES
                                                   for c in validation for q in c.questions):
         raise ValueError(f"the validation conversations {run.split['validation']} have no question of categories "
-                         "1-4, so their accuracy is undefined: choose other data.validation_ids or metric=accuracy_5way")
+                         "1-4, so their accuracy is undefined: choose other data.validation_ids or validation.metric=accuracy_5way")
     run.stage = instantiate(settings.stage)
     missing = [head for head in run.stage.labels if head not in run.examples[0]]
     if missing:

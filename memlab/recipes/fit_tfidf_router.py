@@ -9,7 +9,7 @@ with the best question-type accuracy on the validation conversations), a final f
 and validation conversations with that ``C``, saved via ``Stage.save``, and one evaluation on
 the held-out conversations, written next to the checkpoint as ``training.json``.
 
-Supervision (``memlab.training.supervision.routing_examples``): the question-type head learns
+Supervision (``memlab.training.route.routing_examples``): the question-type head learns
 the four answerable LoCoMo types (adversarial questions carry no type label, since they read like
 ordinary questions), the intent and complexity heads their derived labels on every question.
 The objective is sklearn's: mean cross-entropy + ||W||^2 / (2 C n) per head.
@@ -36,9 +36,8 @@ from memlab.stage import Stage
 from memlab.stages.route import TfidfRouter
 from memlab.stages.route.linear import fit_vocabulary
 from memlab.stages.route.neural import IGNORE_INDEX
-from memlab.training import ConversationSettings, ConversationSplit, record_training, start_recipe
-from memlab.training.evaluators import RouterEvaluator
-from memlab.training.supervision import routing_examples
+from memlab.training import ConversationSettings, ConversationSplit, evaluator_node, record_training, start_recipe
+from memlab.training.route import RouterEvaluator, routing_examples
 
 
 @dataclass
@@ -57,6 +56,8 @@ class Settings(ConversationSettings):
     stage: TfidfRouter = field(default_factory=lambda: {"_component_": "memlab.stages.route.TfidfRouter"})
     min_count: PositiveInt = 1
     optim: LbfgsSettings = field(default_factory=LbfgsSettings)
+    #: How a router is scored: C selection, held-out evaluation, ``memlab evaluate-stage``.
+    validation: RouterEvaluator = field(default_factory=evaluator_node("memlab.training.route.RouterEvaluator"))
 
 
 def targets(stage, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -96,10 +97,6 @@ def fit(settings: Settings, conversations, c: float) -> Stage:
     return stage
 
 
-#: How a router is scored: C selection, held-out evaluation, ``memlab evaluate-stage``.
-EVALUATOR = RouterEvaluator()
-
-
 def setup(config: dict[str, Any]) -> tuple[Settings, ConversationSplit]:
     """The checked settings and their conversations."""
     return start_recipe(config, Settings(recipe="fit_tfidf_router"))
@@ -110,10 +107,11 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     train, validation, evaluation = parts
     started = active_seconds()
     selection = {}
-    checked, held_out = EVALUATOR.prepare(validation), EVALUATOR.prepare(evaluation)
+    evaluator = instantiate(settings.validation)
+    checked, held_out = evaluator.prepare(validation), evaluator.prepare(evaluation)
     grid = settings.optim.c_grid
     for c in grid:
-        selection[str(c)] = EVALUATOR.primary(EVALUATOR.score(fit(settings, train, float(c)), checked))
+        selection[str(c)] = evaluator.primary(evaluator.score(fit(settings, train, float(c)), checked))
     best_c = float(max(grid, key=lambda c: selection[str(c)]))
     stage = fit(settings, [*train, *validation], best_c)
     seconds = active_seconds() - started
@@ -124,7 +122,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
         "split": parts.ids(),
         "selection": {"validation_accuracy_by_c": selection, "c": best_c},
         "vocabulary": len(stage.vocabulary), "fit_seconds": round(seconds, 1),
-        "evaluation": EVALUATOR.score(loaded, held_out), "checkpoint": str(out),
+        "evaluation": evaluator.score(loaded, held_out), "checkpoint": str(out),
     }
-    record_training(out, settings, summary, EVALUATOR)
+    record_training(out, settings, summary, evaluator)
     return summary

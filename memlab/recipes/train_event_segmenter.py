@@ -30,8 +30,9 @@ part whose conversations carry no observation is refused. Sessions with no label
 
 Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision``, ``progress`` (a progress bar), ``data {path, eval_ids, validation_ids,
-conversations, max_questions}``, ``teacher {config, overrides}`` (the CompassMem config whose
-cached construction gives the labels), ``labels`` (teacher | observations),
+conversations, max_questions}``, ``validation`` (the ``SegmenterEvaluator`` node: its ``teacher``
+and ``teacher_overrides`` the CompassMem config whose cached construction gives the labels and
+the held-out score; ``baseline_span`` null: the training labels' mean event length), ``labels`` (teacher | observations),
 ``observations {percentile, embedder}``, ``stage`` (a ``BoundarySegmenter`` or
 ``WindowBoundarySegmenter`` ``_component_`` node), ``optim {lr, weight_decay, epochs, batch_size (sessions), warmup_fraction,
 max_steps}``, ``pos_weight`` (null: unweighted), ``patience`` (epochs).
@@ -47,7 +48,7 @@ from typing import Annotated, Any, Literal
 import torch
 
 from memlab.bounds import PositiveFloat, PositiveInt, Range
-from memlab.config import ConfigError, PipelineConfig, instantiate
+from memlab.config import ConfigError, instantiate
 from memlab.embed import Embedder
 from memlab.stage import Stage
 from memlab.stages.segment import BoundarySegmenter
@@ -57,12 +58,13 @@ from memlab.training import (
     MetricsLog,
     Optimiser,
     encoder_stage,
+    evaluator_node,
     prepare_training,
     record_training,
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import SegmenterEvaluator, TeacherLabels
+from memlab.training.evaluators import pipeline_label
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.observation_boundaries import (
     evaluate_on_observations,
@@ -72,6 +74,7 @@ from memlab.training.observation_boundaries import (
 from memlab.training.segmentation import (
     TEACHER_SOURCE,
     BoundaryLabels,
+    SegmenterEvaluator,
     boundary_label_loss,
     label_f1,
     labelled_positions,
@@ -80,15 +83,7 @@ from memlab.training.segmentation import (
     session_boundaries,
     usable_sessions,
 )
-from memlab.training.teacher import TEACHER_CONFIG
-
-
-@dataclass
-class TeacherSettings:
-    """The CompassMem config whose cached prompted construction gives the boundary labels."""
-
-    config: PipelineConfig = TEACHER_CONFIG
-    overrides: list[str] = field(default_factory=list)
+from memlab.training.teacher import TeacherLabels
 
 
 @dataclass
@@ -103,7 +98,8 @@ class ObservationSettings:
 
 @dataclass
 class Settings(GradientSettings):
-    teacher: TeacherSettings = field(default_factory=TeacherSettings)
+    validation: SegmenterEvaluator = field(default_factory=evaluator_node(
+        "memlab.training.segmentation.SegmenterEvaluator"))
     labels: Literal["teacher", "observations"] = "teacher"
     observations: ObservationSettings = field(default_factory=ObservationSettings)
     stage: BoundarySegmenter = field(default_factory=encoder_stage("memlab.stages.segment.BoundarySegmenter"))
@@ -161,14 +157,14 @@ def setup(config: dict[str, Any]) -> Run:
     settings, parts = start_recipe(config, Settings(recipe="train_event_segmenter"))
     run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
     train, validation, evaluation = parts
-    run.evaluator = SegmenterEvaluator(teacher=settings.teacher.config,
-                                       teacher_overrides=list(settings.teacher.overrides or []))
+    run.evaluator = instantiate(settings.validation)
     run.evaluation, run.evaluation_conversations = teacher_part(run, "evaluation", evaluation), list(evaluation)
     if settings.labels == "teacher":
         teacher_labels(run, train, validation)
     else:
         annotation_labels(run, train, validation, evaluation)
-    run.evaluator.baseline_span = run.baseline_span  # known once the training labels are
+    if run.evaluator.baseline_span is None:  # the training labels' mean, known once they are
+        run.evaluator.baseline_span = run.baseline_span
     run.stage = instantiate(settings.stage)
     run.stage, run.optimizer, run.scheduler, run.accelerator = prepare_training(run.stage, settings, len(run.sessions))
     stage = run.accelerator.unwrap_model(run.stage)
@@ -184,8 +180,7 @@ def teacher_labels(run: Run, train, validation) -> None:
     """Training and validation labels distilled from the prompted segmenter (its cached calls)."""
     training = teacher_part(run, "train", train).sessions
     found = teacher_part(run, "validation", validation).sessions
-    teacher = run.settings.teacher
-    source = f"{TEACHER_SOURCE}; teacher config {teacher.config} {list(teacher.overrides)}"
+    source = f"{TEACHER_SOURCE}; teacher config {pipeline_label(run.evaluator.teacher)} {run.evaluator.teacher_overrides}"
     run.examples = segmentation_examples(training, run.teacher_counts["train"], source)
     kept = usable_sessions(training)
     by_id = {(t.conversation_id, t.session.id): t.session for t in kept}

@@ -18,18 +18,20 @@ Objective: ``ExplorerPolicy.loss``: action cross-entropy, weighted per action by
 plus the relevance, satisfaction and next-node binary cross-entropies. A batch holds the states
 of consecutive questions (questions shuffled), so it shares their texts and encodes fewer.
 
-The memories are built by whatever the ``pipeline`` config holds: the default
+The memories and states come from the ``validation`` evaluator (a ``NavigatorEvaluator`` node):
+its ``pipeline`` builds the memories, whatever that config holds: the default
 (``configs/pipelines/compassmem_trained_construction.yaml``: trained segmenter and relation extractor)
 builds with no LLM call. A pipeline without relation edges gives states without neighbours:
 the next-node head then gets no training signal.
 
 Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress``, ``data {...}`` (as the other
-recipes), ``pipeline`` (config path) and ``pipeline_overrides`` (dotted overrides), ``stage``
-(the ``ExplorerPolicy`` ``_component_`` node), ``supervision {hops, max_states}``, ``optim {lr (encoder),
+recipes), ``validation`` (the ``NavigatorEvaluator`` node: ``pipeline`` and ``pipeline_overrides``,
+``hops`` and ``max_states`` of the simulated states, ``metric`` for early stopping,
+``action_accuracy`` or ``balanced_accuracy``), ``stage`` (the ``ExplorerPolicy`` ``_component_``
+node), ``optim {lr (encoder),
 head_lr (heads), weight_decay, epochs, batch_size (states per step), warmup_fraction, max_steps}``,
-``class_balance``, ``eval_every`` (steps), ``patience`` (evaluations), ``metric`` (validation
-metric for early stopping: ``action_accuracy`` or ``balanced_accuracy``), ``calibrate_next_threshold``
+``class_balance``, ``eval_every`` (steps), ``patience`` (evaluations), ``calibrate_next_threshold``
 (after training, the next-node threshold with the best validation F1 is saved with the policy).
 """
 
@@ -39,58 +41,45 @@ import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import torch
 
 from memlab.bounds import PositiveInt, UnitFloat
-from memlab.config import PipelineConfig, instantiate
+from memlab.config import instantiate
 from memlab.stage import Stage
 from memlab.stages.navigate import ACTIONS, ExplorerPolicy
 from memlab.training import (
+    GradientSettings,
     MetricsLog,
     Optimiser,
-    PipelineSettings,
     encoder_stage,
+    evaluator_node,
     prepare_training,
     record_training,
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import NavigationStates, NavigatorEvaluator
 from memlab.training.loop import Optimisation, fit
-from memlab.training.navigation import row_inputs, row_target
+from memlab.training.navigation import NavigationStates, NavigatorEvaluator, NavigatorMetric, row_inputs, row_target
 
 
 @dataclass
-class NavigationSupervision:
-    """How the evidence labels are simulated (``memlab.training.navigation.navigation_examples``)."""
-
-    hops: PositiveInt = 2
-    max_states: PositiveInt = 24
-
-
-#: The validation metrics early stopping can read.
-Metric = Literal["action_accuracy", "balanced_accuracy"]
-
-
-@dataclass
-class Settings(PipelineSettings):
-    pipeline: PipelineConfig = "configs/pipelines/compassmem_trained_construction.yaml"
+class Settings(GradientSettings):
+    validation: NavigatorEvaluator = field(default_factory=evaluator_node(
+        "memlab.training.navigation.NavigatorEvaluator"))
     stage: ExplorerPolicy = field(default_factory=encoder_stage("memlab.stages.navigate.ExplorerPolicy"))
-    supervision: NavigationSupervision = field(default_factory=NavigationSupervision)
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=5e-4, head_lr=3e-3, epochs=3, batch_size=16))
     class_balance: UnitFloat = 0.5
     eval_every: PositiveInt = 100
     patience: PositiveInt = 3
-    metric: Metric = "action_accuracy"
     #: After training, set the policy's ``next_threshold`` to the one of ``NEXT_THRESHOLDS`` with
     #: the best validation next-node F1 (positive next nodes are a few percent of the neighbours,
     #: so at 0.5 the head names none and EXPAND walks no edge).
     calibrate_next_threshold: bool = False
 
 
-METRICS = get_args(Metric)
+METRICS = get_args(NavigatorMetric)
 #: The next-node thresholds ``calibrate_next_threshold`` tries.
 NEXT_THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 11))
 
@@ -116,9 +105,7 @@ def setup(config: dict[str, Any]) -> Run:
     settings, split = start_recipe(config, Settings(recipe="train_explorer_policy"))
     run = Run(settings=settings, out=Path(settings.output_dir), split=split.ids())
     parts = split._asdict()
-    run.evaluator = NavigatorEvaluator(pipeline=settings.pipeline, pipeline_overrides=list(settings.pipeline_overrides or []),
-                                       hops=settings.supervision.hops,
-                                       max_states=settings.supervision.max_states, metric=settings.metric)
+    run.evaluator = instantiate(settings.validation)
     for part, conversations in parts.items():
         run.datasets[part] = run.evaluator.prepare(conversations)
         if not len(run.datasets[part].examples):

@@ -21,9 +21,11 @@ Objective: ``TrainedGlobalSelector.loss``: binary cross-entropy on select (posit
 
 Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision`` (no/fp16/bf16; ignored on CPU), ``progress``, ``data {...}`` (as the other
-recipes, with ``sessions``: the prefix whose build is cached), ``pipeline`` (config path),
-``pipeline_overrides``, ``stage`` (the ``TrainedGlobalSelector`` ``_component_`` node),
-``supervision {max_share, all_children_share}``, ``optim {lr, head_lr, weight_decay, epochs,
+recipes, with ``sessions``: the prefix whose build is cached), ``validation`` (the
+``GlobalSelectorEvaluator`` node: ``pipeline`` and ``pipeline_overrides``, the replayed Mnemis
+build, and ``max_share``, above which an entity is no target, in the labels and the scores),
+``stage`` (the ``TrainedGlobalSelector`` ``_component_`` node), ``supervision
+{all_children_share}``, ``optim {lr, head_lr, weight_decay, epochs,
 batch_size (calls per step), warmup_fraction, max_steps}``, ``positive_weight``, ``eval_every``
 (steps), ``patience`` (evaluations).
 """
@@ -31,42 +33,50 @@ batch_size (calls per step), warmup_fraction, max_steps}``, ``positive_weight``,
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from memlab.bounds import PositiveFloat, PositiveInt, UnitFloat
-from memlab.config import PipelineConfig, instantiate
+from memlab.config import instantiate
 from memlab.stage import Stage
 from memlab.stages.global_select import TrainedGlobalSelector
 from memlab.training import (
+    GradientSettings,
     MetricsLog,
     Optimiser,
-    PipelineSettings,
     encoder_stage,
+    evaluator_node,
     prepare_training,
     record_training,
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import GlobalSelectorEvaluator, SelectionMemories
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.selection import row_inputs, row_target, score_rows, selection_examples
+from memlab.training.selection import (
+    GlobalSelectorEvaluator,
+    SelectionMemories,
+    row_inputs,
+    row_target,
+    score_rows,
+    selection_examples,
+)
 
 
 @dataclass
 class SelectionSupervision:
-    """How a hierarchy call's evidence labels are made (``memlab.training.selection.selection_examples``)."""
+    """How a hierarchy call's evidence labels are made (``memlab.training.selection.selection_examples``;
+    its ``max_share`` is the evaluator's)."""
 
-    max_share: UnitFloat = 0.5
     all_children_share: UnitFloat = 1.0
 
 
 @dataclass
-class Settings(PipelineSettings):
-    pipeline: PipelineConfig = "configs/pipelines/mnemis_replay.yaml"
+class Settings(GradientSettings):
+    validation: GlobalSelectorEvaluator = field(default_factory=evaluator_node(
+        "memlab.training.selection.GlobalSelectorEvaluator"))
     stage: TrainedGlobalSelector = field(default_factory=encoder_stage("memlab.stages.global_select.TrainedGlobalSelector"))
     supervision: SelectionSupervision = field(default_factory=SelectionSupervision)
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=5e-4, head_lr=3e-3, epochs=20, batch_size=8))
@@ -93,13 +103,12 @@ class Run:
 def setup(config: dict[str, Any]) -> Run:
     settings, parts = start_recipe(config, Settings(recipe="train_global_selector"))
     run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
-    run.evaluator = GlobalSelectorEvaluator(pipeline=settings.pipeline,
-                                            pipeline_overrides=list(settings.pipeline_overrides or []),
-                                            max_share=settings.supervision.max_share)
+    run.evaluator = instantiate(settings.validation)
     for part, conversations in parts._asdict().items():
         run.memories[part] = built = run.evaluator.prepare(conversations)  # refuses a pipeline with no hierarchy
         run.datasets[part] = selection_examples(built.memories, built.conversations, built.pipeline.selection_batch,
-                                                **asdict(settings.supervision))
+                                                max_share=run.evaluator.max_share,
+                                                all_children_share=settings.supervision.all_children_share)
         if not len(run.datasets[part]):
             raise ValueError(f"the {part} conversations {run.split[part]} give no selector call (no question of "
                              "categories 1-4 with evidence): choose other data")

@@ -16,12 +16,13 @@ dominates. Early stopping reads the validation ``metric`` (default ``macro_f1``,
 
 Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
 seed, precision``, ``progress`` (a progress bar), ``data {...}`` (as the other recipes),
-``teacher_config`` (the CompassMem config whose cached prompted construction gives the labels)
-and ``teacher_overrides``, ``keep_failed`` (also sessions whose teacher calls failed),
+``validation`` (the ``RelationEvaluator`` node: ``teacher`` and ``teacher_overrides`` the
+CompassMem config whose cached prompted construction gives the labels, ``keep_failed`` also
+sessions whose teacher calls failed, ``metric`` what early stopping reads: ``macro_f1``,
+``macro_f1_relations`` or ``accuracy``),
 ``stage`` (a ``PairRelationClassifier`` ``_component_`` node), ``optim {lr, head_lr (null:
 lr; the head starts from scratch), weight_decay, epochs, batch_size, warmup_fraction,
-max_steps}``, ``class_weight_power``, ``patience``
-(epochs), ``metric`` (``macro_f1``, ``macro_f1_relations`` or ``accuracy``).
+max_steps}``, ``class_weight_power``, ``patience`` (epochs).
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import torch
 
 from memlab.bounds import NonNegativeFloat, PositiveInt
-from memlab.config import PipelineConfig, instantiate
+from memlab.config import instantiate
 from memlab.stage import Stage
 from memlab.stages.relate import MajorityRelationExtractor, PairRelationClassifier
 from memlab.training import (
@@ -42,34 +43,36 @@ from memlab.training import (
     MetricsLog,
     Optimiser,
     encoder_stage,
+    evaluator_node,
     prepare_training,
     record_training,
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import RelationEvaluator, TeacherLabels
+from memlab.training.evaluators import pipeline_label
 from memlab.training.loop import Optimisation, fit, shuffled_batches
-from memlab.training.relations import class_weights, evaluate_relation_extractor, majority_label, relation_examples
-from memlab.training.teacher import TEACHER_CONFIG
-
-#: The validation metrics early stopping can read.
-Metric = Literal["macro_f1", "macro_f1_relations", "accuracy"]
+from memlab.training.relations import (
+    RelationEvaluator,
+    RelationMetric,
+    class_weights,
+    evaluate_relation_extractor,
+    majority_label,
+    relation_examples,
+)
+from memlab.training.teacher import TeacherLabels
 
 
 @dataclass
 class Settings(GradientSettings):
-    teacher_config: PipelineConfig = TEACHER_CONFIG
-    teacher_overrides: list[str] = field(default_factory=list)
-    keep_failed: bool = False
+    validation: RelationEvaluator = field(default_factory=evaluator_node("memlab.training.relations.RelationEvaluator"))
     stage: PairRelationClassifier = field(default_factory=encoder_stage("memlab.stages.relate.PairRelationClassifier"))
     optim: Optimiser = field(default_factory=lambda: Optimiser(lr=1e-4, epochs=5, batch_size=32))
     class_weight_power: NonNegativeFloat = 0.5
     patience: PositiveInt = 2
-    metric: Metric = "macro_f1"
 
 
-#: The validation scores early stopping can read (``evaluate_relation_extractor``'s).
-METRICS = get_args(Metric)
+#: The validation scores logged (``evaluate_relation_extractor``'s).
+METRICS = get_args(RelationMetric)
 
 
 @dataclass
@@ -104,14 +107,12 @@ def setup(config: dict[str, Any]) -> Run:
     settings, parts = start_recipe(config, Settings(recipe="train_relation_extractor"))
     run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
     train, validation, evaluation = parts
-    run.evaluator = RelationEvaluator(teacher=settings.teacher_config,
-                                      teacher_overrides=list(settings.teacher_overrides or []),
-                                      keep_failed=settings.keep_failed, metric=settings.metric)
+    run.evaluator = instantiate(settings.validation)
     for part, conversations in (("train", train), ("validation", validation), ("evaluation", evaluation)):
         run.labels[part] = part_labels(run, part, conversations)
-    run.examples = relation_examples(run.labels["train"].sessions, keep_failed=settings.keep_failed,
+    run.examples = relation_examples(run.labels["train"].sessions, keep_failed=run.evaluator.keep_failed,
                                      teacher_counts=dict(run.labels["train"].counts),
-                                     teacher_config=settings.teacher_config)
+                                     teacher_config=pipeline_label(run.evaluator.teacher))
     run.stage = instantiate(settings.stage)
     unknown = sorted(set(run.examples["label"]) - set(run.stage.labels))
     if unknown:
@@ -168,7 +169,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     held_out = run.labels["evaluation"]
     train_majority = majority_label(run.examples["label"])
     baseline = evaluate_relation_extractor(MajorityRelationExtractor(train_majority), held_out.sessions,
-                                           keep_failed=run.settings.keep_failed)
+                                           keep_failed=run.evaluator.keep_failed)
     summary.update(
         split=run.split, pairs=len(run.examples), checkpoint=str(run.out), device=str(run.accelerator.device),
         dataset_card=run.examples.info.description,

@@ -9,7 +9,7 @@ explicit loop; validation recall@10 of the MAGMA retrieval after every epoch, ea
 the trained and the initial (Table 6) weights, written next to the checkpoint.
 
 Objective: at every beam step the policy ranks the candidate nodes by cumulative score; where
-a candidate holds gold evidence (``memlab.training.supervision.traversal_targets``), the loss is
+a candidate holds gold evidence (``memlab.training.traversal.traversal_targets``), the loss is
 the negative log of the softmax mass (over log-scores) of the evidence candidates, which
 pushes evidence nodes up the beam. Anchors are fixed inputs (they come from retrieval).
 
@@ -19,8 +19,9 @@ temporal and semantic edge spaces only and training needs no LLM. The weights of
 absent from the graphs receive no gradient and keep their initial values.
 
 Config keys (their types, ranges and defaults in ``Settings``): ``recipe, output_dir,
-seed``, ``progress`` (a progress bar), ``data {...}`` (as the other recipes), ``pipeline``
-(config path) and ``pipeline_overrides`` (dotted overrides), ``stage`` (the ``TraversalPolicy``
+seed``, ``progress`` (a progress bar), ``data {...}`` (as the other recipes), ``validation``
+(the ``SlotRecallEvaluator`` node: ``pipeline`` and ``pipeline_overrides`` build the MAGMA
+memories trained and scored on, ``slot`` the traverser's), ``stage`` (the ``TraversalPolicy``
 ``_component_`` node, ``trainable: true``), ``optim {lr (Adam), epochs}``, ``patience`` (epochs).
 Early stopping reads the validation recall@10. The policy is a handful of scalars trained on
 the CPU: no accelerator, no ``precision``.
@@ -38,12 +39,19 @@ from tqdm import tqdm
 
 from memlab.bounds import PositiveFloat, PositiveInt
 from memlab.clock import active_seconds
-from memlab.config import PipelineConfig, instantiate
+from memlab.config import instantiate
 from memlab.stage import Stage
 from memlab.stages.traverse import TraversalPolicy, TraverseIn
-from memlab.training import ConversationSettings, EarlyStopping, MetricsLog, record_training, start_recipe
-from memlab.training.evaluators import RetrievalPairs, SlotRecallEvaluator
-from memlab.training.supervision import evaluable_questions, magma_event_units, traversal_targets
+from memlab.training import (
+    ConversationSettings,
+    EarlyStopping,
+    MetricsLog,
+    evaluator_node,
+    record_training,
+    start_recipe,
+)
+from memlab.training.supervision import evaluable_questions
+from memlab.training.traversal import RetrievalPairs, SlotRecallEvaluator, magma_event_units, traversal_targets
 
 
 @dataclass
@@ -57,8 +65,10 @@ class PolicyOptimiser:
 @dataclass
 class Settings(ConversationSettings):
     progress: bool = True
-    pipeline: PipelineConfig = "configs/pipelines/magma.yaml"
-    pipeline_overrides: list[str] = field(default_factory=lambda: ["event_extractor=null", "consolidator=null"])
+    #: MAGMA's temporal and semantic edges only (no LLM): the memories trained and scored on.
+    validation: SlotRecallEvaluator = field(default_factory=evaluator_node(
+        "memlab.training.traversal.SlotRecallEvaluator", pipeline="configs/pipelines/magma.yaml",
+        pipeline_overrides=["event_extractor=null", "consolidator=null"], slot="traverser", ks=[10], baseline=False))
     stage: TraversalPolicy = field(default_factory=lambda: {"_component_": "memlab.stages.traverse.TraversalPolicy",
                                                             "trainable": True})
     optim: PolicyOptimiser = field(default_factory=PolicyOptimiser)
@@ -94,8 +104,7 @@ def setup(config: dict[str, Any]) -> Run:
     settings, parts = start_recipe(config, Settings(recipe="train_traversal_policy"))
     run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
     train, validation, evaluation = parts
-    run.evaluator = SlotRecallEvaluator(pipeline=settings.pipeline, pipeline_overrides=list(settings.pipeline_overrides or []),
-                                        slot="traverser", ks=[10], baseline=False)
+    run.evaluator = instantiate(settings.validation)
     run.pipeline = run.evaluator.pipeline_named("pipeline")  # the one the evaluator scores with
     for conversation in train:
         memory = run.pipeline.build(conversation.history())

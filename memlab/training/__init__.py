@@ -1,19 +1,19 @@
 """Training memlab's trainable stages: what sits above the pipelines because it drives them.
 
-* ``memlab.training.supervision``: labelled data sets derived from LoCoMo-format
-  conversations, split by conversation (it builds memories and runs stages to derive them);
+* ``memlab.training.supervision``: what every family's supervision shares (the split by
+  conversation, the questions with evidence, the carded data set);
 * ``memlab.training.recipes``: the kit the flat recipes in ``train/`` share, and how
   ``memlab train`` finds and runs them (re-exported here); ``memlab.training.loop``: the
   optimisation loop of the gradient recipes (batches, steps, validation, early stopping);
-* ``memlab.training.evaluators``: one evaluator per trainable family (a component a recipe
-  validates with and records, ``memlab evaluate-stage`` rebuilds); ``memlab.training.stage_eval``
-  the reranker and router scores they compute; ``memlab.training.comparison``: stages compared
-  under one evaluator, leave-one-conversation-out as an option (``memlab compare-stages``);
-* ``memlab.training.teacher``: CompassMem's prompted construction replayed from the response
-  cache (the teacher labels), and from it ``memlab.training.segmentation`` (event boundaries)
-  and ``memlab.training.relations`` (event-pair relations); ``memlab.training.navigation``:
-  the explorer policy's evidence labels on built event memories; ``memlab.training.selection``:
-  Mnemis's System-2 selector's evidence labels on built hierarchies, and its evaluation.
+* ``memlab.training.evaluators``: the evaluator contract (a component a recipe validates with
+  and records, ``memlab evaluate-stage`` rebuilds); ``memlab.training.comparison``: stages
+  compared under one evaluator, leave-one-conversation-out as an option (``memlab compare-stages``);
+* one module per trainable family, holding its supervision, its scores and its evaluator:
+  ``rerank`` (and the trained retriever's ``retrieve``), ``route``, ``traversal``, ``distill``,
+  ``segmentation`` and ``relations`` (from ``teacher``: CompassMem's prompted construction
+  replayed from the response cache), ``navigation`` (the explorer policy's evidence labels on
+  built event memories), ``selection`` (Mnemis's System-2 selector on built hierarchies),
+  ``fusion`` and ``answering``.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from memlab.training.recipes import (
     GradientSettings,
     MetricsLog,
     Optimiser,
-    PipelineSettings,
     Recipe,
     RecipeSettings,
     adamw,
     encoder_stage,
+    evaluator_node,
     linear_schedule,
     load_recipe,
     load_recipe_config,
@@ -58,11 +58,11 @@ __all__ = [
     "GradientSettings",
     "MetricsLog",
     "Optimiser",
-    "PipelineSettings",
     "Recipe",
     "RecipeSettings",
     "adamw",
     "encoder_stage",
+    "evaluator_node",
     "linear_schedule",
     "training_conversations",
     "load_recipe",

@@ -5,7 +5,8 @@ A build's fusion step asks its fuser about (new event, existing event) pairs; ``
 stands in the fuser slot of a teacher pipeline (typically the prompted F.1 coreference call
 replayed from the response cache) and keeps every pair and reply, unchanged. ``outcome`` reads a
 reply as the pipeline does (merge, a relation edge, or no link); ``fusion_scores`` compares a
-candidate fuser's outcomes on the same pairs with the teacher's. ``eval/compare_fusers.py`` runs it.
+candidate fuser's outcomes on the same pairs with the teacher's. ``FuserEvaluator`` is the two as the
+family's evaluator: ``memlab compare-stages configs/compare/fusers.yaml`` runs it.
 
 ``links_against_observations`` asks of a built memory whether the events its fusion links across
 sessions are about the same thing by LoCoMo's observations: every event after the first session
@@ -19,17 +20,23 @@ on either side are counted apart. ``eval/fusion_vs_observations.py`` runs it.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Any
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
+from memlab.config import PipelineConfig
 from memlab.embed.similarity import cross_group_percentile, unit_rows
 from memlab.memory.structure import session_of
 from memlab.pipelines.compassmem.pipeline import fusion_outcome
 from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
+from memlab.training.evaluators import StageEvaluator, pipeline_label
 from memlab.training.observation_boundaries import without_names
 from memlab.training.relations import macro_f1
+from memlab.training.teacher import TEACHER_CONFIG
+from memlab.types import Conversation
 
 #: What a fusion step can do with a (new, existing) event pair.
 OUTCOMES = ("merge", "link", "none")
@@ -64,6 +71,66 @@ def fusion_scores(gold: list[str], predicted: list[str]) -> dict[str, float | No
             "macro_f1": macro_f1(gold, predicted, OUTCOMES),
             "link_agreement": sum(g == p for g, p in zip(*linked)) / len(gold),
             "link_f1": 2 * tp / (sum(linked[0]) + sum(linked[1])) if sum(linked[0]) + sum(linked[1]) else 0.0}
+
+
+@dataclass(frozen=True)
+class FusionPairs:
+    """Every (new, existing) pair the teacher's builds asked, with the teacher's reply, and the
+    outcome the teacher's pipeline read from it."""
+
+    asked: tuple[tuple[FuseIn, FuseOut], ...]
+    outcomes: tuple[str, ...]
+    merge_threshold: float
+
+
+@dataclass
+class FuserEvaluator(StageEvaluator[FusionPairs]):
+    """Agreement of a fuser with the teacher's (``teacher``: a CompassMem config, by default the
+    prompted F.1 coreference call replayed from the response cache) on the pairs the teacher's
+    builds ask (``fusion_scores``), against the majority-outcome baseline. The candidate sees the
+    teacher's events, so the score is the fusion decision alone, not the segmentation before it.
+    Scoring no stage (None) gives the baseline alone."""
+
+    family: ClassVar[type] = EventFuser
+    configs: ClassVar[dict[str, str]] = {"teacher": "teacher_overrides"}
+
+    metric: str = "macro_f1"
+    teacher: PipelineConfig = TEACHER_CONFIG
+    teacher_overrides: list[str] = field(default_factory=list)
+
+    def prepare(self, conversations: Sequence[Conversation]) -> FusionPairs:
+        """The teacher's pairs; a ValueError when its builds ask none (one session each)."""
+        teacher = self.pipeline_named("teacher")
+        teacher.eval()
+        recorder = RecordingFuser(teacher.fuser)
+        configured = teacher.replace("fuser", recorder)
+        try:
+            for conversation in conversations:
+                teacher.build(conversation.history())
+        finally:
+            teacher.replace("fuser", configured)
+        if not recorder.asked:
+            raise ValueError(f"{[c.id for c in conversations]}: the builds of {pipeline_label(self.teacher)} asked "
+                             "no fusion pair (one session each?)")
+        return FusionPairs(tuple(recorder.asked), tuple(outcome(out, item, teacher.merge_threshold)
+                                                        for item, out in recorder.asked), teacher.merge_threshold)
+
+    def score(self, stage: Any, prepared: FusionPairs) -> dict[str, Any]:
+        gold = list(prepared.outcomes)
+        majority = Counter(gold).most_common(1)[0][0]
+        result: dict[str, Any] = {"pairs": len(gold), "teacher": dict(Counter(gold)),
+                                  "teacher_failed": sum(out.error is not None for _, out in prepared.asked),
+                                  "majority": majority, "majority_scores": fusion_scores(gold, [majority] * len(gold)),
+                                  "teacher_pipeline": pipeline_label(self.teacher)}
+        if stage is not None:
+            pairs = [item for item, _ in prepared.asked]
+            predicted = [outcome(out, item, prepared.merge_threshold) for item, out in zip(pairs, stage(pairs))]
+            result.update(fusion_scores(gold, predicted), candidate=dict(Counter(predicted)))
+        return result
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        scores = result if "macro_f1" in result else result["majority_scores"]  # no stage: the baseline
+        return {k: (scores[k], result["pairs"]) for k in ("accuracy", "macro_f1", "link_agreement", "link_f1")}
 
 
 def observation_vectors(conversation, embedder) -> tuple[dict[str, list[int]], np.ndarray, list[str]]:

@@ -35,16 +35,20 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import datasets
 
+from memlab.bounds import PositiveInt
 from memlab.clock import active_seconds
+from memlab.config import PipelineConfig
 from memlab.pipelines.compassmem.memory import RELATION, EventMemory
 from memlab.stages.event_view import EventView
 from memlab.stages.navigate import ACTIONS, ExplorerTarget, NavigateIn, Navigator, Neighbour
-from memlab.training.supervision import _dataset, evaluable_questions, ratio
+from memlab.training.evaluators import StageEvaluator, pipeline_label
+from memlab.training.supervision import dataset_with_card, evaluable_questions, ratio
 from memlab.types import Conversation, Question
 
 _VIEW = {"key": datasets.Value("string"), "summary": datasets.Value("string"),
@@ -202,7 +206,7 @@ LLM calls); its satisfaction target is set when the node holds evidence.
 Conversations: {[c.id for c in conversations]}. Questions used: {counts["questions"]}; skipped because no event holds
 their evidence: {counts["no_held_evidence"]}. States: {len(rows)}; actions: {dict(sorted(actions.items()))};
 neighbours: {neighbours}, of which positive next nodes: {positives}."""
-    return _dataset(rows, NAVIGATION_FEATURES, card)
+    return dataset_with_card(rows, NAVIGATION_FEATURES, card)
 
 
 # -- evaluation --------------------------------------------------------------------------------
@@ -275,3 +279,48 @@ def reach_summary(rows: list[dict]) -> dict[str, float | int]:
             "only_edges": sum(r["edges"] and not r["dense"] for r in rows),
             "only_dense": sum(r["dense"] and not r["edges"] for r in rows),
             "mean_added": round(sum(r["added"] for r in rows) / n, 2) if n else 0}
+
+
+@dataclass(frozen=True)
+class NavigationStates:
+    """The evidence-labelled navigation states of the built memories (``navigation_examples``)."""
+
+    examples: Any
+
+
+#: The figures of a ``NavigatorEvaluator`` result early stopping can read.
+NavigatorMetric = Literal["action_accuracy", "balanced_accuracy"]
+
+
+@dataclass
+class NavigatorEvaluator(StageEvaluator[NavigationStates]):
+    """Action and next-node scores of an explorer policy on the evidence-labelled navigation
+    states of the memories ``pipeline`` builds (``evaluate_explorer_policy``). The build calls
+    whatever LM that config's construction stages use (the default builds without one)."""
+
+    family: ClassVar[type] = Navigator
+    configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
+
+    metric: NavigatorMetric = "action_accuracy"
+    pipeline: PipelineConfig = "configs/pipelines/compassmem_trained_construction.yaml"
+    pipeline_overrides: list[str] = field(default_factory=list)
+    #: How the evidence labels are simulated (``navigation_examples``): breadth over relation
+    #: edges from the start nodes, and the most states a question gives.
+    hops: PositiveInt = 2
+    max_states: PositiveInt = 24
+    #: The majority-action baseline's action (None: the scored states' own majority, an upper
+    #: bound; a recipe records its training states' majority).
+    majority: str | None = None
+
+    def prepare(self, conversations: Sequence[Conversation]) -> NavigationStates:
+        pipeline = self.pipeline_named("pipeline")
+        memories = {c.id: pipeline.build(c.history()) for c in conversations}
+        return NavigationStates(navigation_examples(memories, conversations, top_k=pipeline.top_k, hops=self.hops,
+                                                    max_states=self.max_states, max_next=pipeline.max_next))
+
+    def score(self, stage: Any, prepared: NavigationStates) -> dict[str, Any]:
+        return {**evaluate_explorer_policy(stage, prepared.examples, majority=self.majority),
+                "pipeline": pipeline_label(self.pipeline)}
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        return {k: (result[k], result["states"]) for k in ("action_accuracy", "balanced_accuracy")}

@@ -10,8 +10,8 @@ module holds only the pieces that would otherwise be copied into each script:
   annotations and defaults), checked by the config validator like any component node (each
   recipe's ``setup`` calls it, so a config given as a dict is checked too), returned as that
   dataclass, so a recipe reads ``settings.optim.lr``, typed; ``RecipeSettings``,
-  ``ConversationSettings``, ``GradientSettings``, ``PipelineSettings``, ``DataSettings``,
-  ``Optimiser`` and ``encoder_stage`` are the parts recipes share;
+  ``ConversationSettings``, ``GradientSettings``, ``DataSettings``,
+  ``Optimiser``, ``encoder_stage`` and ``evaluator_node`` are the parts recipes share;
 * ``start_recipe``: a recipe's first step (settings, seed, its ``ConversationSplit``);
 * ``seed_everything``: one seed for python, numpy and torch (CPU and GPU);
 * ``make_accelerator``: accelerate's ``Accelerator`` for device and precision, so the same
@@ -25,6 +25,7 @@ module holds only the pieces that would otherwise be copied into each script:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import importlib.util
@@ -42,7 +43,7 @@ import torch
 
 from memlab.bounds import NonNegativeFloat, PositiveFloat, PositiveInt, UnitFloat
 from memlab.clock import active_seconds
-from memlab.config import ConfigError, PipelineConfig, load_config, validate_settings
+from memlab.config import ConfigError, load_config, validate_settings
 from memlab.fileio import write_json_atomic
 
 if TYPE_CHECKING:
@@ -293,6 +294,15 @@ def encoder_stage(component: str) -> Callable[[], dict[str, Any]]:
     return lambda: {"_component_": component, "encoder": {"_component_": "memlab.stages.encoder.TextEncoder"}}
 
 
+def evaluator_node(component: str, **settings: Any) -> Callable[[], dict[str, Any]]:
+    """The default of a recipe's ``validation`` (a ``field`` default_factory): a node of its
+    family's evaluator ``component`` with the recipe's own defaults. A config's ``validation:``
+    node replaces it; the recipe builds it (``instantiate``), validates, early-stops and scores
+    the held-out part with it, takes its first stage or teacher from it, and records it
+    (``record_training``)."""
+    return lambda: {"_component_": component, **copy.deepcopy(settings)}
+
+
 @dataclass
 class Optimiser:
     """``optim`` of a gradient recipe (``prepare_training``): AdamW (``adamw``; ``head_lr`` for a
@@ -316,15 +326,6 @@ class GradientSettings(ConversationSettings):
     optim: Optimiser = field(default_factory=Optimiser)
     precision: Literal["no", "fp16", "bf16"] = "no"
     progress: bool = True
-
-
-@dataclass
-class PipelineSettings(GradientSettings):
-    """A gradient recipe whose examples and evaluation come from the memories (or the first stage)
-    of a pipeline config: ``pipeline`` + dotted ``pipeline_overrides``."""
-
-    pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
-    pipeline_overrides: list[str] = field(default_factory=list)
 
 
 class ConversationSplit(NamedTuple):

@@ -23,12 +23,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 import datasets
 import torch
 
 from memlab.clock import active_seconds
+from memlab.config import PipelineConfig
 from memlab.pipelines.compassmem.memory import event_view
 from memlab.pipelines.compassmem.pipeline import relate_input
 from memlab.stages.event_view import EventView
@@ -36,15 +38,15 @@ from memlab.stages.relate import (
     NO_RELATION,
     PAIR_LABELS,
     Relation,
+    RelationExtractor,
     canonical_pairs,
     canonical_relation,
     event_text,
 )
-from memlab.training.supervision import _dataset
-from memlab.training.teacher import TEACHER_CONFIG, TeacherSession
-
-if TYPE_CHECKING:
-    from memlab.stages.relate import RelationExtractor
+from memlab.training.evaluators import StageEvaluator, pipeline_label
+from memlab.training.supervision import dataset_with_card
+from memlab.training.teacher import TEACHER_CONFIG, TeacherLabels, TeacherSession, teacher_labels
+from memlab.types import Conversation
 
 RELATION_FEATURES = datasets.Features({
     "conversation_id": datasets.Value("string"),
@@ -122,7 +124,7 @@ Conversations: {sorted({s.conversation_id for s in kept})}.
 Sessions used: {len(kept)} of the {len(teacher_sessions)} replayed (keep_failed={keep_failed}); skipped here: {dict(skipped)};
 the teacher replay's counts (not_cached: skipped there): {dict(teacher_counts or {})}. Pairs: {len(rows)}.
 {_COUNTS_LINE}{json.dumps({label: counts[label] for label in PAIR_LABELS if counts[label]})}"""
-    return _dataset(rows, RELATION_FEATURES, card)
+    return dataset_with_card(rows, RELATION_FEATURES, card)
 
 
 def label_counts(dataset: datasets.Dataset) -> dict[str, int]:
@@ -203,3 +205,39 @@ def evaluate_relation_extractor(extractor: "RelationExtractor", teacher_sessions
         "predicted": {label: n for label in PAIR_LABELS if (n := predicted.count(label))},
         "seconds_per_session": round(seconds / len(kept), 3),
     }
+
+
+#: The figures of a ``RelationEvaluator`` result early stopping can read.
+RelationMetric = Literal["macro_f1", "macro_f1_relations", "accuracy"]
+
+
+@dataclass
+class RelationEvaluator(StageEvaluator[TeacherLabels]):
+    """Pair labels against the prompted CompassMem relation extractor (the teacher) on every
+    canonical event pair of the cached sessions (``evaluate_relation_extractor``)."""
+
+    family: ClassVar[type] = RelationExtractor
+    configs: ClassVar[dict[str, str]] = {"teacher": "teacher_overrides"}
+
+    metric: RelationMetric = "macro_f1"
+    teacher: PipelineConfig = TEACHER_CONFIG
+    teacher_overrides: list[str] = field(default_factory=list)
+    keep_failed: bool = False
+
+    def prepare(self, conversations: Sequence[Conversation]) -> TeacherLabels:
+        """The teacher's sessions; a ValueError when none has two events (and, unless
+        ``keep_failed``, no failed call): no pair to score."""
+        labels = teacher_labels(self, conversations)
+        if not any(len(s.events) >= 2 and (self.keep_failed or not s.failed) for s in labels.sessions):
+            raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(labels.counts)}; "
+                             f"of {len(labels.sessions)} replayed, none has two events"
+                             f"{'' if self.keep_failed else ' and no failed call'}): run the prompted build of "
+                             f"{pipeline_label(self.teacher)} on them first")
+        return labels
+
+    def score(self, stage: Any, prepared: TeacherLabels) -> dict[str, Any]:
+        return {**evaluate_relation_extractor(stage, prepared.sessions, self.keep_failed),
+                "teacher": dict(prepared.counts), "keep_failed": self.keep_failed}
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        return {k: (result[k], result["pairs"]) for k in ("accuracy", "macro_f1", "macro_f1_relations")}

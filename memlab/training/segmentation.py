@@ -31,19 +31,22 @@ against them; on gaps of one position the two are the masked cross-entropy and `
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import datasets
 import torch
 import torch.nn.functional as F
 
+from memlab.bounds import PositiveInt
 from memlab.clock import active_seconds
-from memlab.stages.segment import FixedSpanSegmenter, SegmentIn
-from memlab.types import MemoryUnit, Session
+from memlab.config import PipelineConfig
+from memlab.stages.segment import FixedSpanSegmenter, Segmenter, SegmentIn
+from memlab.training.evaluators import StageEvaluator, pipeline_label
+from memlab.training.teacher import TeacherLabels, teacher_labels
+from memlab.types import Conversation, MemoryUnit, Session
 
 if TYPE_CHECKING:
-    from memlab.stages.segment import Segmenter
     from memlab.training.teacher import TeacherSession
 
 #: Where the labels come from, for the dataset card (a recipe names its own teacher config).
@@ -299,3 +302,33 @@ def evaluate_segmenter(segmenter: "Segmenter", teachers: Sequence["TeacherSessio
                      **boundary_f1(segmenter_boundaries(FixedSpanSegmenter(span=span), teachers), gold, positions)},
         "labels": "teacher (distilled prompted segmenter); LoCoMo annotations not used",
     }
+
+
+@dataclass
+class SegmenterEvaluator(StageEvaluator[TeacherLabels]):
+    """Boundary F1 against the prompted CompassMem segmenter (the teacher, ``teacher``: a config
+    whose construction LMs replay the response cache) on the sessions whose construction the
+    cache holds (``evaluate_segmenter``), with span baselines."""
+
+    family: ClassVar[type] = Segmenter
+    configs: ClassVar[dict[str, str]] = {"teacher": "teacher_overrides"}
+    metric: str = "f1"
+    teacher: PipelineConfig = "configs/pipelines/compassmem_teacher.yaml"
+    teacher_overrides: list[str] = field(default_factory=list)
+    #: The fixed-span baseline's span (None: the teacher's mean event length on these sessions;
+    #: a recipe records its training sessions' mean).
+    baseline_span: PositiveInt | None = None
+
+    def prepare(self, conversations: Sequence[Conversation]) -> TeacherLabels:
+        """The teacher's sessions; a ValueError when none has a labelled position."""
+        labels = teacher_labels(self, conversations)
+        if not usable_sessions(labels.sessions):
+            raise ValueError(f"no cached teacher session for {[c.id for c in conversations]} ({dict(labels.counts)}): "
+                             f"run the prompted build of {pipeline_label(self.teacher)} on them first")
+        return labels
+
+    def score(self, stage: Any, prepared: TeacherLabels) -> dict[str, Any]:
+        return {**evaluate_segmenter(stage, prepared.sessions, self.baseline_span), "teacher": dict(prepared.counts)}
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        return {k: (result[k], result["labelled_positions"]) for k in ("precision", "recall", "f1")}

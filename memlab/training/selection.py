@@ -32,17 +32,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import datasets
 
+from memlab.bounds import UnitFloat
 from memlab.clock import active_seconds
-from memlab.config import ConfigError
+from memlab.config import ConfigError, PipelineConfig
 from memlab.lm.cache_only import CacheMissError, live_stages
 from memlab.pipelines.mnemis.memory import CATEGORY, MnemisMemory
 from memlab.pipelines.mnemis.search import global_selection
 from memlab.stages.global_select import GlobalSelectIn, GlobalSelector, HierarchyNode, SelectionTarget
-from memlab.training.supervision import _dataset, evaluable_questions, ratio
+from memlab.training.evaluators import StageEvaluator, pipeline_label
+from memlab.training.supervision import dataset_with_card, evaluable_questions, ratio
 from memlab.types import Conversation, Question
 
 _NODE = {"key": datasets.Value("string"), "name": datasets.Value("string"),
@@ -162,7 +165,7 @@ of the episodes; a category when an entity below it is; take-all when at least {
 are positive.
 Conversations: {[c.id for c in conversations]}. Questions: {counts["questions"]}; with no positive entity:
 {counts["no_positive_entity"]}. Calls: {len(rows)}; nodes: {nodes}, of which selected: {selected}."""
-    return _dataset(rows, SELECTION_FEATURES, card)
+    return dataset_with_card(rows, SELECTION_FEATURES, card)
 
 
 def vars_of(node: HierarchyNode) -> dict[str, Any]:
@@ -241,3 +244,45 @@ def evaluate_global_selector(selector: GlobalSelector, memories: Mapping[str, Mn
         "failed_calls": totals["errors"],
         "seconds_per_question": seconds / n,
     }
+
+
+@dataclass(frozen=True)
+class SelectionMemories:
+    """Each conversation's Mnemis memory (by id), the conversations, and the pipeline that built them."""
+
+    memories: Mapping[str, Any]
+    conversations: tuple[Conversation, ...]
+    pipeline: Any
+
+
+@dataclass
+class GlobalSelectorEvaluator(StageEvaluator[SelectionMemories]):
+    """System-2 descents scored against evidence on the memories of the Mnemis ``pipeline``,
+    its build replayed from the response cache (``evaluate_global_selector``). Scoring no stage
+    (None) scores the pipeline's own selector (the prompted one: its calls go to its LM)."""
+
+    family: ClassVar[type] = GlobalSelector
+    configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
+
+    metric: str = "evidence_episode_recall"
+    pipeline: PipelineConfig = "configs/pipelines/mnemis_replay.yaml"
+    pipeline_overrides: list[str] = field(default_factory=list)
+    max_share: UnitFloat = 0.5
+
+    def prepare(self, conversations: Sequence[Conversation]) -> SelectionMemories:
+        pipeline = self.pipeline_named("pipeline")
+        if pipeline.categorizer is None:
+            raise ValueError(f"{pipeline_label(self.pipeline)}: builds no hierarchy (system2: false): nothing to select from")
+        return SelectionMemories(build_memories(pipeline, conversations, pipeline_label(self.pipeline)),
+                                 tuple(conversations), pipeline)
+
+    def score(self, stage: Any, prepared: SelectionMemories) -> dict[str, Any]:
+        pipeline = prepared.pipeline
+        selector = pipeline.global_selector if stage is None else stage
+        return {**evaluate_global_selector(selector, prepared.memories, prepared.conversations,
+                                           pipeline.selection_batch, self.max_share),
+                "pipeline": pipeline_label(self.pipeline), "selector": type(selector).__name__}
+
+    def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:
+        keys = ("evidence_episode_recall", "entity_recall", "entity_precision", "episode_share_per_question")
+        return {k: (result[k], result["questions"]) for k in keys}

@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from memlab.config import ConfigError, build_pipeline
 from memlab.lm.cache_only import CacheMissError, live_stages
 from memlab.stages.relate import Relation
 from memlab.stages.segment import SegmentIn
 from memlab.types import Conversation, MemoryUnit, Session
+
+if TYPE_CHECKING:
+    from memlab.training.evaluators import StageEvaluator
 
 #: The config whose prompted construction the labels come from, replayed from the response cache.
 TEACHER_CONFIG = "configs/pipelines/compassmem_teacher.yaml"
@@ -88,3 +92,18 @@ def teacher_sessions(conversations: Sequence[Conversation], config: str | os.Pat
             counts["relations_failed"] += teacher.relations_failed
             found.append(teacher)
     return found, counts
+
+
+@dataclass(frozen=True)
+class TeacherLabels:
+    """The prompted teacher's replayed construction of each session (failed calls included) and
+    the counts of what the replay skipped (``teacher_sessions``)."""
+
+    sessions: tuple[TeacherSession, ...]
+    counts: Mapping[str, int]
+
+
+def teacher_labels(evaluator: StageEvaluator, conversations: Sequence[Conversation]) -> TeacherLabels:
+    """The teacher sessions of ``conversations`` that ``evaluator``'s ``teacher`` pipeline replays."""
+    found, counts = teacher_sessions(conversations, pipeline=evaluator.pipeline_named("teacher"))
+    return TeacherLabels(tuple(found), dict(counts))

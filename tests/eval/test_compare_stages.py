@@ -58,7 +58,7 @@ def test_first_stages_are_compared_under_one_evaluator(tmp_path, capsys):
     config = tmp_path / "retrieval.yaml"
     config.write_text(f"""# first stages
 evaluator:
-  _component_: memlab.training.evaluators.RerankerEvaluator
+  _component_: memlab.training.rerank.RerankerEvaluator
   pipeline: {REPO / "configs/pipelines/rag_turns.yaml"}
   depth: 50
   ks: [1, 5, 10, 20, 50]
@@ -99,7 +99,7 @@ def test_leave_one_out_trains_a_fold_per_conversation_and_scores_each_with_its_o
     data = three_conversations(tmp_path)
     config = tmp_path / "routers.yaml"
     config.write_text(f"""# routers, leave-one-out
-evaluator: {{_component_: memlab.training.evaluators.RouterEvaluator}}
+evaluator: {{_component_: memlab.training.route.RouterEvaluator}}
 loco:
   trainings:
     - recipe: fit_tfidf_router

@@ -13,7 +13,7 @@ from memlab.lm.cache import ResponseCache
 from memlab.lm.types import ChatRequest, Completion
 from memlab.training import run_recipe
 from memlab.training.causal_lm import mean_completion_loss, tokenize_pair
-from memlab.training.supervision import conversation_texts, distillation_dropped
+from memlab.training.distill import conversation_texts, distillation_dropped
 
 SAMPLE = SAMPLE_PATH
 

@@ -157,7 +157,7 @@ def test_router_refuses_data_it_cannot_train_or_select_on(three_conversations, t
     with pytest.raises(ValueError, match=r"validation conversations \['tiny-b'\] have no question of categories 1-4"):
         recipe.setup({**base, "data": {**tiny_data(three_conversations), "path": str(no_accuracy)}})
     with pytest.raises(ConfigError, match="metric='f1' must be one of 'accuracy', 'accuracy_5way'"):
-        recipe.setup({**base, "metric": "f1"})
+        recipe.setup({**base, "validation": {"_component_": "memlab.training.route.RouterEvaluator", "metric": "f1"}})
 
 
 def test_traversal_policy_refuses_zero_epochs_and_an_empty_recall(tmp_path):
@@ -171,7 +171,7 @@ def test_traversal_policy_refuses_zero_epochs_and_an_empty_recall(tmp_path):
 
     from types import SimpleNamespace
 
-    from memlab.training.evaluators import RetrievalPairs, SlotRecallEvaluator
+    from memlab.training.traversal import RetrievalPairs, SlotRecallEvaluator
 
     run = SimpleNamespace(evaluator=SlotRecallEvaluator(slot="traverser", ks=[10], baseline=False))
     with pytest.raises(ValueError, match="none of the 0 questions has gold evidence"):
@@ -219,7 +219,8 @@ def test_reranker_recipe(three_conversations, tmp_path):
     batch = run.groups[:2]
     first, after = fixed_batch_loss_drops(lambda: recipe.group_loss(stage, batch), run.optimizer)
     assert after < first
-    dense = recipe.setup({**config, "pipeline_overrides": ["retrieval=dense"]})  # the first stage of rag_turns_gemma / _best
+    dense = recipe.setup({**config, "validation": {**config["validation"], "pipeline_overrides": ["retrieval=dense"]}})
+    assert dense.evaluator.first_stage().retrieval == "dense"  # the first stage of rag_turns_gemma / _best
     assert dense.groups and dense.validation and dense.evaluation
 
     # The final fit: every conversation, the configured length, the last step kept, no held-out score.
@@ -267,7 +268,7 @@ def test_tfidf_router_recipe(three_conversations, tmp_path):
     assert type(loaded).__name__ == "TfidfRouter" and loaded.trained_on == {"tiny-a", "tiny-b"}
     # fitted on its own training questions, it labels them better than chance
     from memlab.training import recipe_conversations
-    from memlab.training.stage_eval import evaluate_router
+    from memlab.training.route import evaluate_router
 
     train, validation, _ = recipe_conversations(DataSettings(**config["data"]))
     assert evaluate_router(loaded, train + validation)["accuracy"] > 0.5

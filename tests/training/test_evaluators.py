@@ -12,18 +12,16 @@ from memlab.data import load_sample
 from memlab.stages.encoder import TextEncoder
 from memlab.stages.rerank import CrossEncoderReranker
 from memlab.stages.route.rules import RuleRouter
-from memlab.training.evaluators import (
-    GlobalSelectorEvaluator,
-    NavigatorEvaluator,
-    RelationEvaluator,
-    RerankerEvaluator,
-    RetrieverEvaluator,
-    RouterEvaluator,
-    SegmenterEvaluator,
-    SlotRecallEvaluator,
-    StageEvaluator,
-)
+from memlab.training.evaluators import StageEvaluator
+from memlab.training.navigation import NavigatorEvaluator
+from memlab.training.relations import RelationEvaluator
+from memlab.training.rerank import RerankerEvaluator
+from memlab.training.retrieve import RetrieverEvaluator
+from memlab.training.route import RouterEvaluator
+from memlab.training.segmentation import SegmenterEvaluator
+from memlab.training.selection import GlobalSelectorEvaluator
 from memlab.training.supervision import evaluable_questions
+from memlab.training.traversal import SlotRecallEvaluator
 
 REPO = Path(__file__).resolve().parents[2]
 RAG_TURNS = str(REPO / "configs/pipelines/rag_turns.yaml")
@@ -60,7 +58,7 @@ def test_a_recorded_evaluator_keeps_its_pipeline_when_the_file_changes(tmp_path)
 
 def test_a_pipeline_node_in_an_evaluator_is_validated_with_it_and_never_built():
     pipeline = load_config(RAG_TURNS)
-    evaluator = instantiate({"_component_": "memlab.training.evaluators.RerankerEvaluator", "pipeline": pipeline})
+    evaluator = instantiate({"_component_": "memlab.training.rerank.RerankerEvaluator", "pipeline": pipeline})
     assert evaluator.pipeline == pipeline  # the node itself, for the evaluator to build when it prepares
     with pytest.raises(ConfigError, match=r"invalid config: pipeline.top_kk: memlab.pipelines.rag.RAG has no argument"):
         validate({**evaluator.node(), "pipeline": {**pipeline, "top_kk": 3}})
@@ -93,7 +91,7 @@ def test_the_primary_metric_is_read_from_a_result_by_its_dotted_name():
 def test_prepared_data_is_frozen_and_a_cap_keeps_the_first_questions():
     import dataclasses
 
-    from memlab.training.evaluators import Candidates
+    from memlab.training.rerank import Candidates
 
     candidates = Candidates(({"question_id": "a"}, {"question_id": "b"}))
     assert candidates.first(1) == Candidates(({"question_id": "a"},)) and candidates.first(None) is candidates

@@ -173,7 +173,7 @@ def test_the_recipe_trains_saves_and_evaluates_on_held_out_conversations(three_c
         "stage": {"_component_": "memlab.stages.navigate.ExplorerPolicy", "hidden": 16,
                   "encoder": {"_component_": "memlab.stages.encoder.TextEncoder", "max_length": 32,
                               "frozen": True}},  # heads only: seconds on a CPU
-        "supervision": {"max_states": 4},
+        "validation": {"_component_": "memlab.training.navigation.NavigatorEvaluator", "max_states": 4},
         "optim": {"epochs": 1, "batch_size": 8, "max_steps": 2},
         "eval_every": 1,
         "calibrate_next_threshold": True,
@@ -184,8 +184,8 @@ def test_the_recipe_trains_saves_and_evaluates_on_held_out_conversations(three_c
     assert 0.0 <= final["action_accuracy"] <= 1.0 and "always_expand" in final["baselines"]
     assert "Label source: gold evidence" in summary["supervision"]["train"]
     record = json.loads((out / "training.json").read_text())
-    assert record["evaluation"] == final and record["config"]["pipeline"] == \
-        "configs/pipelines/compassmem_trained_construction.yaml"
+    assert record["evaluation"] == final and record["config"]["validation"]["max_states"] == 4
+    assert record["evaluator"]["max_states"] == 4 and "_component_" in record["evaluator"]["pipeline"]  # resolved
     loaded = Stage.load(out)
     assert loaded.trained_on == {"tiny-a", "tiny-b"}
     assert loaded.next_threshold == summary["calibration"]["next_threshold"] in recipe.NEXT_THRESHOLDS
@@ -195,7 +195,7 @@ def test_the_recipe_trains_saves_and_evaluates_on_held_out_conversations(three_c
 def test_evaluate_stage_scores_an_explorer_policy_on_built_memories(tmp_path, capsys, caplog):
     from memlab.cli import main
     from memlab.stages.navigate import ExplorerPolicy
-    from memlab.training.evaluators import NavigatorEvaluator
+    from memlab.training.navigation import NavigatorEvaluator
 
     ExplorerPolicy(TextEncoder(frozen=True)).save(tmp_path / "policy")
     config = tmp_path / "chunks.yaml"  # an LLM-free build: token chunks, no relations, no fusion

@@ -183,4 +183,5 @@ def test_recipe_refuses_a_split_part_with_no_cached_session(three_conversations,
                                          r"\(\{'not_cached': 2\}"):
         recipe.setup(recipe_config(tmp_path, three_conversations))
     with pytest.raises(Exception, match="metric='f1' must be one of"):
-        recipe.setup({**recipe_config(tmp_path, three_conversations), "metric": "f1"})
+        config = recipe_config(tmp_path, three_conversations)
+        recipe.setup({**config, "validation": {**config["validation"], "metric": "f1"}})

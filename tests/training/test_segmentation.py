@@ -213,7 +213,7 @@ def test_the_recipe_refuses_a_part_with_no_cached_teacher_session(three_conversa
 
 def test_the_segmenter_evaluator_reads_the_teacher_and_refuses_none_cached(monkeypatch):
     from memlab.data import load_sample
-    from memlab.training.evaluators import SegmenterEvaluator
+    from memlab.training.segmentation import SegmenterEvaluator
 
     conversation = load_sample()[0]
     monkeypatch.setattr(memlab.training.teacher, "teacher_sessions", synthetic_teacher())

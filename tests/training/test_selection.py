@@ -205,7 +205,7 @@ def test_build_memories_without_a_cached_build_names_the_command(three_conversat
 
 def test_evaluate_stage_refuses_a_selector_without_evaluator_or_cached_build(tmp_path, caplog, monkeypatch):
     from memlab.cli import main
-    from memlab.training.evaluators import GlobalSelectorEvaluator
+    from memlab.training.selection import GlobalSelectorEvaluator
 
     TrainedGlobalSelector(TextEncoder(frozen=True), hidden=8).save(tmp_path / "selector")
     assert main(["evaluate-stage", str(tmp_path / "selector")]) == 2

@@ -13,7 +13,8 @@ from memlab.stages.rerank import Reranker, RerankOut
 from memlab.stages.route import IntentRouter, RouteOut
 from memlab.stages.route.rules import RuleRouter
 from memlab.stages.segment import SegmentIn, TurnSegmenter
-from memlab.training.stage_eval import evaluate_reranker, evaluate_router, reranker_candidates
+from memlab.training.rerank import evaluate_reranker, reranker_candidates
+from memlab.training.route import evaluate_router
 from tests.fakes import ReplayLM
 from tests.memory.helpers import HashingEmbedder
 

@@ -13,20 +13,18 @@ from memlab.memory.store import UnitMemory
 from memlab.pipelines.rag import RAG
 from memlab.stages.answer import PromptedAnswerer
 from memlab.stages.segment import SegmentIn, TurnSegmenter
+from memlab.training.distill import conversation_texts, distillation_dropped, distillation_examples
+from memlab.training.rerank import rerank_examples
+from memlab.training.route import routing_examples
 from memlab.training.supervision import (
     FIXED_EVAL_IDS,
     Split,
-    conversation_texts,
-    distillation_dropped,
-    distillation_examples,
     evaluable_questions,
     fixed_split,
     leave_one_out,
-    rerank_examples,
-    routing_examples,
     split_conversations,
-    traversal_targets,
 )
+from memlab.training.traversal import traversal_targets
 from memlab.types import MemoryUnit, Question
 from tests.fakes import ReplayLM
 from tests.memory.helpers import HashingEmbedder
