@@ -82,7 +82,7 @@ def test_the_built_wheel_resolves_names_without_the_checkout(tmp_path):
     probe = ("from memlab.config import locate_config, load_config, SHIPPED_CONFIGS; "
              "import memlab; assert not SHIPPED_CONFIGS.is_symlink(), SHIPPED_CONFIGS; "
              "print(locate_config('rag_turns')); print(len(list(SHIPPED_CONFIGS.rglob('*.yaml')))); "
-             "print(locate_config(load_config('reranker')['pipeline']))")
+             "print(locate_config(load_config('reranker')['validation']['pipeline']))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": "/usr/bin"},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == [str(site / "memlab/configs/pipelines/rag_turns.yaml"), str(len(CONFIG_FILES)),

@@ -8,7 +8,7 @@ and a recipe records it in its checkpoint's ``training.json`` (``evaluator``), w
 evaluate-stage`` rebuilds it. One evaluator per trainable stage family (``family``), in that
 family's module beside its supervision and scores (``memlab.training.rerank.RerankerEvaluator``,
 ``route``, ``retrieve``, ``segmentation``, ``relations``, ``navigation``, ``selection``,
-``traversal``):
+``traversal``, ``fusion``); a recipe takes its evaluator as a config node, its ``validation`` setting.
 
 * ``prepare(conversations)`` does what does not depend on the stage, once: first-stage
   candidates, teacher labels, built memories. It returns the evaluator's own frozen dataclass
