@@ -43,7 +43,7 @@ import datasets
 
 from memlab.bounds import PositiveInt
 from memlab.clock import active_seconds
-from memlab.config import PipelineConfig
+from memlab.config import Overrides, PipelineConfig
 from memlab.pipelines.compassmem.memory import RELATION, EventMemory
 from memlab.stages.event_view import EventView
 from memlab.stages.navigate import ACTIONS, ExplorerTarget, NavigateIn, Navigator, Neighbour
@@ -303,7 +303,7 @@ class NavigatorEvaluator(StageEvaluator[NavigationStates]):
 
     metric: NavigatorMetric = "action_accuracy"
     pipeline: PipelineConfig = "configs/pipelines/compassmem_trained_construction.yaml"
-    pipeline_overrides: list[str] = field(default_factory=list)
+    pipeline_overrides: Overrides = field(default_factory=list)
     #: How the evidence labels are simulated (``navigation_examples``): breadth over relation
     #: edges from the start nodes, and the most states a question gives.
     hops: PositiveInt = 2

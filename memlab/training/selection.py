@@ -39,7 +39,7 @@ import datasets
 
 from memlab.bounds import UnitFloat
 from memlab.clock import active_seconds
-from memlab.config import ConfigError, PipelineConfig
+from memlab.config import ConfigError, Overrides, PipelineConfig
 from memlab.lm.cache_only import CacheMissError, live_stages
 from memlab.pipelines.mnemis.memory import CATEGORY, MnemisMemory
 from memlab.pipelines.mnemis.search import global_selection
@@ -266,7 +266,7 @@ class GlobalSelectorEvaluator(StageEvaluator[SelectionMemories]):
 
     metric: str = "evidence_episode_recall"
     pipeline: PipelineConfig = "configs/pipelines/mnemis_replay.yaml"
-    pipeline_overrides: list[str] = field(default_factory=list)
+    pipeline_overrides: Overrides = field(default_factory=list)
     max_share: UnitFloat = 0.5
 
     def prepare(self, conversations: Sequence[Conversation]) -> SelectionMemories:

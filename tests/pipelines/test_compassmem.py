@@ -322,7 +322,7 @@ def test_compassmem_with_a_real_small_model(tmp_path):
     assert isinstance(answer.text, str) and answer.retrieved
     assert len(pipeline.lms()) == 2 and all(lm.usage.snapshot()["llm_calls"] > 0 for lm in pipeline.lms())
     print("compassmem smollm2:", memory.stats(), [lm.usage.snapshot() for lm in pipeline.lms()],
-          len(pipeline.failures()), "failures")
+          len(pipeline.llm_usage().failures), "failures")
 
 
 def test_search_statistics_aggregate_like_table_4(minilm):

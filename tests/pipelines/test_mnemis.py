@@ -550,4 +550,4 @@ def test_mnemis_with_a_real_small_model(tmp_path, llama_cpp_works):
     answer = mnemis.answer(memory, small.questions[0].as_query())
     assert isinstance(answer.text, str) and answer.retrieved
     assert len(mnemis.lms()) == 2 and all(lm.usage.snapshot()["llm_calls"] > 0 for lm in mnemis.lms())
-    assert all(f.stage for f in mnemis.failures())
+    assert all(f.stage for f in mnemis.llm_usage().failures)
