@@ -111,8 +111,8 @@ class FuserEvaluator(StageEvaluator[FusionPairs]):
         if not recorder.asked:
             raise ValueError(f"{[c.id for c in conversations]}: the builds of {pipeline_label(self.teacher)} asked "
                              "no fusion pair (one session each?)")
-        return FusionPairs(tuple(recorder.asked), tuple(outcome(out, item, teacher.merge_threshold)
-                                                        for item, out in recorder.asked), teacher.merge_threshold)
+        return FusionPairs(tuple(recorder.asked), tuple(outcome(out, item, teacher.construction.merge_threshold)
+                                                        for item, out in recorder.asked), teacher.construction.merge_threshold)
 
     def score(self, stage: Any, prepared: FusionPairs) -> dict[str, Any]:
         gold = list(prepared.outcomes)

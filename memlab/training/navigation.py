@@ -315,8 +315,8 @@ class NavigatorEvaluator(StageEvaluator[NavigationStates]):
     def prepare(self, conversations: Sequence[Conversation]) -> NavigationStates:
         pipeline = self.pipeline_named("pipeline")
         memories = {c.id: pipeline.build(c.history()) for c in conversations}
-        return NavigationStates(navigation_examples(memories, conversations, top_k=pipeline.top_k, hops=self.hops,
-                                                    max_states=self.max_states, max_next=pipeline.max_next))
+        return NavigationStates(navigation_examples(memories, conversations, top_k=pipeline.search_settings.top_k, hops=self.hops,
+                                                    max_states=self.max_states, max_next=pipeline.search_settings.max_next))
 
     def score(self, stage: Any, prepared: NavigationStates) -> dict[str, Any]:
         return {**evaluate_explorer_policy(stage, prepared.examples, majority=self.majority),
