@@ -32,10 +32,10 @@ Nodes are built depth-first. A node that appears twice through a YAML anchor (``
   ``top_k=2.5`` or ``segmenter=5`` fails in milliseconds, not after a model has loaded.
 * ``validate_settings`` applies the same checks to settings that are not built (a training
   recipe's): a dataclass declares them, fields and annotations like a constructor's.
-* The same dataclasses group a component's settings: an argument annotated with a dataclass of
-  settings (CompassMem's ``search``) takes a plain mapping of its fields, checked as a recipe's
-  settings are and merged over the dataclass's defaults, and is built into it; a field left out
-  keeps its default, so ``search.top_k=3`` overrides one setting of the group.
+* A component's settings may come in groups (``memlab.components.SettingsGroup``: CompassMem's
+  ``search``): a config gives a group as a mapping of the fields it changes, checked field by
+  field like any argument, and the component builds the group from it with the other fields at
+  their defaults, so ``search.top_k=3`` overrides one setting of the group.
 """
 
 from __future__ import annotations
@@ -323,27 +323,9 @@ def _validate(node: Any, where: str, problems: list[str], seen: set[int]) -> Non
             if required:
                 problems.append(f"{here}: {node[COMPONENT]} needs argument {name!r}")
             continue
-        if _settings_group(hint) is not None and _is_setting(node[name]):
-            _settings(node[name], _settings_group(hint)(), _join(where, name), problems)
-            continue
         problem = mismatch(node[name], hint)
         if problem is not None:
             problems.append(f"{_join(where, name)}={_show(node[name])} {problem} ({owner}.{name})")
-
-
-def _settings_group(hint: Any) -> type | None:
-    """The dataclass of settings a parameter annotated ``hint`` takes as a mapping (module
-    docstring), or None."""
-    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
-
-
-def _settings_object(group: type, settings: Mapping[str, Any]) -> Any:
-    """``group`` built from a validated mapping of its settings, merged over its defaults
-    (``validate_settings``); a field that is itself a group is built the same way."""
-    merged = validate_settings(dict(settings), group())
-    hints = {name: hint for name, (_, hint) in (parameters(group)[0] or {}).items()}
-    return group(**{name: _settings_object(hints[name], value) if _settings_group(hints[name]) else value
-                    for name, value in merged.items()})
 
 
 def _unbuilt_parameters(params: dict[str, tuple[bool, Any]] | None) -> set[str]:
@@ -446,13 +428,8 @@ def _build(node: Any, built: dict[int, Any]) -> Any:
     if id(node) in built:
         return built[id(node)]
     target = import_memlab_class(node[COMPONENT]) if COMPONENT in node else None
-    params = (parameters(target)[0] if target is not None else None) or {}
-    unbuilt = _unbuilt_parameters(params)
+    unbuilt = _unbuilt_parameters(parameters(target)[0]) if target is not None else set()
     kwargs = {k: copy.deepcopy(v) if k in unbuilt else _build(v, built) for k, v in node.items() if k != COMPONENT}
-    for name, (_, hint) in params.items():
-        group = _settings_group(hint)
-        if group is not None and name in kwargs and isinstance(kwargs[name], dict):
-            kwargs[name] = _settings_object(group, kwargs[name])
     if target is not None:
         try:
             obj = target(**kwargs)

@@ -272,7 +272,7 @@ class GlobalSelectorEvaluator(StageEvaluator[SelectionMemories]):
     def prepare(self, conversations: Sequence[Conversation]) -> SelectionMemories:
         pipeline = self.pipeline_named("pipeline")
         if pipeline.categorizer is None:
-            raise ValueError(f"{pipeline_label(self.pipeline)}: builds no hierarchy (system2: false): nothing to select from")
+            raise ValueError(f"{pipeline_label(self.pipeline)}: builds no hierarchy (search.system2: false): nothing to select from")
         return SelectionMemories(build_memories(pipeline, conversations, pipeline_label(self.pipeline)),
                                  tuple(conversations), pipeline)
 
@@ -280,7 +280,7 @@ class GlobalSelectorEvaluator(StageEvaluator[SelectionMemories]):
         pipeline = prepared.pipeline
         selector = pipeline.global_selector if stage is None else stage
         return {**evaluate_global_selector(selector, prepared.memories, prepared.conversations,
-                                           pipeline.selection_batch, self.max_share),
+                                           pipeline.search_settings.selection_batch, self.max_share),
                 "pipeline": pipeline_label(self.pipeline), "selector": type(selector).__name__}
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:

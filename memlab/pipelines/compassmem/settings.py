@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
+from memlab.components import SettingsGroup
 
 
 @dataclass(frozen=True)
-class ConstructionSettings:
+class ConstructionSettings(SettingsGroup):
     """How ``build`` makes the logic map (section 4.2).
 
     ``edges``: relation edges (Eq. 5; false: the relation extractor is not called).
@@ -31,7 +32,7 @@ class ConstructionSettings:
 
 
 @dataclass(frozen=True)
-class SearchSettings:
+class SearchSettings(SettingsGroup):
     """How a question searches the map (section 4.3; ``compassmem.search``): a memory built once
     serves any of these (``Pipeline.query_settings``).
 
