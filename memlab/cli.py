@@ -353,7 +353,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_evaluate_stage(args: argparse.Namespace) -> int:
     from memlab.config import ConfigError
     from memlab.data import DataError, load_conversations
-    from memlab.eval.runner import refuse_training_overlap
+    from memlab.held_out import refuse_training_overlap
     from memlab.stage import Stage, StageError
     from memlab.training.evaluators import recorded_evaluator
 

@@ -14,12 +14,14 @@ stated once, where the argument is declared, and checked the same way wherever i
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import functools
 import importlib
 import inspect
 import os
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Annotated, Any, Literal, Union
 
@@ -180,9 +182,26 @@ def mismatch(value: Any, hint: Any) -> str | None:
         ok = isinstance(value, (str, os.PathLike))
     elif hint.__module__ == "builtins":
         ok = isinstance(value, hint)
+    elif issubclass(hint, SettingsGroup) and isinstance(value, dict) and COMPONENT not in value:
+        return _group_mismatch(value, hint)
     else:  # a class: a component node builds it
         return _component_mismatch(value, hint)
     return None if ok else f"must be {describe(hint)}"
+
+
+def _group_mismatch(value: dict[str, Any], group: type) -> str | None:
+    """Why a mapping does not fit the ``SettingsGroup`` ``group``: an unknown field, or the first
+    field whose value does not fit its annotation."""
+    params, _ = parameters(group)
+    params = params or {}
+    unknown = sorted(set(value) - set(params))
+    if unknown:
+        return f"has no setting {unknown[0]!r} ({group.__name__} takes {sorted(params)})"
+    for name, field_value in value.items():
+        problem = mismatch(field_value, params[name][1])
+        if problem is not None:
+            return f"has {name}={field_value!r}, which {problem} ({group.__name__}.{name})"
+    return None
 
 
 def _component_mismatch(value: Any, cls: type) -> str | None:
@@ -223,6 +242,8 @@ def describe(hint: Any) -> str:
         return names[hint]
     if isinstance(hint, type) and issubclass(hint, (os.PathLike, PurePath)):
         return "a path"
+    if isinstance(hint, type) and issubclass(hint, SettingsGroup):
+        return f"a mapping of {hint.__name__} fields"
     cls = origin or hint
     name = getattr(cls, "__name__", str(cls))
     vowel_sound = "AEFHILMNORSX" if name.isupper() else "AEIOUaeiou"  # "an LM", "an Answerer"
@@ -282,10 +303,31 @@ def checked_init(init: Any) -> Any:
             self.__dict__["_arguments_checked"] = True
             bound = signature.bind(self, *args, **kwargs)
             bound.apply_defaults()
+            _build_groups(init, bound.arguments)
             check_arguments(type(self), init, dict(list(bound.arguments.items())[1:]))
+            args, kwargs = bound.args[1:], bound.kwargs
         init(self, *args, **kwargs)
 
     return checked
+
+
+def _build_groups(init: Any, arguments: dict[str, Any]) -> None:
+    """Each mapping given for a ``SettingsGroup`` argument of ``init`` built into its group."""
+    params, _ = parameters(init)
+    for name, (_, hint) in (params or {}).items():
+        if isinstance(hint, type) and issubclass(hint, SettingsGroup) and isinstance(arguments.get(name), Mapping):
+            arguments[name] = hint(**arguments[name])
+
+
+class SettingsGroup:
+    """Base of a frozen dataclass that groups some of a component's settings by the phase that
+    reads them (CompassMem's ``construction`` and ``search``). A config gives a group as a mapping
+    of the fields it changes (``search: {top_k: 3}``, ``search.top_k=3``), checked field by field
+    (``mismatch``), and the component builds it with the other fields at their defaults. Its
+    fields' declared ranges and choices are checked when it is made, in code or from a config."""
+
+    def __post_init__(self) -> None:
+        check_arguments(type(self), type(self), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 class CheckedArguments:

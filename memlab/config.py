@@ -32,6 +32,10 @@ Nodes are built depth-first. A node that appears twice through a YAML anchor (``
   ``top_k=2.5`` or ``segmenter=5`` fails in milliseconds, not after a model has loaded.
 * ``validate_settings`` applies the same checks to settings that are not built (a training
   recipe's): a dataclass declares them, fields and annotations like a constructor's.
+* A component's settings may come in groups (``memlab.components.SettingsGroup``: CompassMem's
+  ``search``): a config gives a group as a mapping of the fields it changes, checked field by
+  field like any argument, and the component builds the group from it with the other fields at
+  their defaults, so ``search.top_k=3`` overrides one setting of the group.
 """
 
 from __future__ import annotations

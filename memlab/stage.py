@@ -367,43 +367,6 @@ def _load_tree(directory: Path, collaborators: dict[str, Any], strict: bool,
     return stage, used | set(own)
 
 
-def unrecorded_checkpoints(module: nn.Module) -> list[str]:
-    """The checkpoint folders of stages in ``module`` (and the adapter folders of their LMs) that
-    hold weights but no record of what they learnt from (no ``training.json``, no ``trained_on`` in the manifest): nothing can show that
-    they are not scored on their own training conversations. A stage saved untrained declares it
-    with a ``training.json`` whose split is empty."""
-    stages = {str(sub.loaded_from) for sub in module.modules()
-              if isinstance(sub, Stage) and sub.__dict__.get("_unrecorded_weights")}
-    lms = {str(lm.trained_weights) for lm in _trained_lms(module)
-           if not lm.trained_on and not (lm.trained_weights / TRAINING_FILE).exists()}
-    return sorted(stages | lms)
-
-
-def trained_conversations(module: nn.Module) -> dict[str, frozenset[str]]:
-    """The conversations each trained stage in ``module`` (a stage, a pipeline, any module
-    holding stages), and each trained adapter of an LM a stage holds, was trained or validated
-    on, keyed by the checkpoint or adapter folder it was loaded from (else its module name):
-    scores on those conversations are not held-out scores.
-    Stages that record none are left out, so ``{}`` means no stage learnt from any."""
-    found: dict[str, frozenset[str]] = {}
-    for name, sub in module.named_modules():
-        if isinstance(sub, Stage) and sub.trained_on:
-            key = str(sub.loaded_from) if sub.loaded_from is not None else (name or type(sub).__name__)
-            found[key] = found.get(key, frozenset()) | sub.trained_on
-    for lm in _trained_lms(module):
-        if lm.trained_on:
-            found[str(lm.trained_weights)] = found.get(str(lm.trained_weights), frozenset()) | lm.trained_on
-    return found
-
-
-def _trained_lms(module: nn.Module) -> list[LM]:
-    """The LMs with trained weights (an answer adapter) that stages of ``module`` hold: an LM is
-    not a module, so it is found as a stage's attribute."""
-    found = {id(value): value for sub in module.modules() if isinstance(sub, Stage)
-             for value in vars(sub).values() if isinstance(value, LM) and value.trained_weights is not None}
-    return list(found.values())
-
-
 def _recording_init(init):
     """Wrap ``__init__`` so the outermost call records its bound arguments for ``save``."""
 

@@ -203,6 +203,11 @@ class MemoryUnit:
     speaker: str | None = None
     attributes: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
+    @property
+    def session(self) -> str | None:
+        """The session the unit was made in (``attributes["session"]``, set by every segmenter)."""
+        return self.attributes.get("session")
+
 
 @dataclass(frozen=True)
 class Retrieved:

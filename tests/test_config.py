@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -230,3 +231,24 @@ def test_the_final_trained_answerer_has_seen_every_dev_conversation():
     assert tree["reranker"]["reranker"]["path"] == "checkpoints/reranker-minilm-gemma"  # rag_turns_unseen's final fit
     lm = instantiate(tree["answerer"]["lm"])  # no weights are loaded until it is asked
     assert lm.trained_on == {"conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44", "conv-47"}
+
+
+def test_a_settings_group_takes_a_mapping_checked_and_merged_over_its_defaults():
+    """An argument annotated with a ``SettingsGroup`` (CompassMem's ``construction`` and ``search``)
+    takes a mapping of the fields it changes, checked field by field, and the component builds the
+    group with the other fields at their defaults; a group made in code checks its own ranges."""
+    from memlab.pipelines.compassmem.settings import ConstructionSettings, SearchSettings
+
+    pipeline, _, _ = build_pipeline(REPO / "configs" / "pipelines" / "compassmem.yaml",
+                                    ["search.top_k=3", "construction.edges=false", "relation_extractor=null"])
+    assert pipeline.search_settings == SearchSettings(top_k=3)
+    assert pipeline.construction == ConstructionSettings(edges=False) and pipeline.relation_extractor is None
+    refusals = {"search.top_k=0": "search={...} has top_k=0, which must be >= 1 (SearchSettings.top_k)",
+                "search.depth=3": "search={...} has no setting 'depth'",
+                "search=5": "search=5 must be a mapping of SearchSettings fields",
+                "construction.merge_threshold=2": "has merge_threshold=2, which must be in [0, 1]"}
+    for override, message in refusals.items():
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            validate(load_config(REPO / "configs" / "pipelines" / "compassmem.yaml", [override]))
+    with pytest.raises(ValueError, match="SearchSettings: top_k must be >= 1, got 0"):
+        SearchSettings(top_k=0)

@@ -682,7 +682,7 @@ def test_whole_runs_with_injected_bad_replies_drop_nothing_and_count_every_failu
     assert not any(stats.get("failed_steps") or stats.get("errors") for stats in metrics["memory"].values())
     assert not any((row["error"] or "").startswith("judge") for row in rows)
     # Every call that ended without a usable reply, the judge's included, is in metrics.json.
-    expected = Counter(f.stage for f in pipeline.failures() + judge.failures)
+    expected = Counter(f.stage for f in (*pipeline.llm_usage().failures, *judge.failures))
     assert lm.injected and judge_lm.injected and sum(expected.values()) > 0
     assert metrics["failures"] == dict(expected)
     assert any(f.stage == type(judge).__name__ for f in judge.failures)

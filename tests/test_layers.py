@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "llama_build_flags"),
     ("data",),
     ("lm", "embed"),
-    ("stage", "checkpoint", "memory"),
+    ("stage", "checkpoint", "memory", "telemetry", "held_out"),
     ("config",),
     ("stages",),
     ("pipelines", "peers"),

@@ -17,7 +17,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from memlab.fileio import read_manifest
-from memlab.stage import Stage, StageError, load_stage, seal_checkpoint, trained_conversations
+from memlab.held_out import trained_conversations
+from memlab.stage import Stage, StageError, load_stage, seal_checkpoint
 from memlab.stages.traverse.policy import TraversalPolicy
 from tests.corruption import directory_instead, flip_byte, truncate
 

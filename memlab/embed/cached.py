@@ -39,7 +39,7 @@ class CachedEmbedder(Embedder, nn.Module):
     """``embedder``'s vectors, read from ``folder`` when they were encoded before (module docstring).
 
     A module only so that a wrapped trained retriever stays a submodule of the pipeline:
-    ``memlab.stage.trained_conversations`` must still see what it was trained on.
+    ``memlab.held_out.trained_conversations`` must still see what it was trained on.
     """
 
     def __init__(self, embedder: Embedder, folder: str | Path) -> None:

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import random
 import threading
-from collections.abc import Iterable
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +28,10 @@ from memlab.eval import metrics as M
 from memlab.eval.abstention import ABSTENTION_GOLD, abstains
 from memlab.eval.saved_memories import SavedMemories
 from memlab.eval.temporal_match import temporal_correct
-from memlab.lm.base import LM, UsageMeter
+from memlab.lm.base import LM
 from memlab.lm.errors import LMUnavailableError
 from memlab.pipelines.base import Pipeline
+from memlab.telemetry import Usage
 from memlab.types import Answer, Conversation, Question, Retrieved
 
 log = logging.getLogger(__name__)
@@ -106,20 +107,6 @@ def stratified_sample(questions: list[Question], n: int, seed: str) -> list[Ques
     return [q for q in questions if q.id in chosen]
 
 
-class _Usage:
-    """Usage of a set of LMs between two points in time."""
-
-    def __init__(self, lms: Iterable[LM]) -> None:
-        self.lms = list(lms)
-
-    def snapshot(self) -> dict[str, float]:
-        total: dict[str, float] = {}
-        for lm in self.lms:
-            for k, v in lm.usage.snapshot().items():
-                total[k] = total.get(k, 0) + v
-        return total or UsageMeter().snapshot()
-
-
 def cached_call_seconds(usage: dict[str, float]) -> float:
     """The time the cache saved a phase: its cached calls' model time when they were made."""
     return usage.get("llm_seconds", 0.0) - usage.get("latency_s", 0.0)
@@ -193,11 +180,8 @@ def run_conversation(
     ``build_record`` the moment it ends (the run's progress)."""
     result = ConversationResult(conversation.id)
     questions = select_questions(conversation, options)
-    usage = _Usage(pipeline.lms())
-    failures_before = _failure_counts(pipeline, judge)
-    stages_before = pipeline.stage_usage()
-    before, t0 = usage.snapshot(), active_seconds()
-    watch = _BuildWatch(conversation.id, pipeline, judge, failures_before, usage, before, t0, on_building) \
+    before, t0 = _run_usage(pipeline, judge), active_seconds()
+    watch = _BuildWatch(conversation.id, pipeline, judge, before, t0, on_building) \
         if on_building and not load_from else None
     try:
         memory = load_from.load(pipeline, conversation) if load_from else pipeline.build(conversation.history())
@@ -212,7 +196,7 @@ def run_conversation(
         if watch is not None:
             watch.stop()
         result.build_seconds = active_seconds() - t0
-        result.build_usage = UsageMeter.diff(usage.snapshot(), before)
+        result.build_usage = dict(pipeline.llm_usage().since(before.pipeline).total)
     if memory is not None:
         at_build = pipeline.memory_stats(memory)
         if on_built is not None:
@@ -221,7 +205,7 @@ def run_conversation(
             for start in range(0, len(questions), options.batch_size):
                 batch = questions[start:start + options.batch_size]
                 try:
-                    batch_rows = _answer_batch(pipeline, memory, batch, options, count_tokens, usage, judge)
+                    batch_rows = _answer_batch(pipeline, memory, batch, options, count_tokens, judge)
                 except LMUnavailableError as e:
                     result.stopped = f"answering {', '.join(q.id for q in batch)}: {e}"
                     break
@@ -239,9 +223,9 @@ def run_conversation(
         # A memory still consolidating while questions ran ends different from how it began.
         final = pipeline.memory_stats(memory)
         result.memory_stats = final if final == at_build else {**final, "before_answering": at_build}
-    result.failures = _failures_since(pipeline, judge, failures_before)
-    result.stage_usage = {name: UsageMeter.diff(now, stages_before.get(name, {}))
-                          for name, now in pipeline.stage_usage().items()}
+    during = _run_usage(pipeline, judge).since(before)
+    result.failures = during.failures
+    result.stage_usage = dict(during.pipeline.stages)
     return result
 
 
@@ -262,13 +246,13 @@ class _BuildWatch:
     progress before it ends, with its failed calls by stage and how far it got where the pipeline
     says (``Pipeline.build_reached``). A report that fails is logged; the build goes on."""
 
-    def __init__(self, conversation_id: str, pipeline: Pipeline, judge, failures_before: dict[str, int],
-                 usage: "_Usage", before: dict[str, float], t0: float, report) -> None:
+    def __init__(self, conversation_id: str, pipeline: Pipeline, judge, before: "_RunUsage", t0: float,
+                 report) -> None:
         def record() -> dict[str, Any]:
+            so_far = _run_usage(pipeline, judge).since(before)
             return {"conversation_id": conversation_id, "build_seconds": active_seconds() - t0,
-                    "build_usage": UsageMeter.diff(usage.snapshot(), before), "memory_stats": None,
-                    "failures": _failures_since(pipeline, judge, failures_before),
-                    "reached": pipeline.build_reached()}
+                    "build_usage": dict(so_far.pipeline.total), "memory_stats": None,
+                    "failures": so_far.failures, "reached": pipeline.build_reached()}
 
         self._record = record
         self._report = report
@@ -288,23 +272,29 @@ class _BuildWatch:
         self._thread.join()
 
 
-def _failure_counts(pipeline: Pipeline, judge) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for failure in pipeline.failures() + list(getattr(judge, "failures", [])):
-        counts[failure.stage] = counts.get(failure.stage, 0) + 1
-    return counts
+@dataclass(frozen=True)
+class _RunUsage:
+    """The pipeline's LLM use and the judge's at one moment; failed calls are counted over both."""
+
+    pipeline: Usage
+    judge: Usage
+
+    @property
+    def failures(self) -> dict[str, int]:
+        return dict(Counter(self.pipeline.failure_counts()) + Counter(self.judge.failure_counts()))
+
+    def since(self, before: "_RunUsage") -> "_RunUsage":
+        return _RunUsage(self.pipeline.since(before.pipeline), self.judge.since(before.judge))
 
 
-def _failures_since(pipeline: Pipeline, judge, before: dict[str, int]) -> dict[str, int]:
-    """The failed calls by stage since ``before`` (``_failure_counts``)."""
-    return {stage: n - before.get(stage, 0) for stage, n in _failure_counts(pipeline, judge).items()
-            if n > before.get(stage, 0)}
+def _run_usage(pipeline: Pipeline, judge) -> _RunUsage:
+    return _RunUsage(pipeline.llm_usage(), judge.llm_usage() if judge is not None else Usage())
 
 
-def _answer_batch(pipeline, memory, questions, options, count_tokens, usage: _Usage, judge) -> list[dict[str, Any]]:
+def _answer_batch(pipeline, memory, questions, options, count_tokens, judge) -> list[dict[str, Any]]:
     """One row per question of ``questions``, answered (or retrieved for) in one pipeline call."""
     queries = [question.as_query() for question in questions]
-    before, t0 = usage.snapshot(), active_seconds()
+    before, t0 = pipeline.llm_usage(), active_seconds()
     try:
         if options.retrieval_only:
             results: list[tuple[list[Retrieved], Answer | None, str | None]] = [
@@ -316,13 +306,13 @@ def _answer_batch(pipeline, memory, questions, options, count_tokens, usage: _Us
     except Exception as e:  # recorded on the row; the run goes on
         if len(questions) > 1:  # the others must not pay for one question's failure
             return [row for q in questions
-                    for row in _answer_batch(pipeline, memory, [q], options, count_tokens, usage, judge)]
+                    for row in _answer_batch(pipeline, memory, [q], options, count_tokens, judge)]
         log_failure(e, "question %s failed", questions[0].id)
         results = [([], None, f"{type(e).__name__}: {e}")]
     if len(results) != len(questions):
         raise RuntimeError(f"{type(pipeline).__name__} gave {len(results)} results for {len(questions)} questions")
     latency = (active_seconds() - t0) / len(questions)
-    usage_diff = UsageMeter.diff(usage.snapshot(), before)
+    usage_diff = dict(pipeline.llm_usage().since(before).total)
     if len(questions) > 1:
         usage_diff = {k: v / len(questions) for k, v in usage_diff.items()}
     return [_row(question, ranking, answer, error, latency, usage_diff, count_tokens, judge)
@@ -393,8 +383,6 @@ def run_lms(pipeline: Pipeline | None, judge=None) -> list[LM]:
 
 
 def close_lms(pipeline: Pipeline | None, judge=None) -> None:
-    """Free the run's models now: llama.cpp frees its model noisily if left to interpreter shutdown."""
+    """Free the run's models now (``LM.close``)."""
     for lm in run_lms(pipeline, judge):
-        close = getattr(lm, "close", None)
-        if callable(close):
-            close()
+        lm.close()

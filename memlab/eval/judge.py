@@ -29,7 +29,8 @@ from memlab.lm.errors import ParseError, RefusedReplyError
 from memlab.lm.jsonparse import parse_json, visible_text
 from memlab.lm.types import ChatRequest
 from memlab.prompts import load_prompt
-from memlab.stage import PromptedStage, Stage
+from memlab.stage import Failure, PromptedStage, Stage
+from memlab.telemetry import Usage
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,16 @@ class Judge(Stage[JudgeIn, JudgeOut]):
         raise NotImplementedError
 
     def lms(self) -> list[LM]:
-        """The LMs this judge calls (the runner closes them after a run)."""
-        lm = getattr(self, "lm", None)
-        return [lm] if lm is not None else []
+        """The LMs this judge calls (the runner closes them after a run); none by default."""
+        return []
+
+    def llm_usage(self) -> Usage:
+        """This judge's LLM use so far (``memlab.telemetry``), what the runner reads of it."""
+        return Usage.of(self.lms(), failures=self._failed_calls())
+
+    def _failed_calls(self) -> list[Failure]:
+        """The unusable LLM outputs this judge got so far; none by default."""
+        return []
 
     def metric(self, out: JudgeOut) -> float | None:
         """The per-question value the runner records and averages: by default 1.0 / 0.0 for
@@ -211,6 +219,12 @@ class PromptedJudge(PromptedStage, Judge):
         ]
         votes = super().forward(ballots)
         return [self.combine(votes[i * self.runs : (i + 1) * self.runs]) for i in range(len(batch))]
+
+    def lms(self) -> list[LM]:
+        return [self.lm]
+
+    def _failed_calls(self) -> list[Failure]:
+        return list(self.failures)
 
     def judge_info(self) -> dict[str, Any]:
         return {
@@ -382,9 +396,8 @@ class PairJudge(Judge):
     def lms(self) -> list[LM]:
         return self.first.lms() + self.second.lms()
 
-    @property
-    def failures(self) -> list:
-        return list(getattr(self.first, "failures", [])) + list(getattr(self.second, "failures", []))
+    def _failed_calls(self) -> list[Failure]:
+        return [*self.first.llm_usage().failures, *self.second.llm_usage().failures]
 
 
 class AgreementJudge(PairJudge):
@@ -455,9 +468,8 @@ class RulesFirstJudge(Judge):
     def lms(self) -> list[LM]:
         return self.judge.lms()
 
-    @property
-    def failures(self) -> list:
-        return list(getattr(self.judge, "failures", []))
+    def _failed_calls(self) -> list[Failure]:
+        return list(self.judge.llm_usage().failures)
 
     def judge_info(self) -> dict[str, Any]:
         return {"rules_first": ["a date phrase the calendar resolves decides both ways (memlab.eval.temporal_match)",

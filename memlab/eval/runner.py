@@ -48,7 +48,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from torch import nn
 from tqdm.auto import tqdm
 
 from memlab.config import Overrides
@@ -66,8 +65,8 @@ from memlab.eval.conversation import (  # noqa: F401 - RunOptions and context_re
 from memlab.eval.machine import machine_info
 from memlab.eval.saved_memories import SavedMemories
 from memlab.fileio import atomic_folder, refuse_writing_into, replaceable_folder_problem, write_json_atomic
+from memlab.held_out import refuse_training_overlap, training_overlap
 from memlab.pipelines.base import Pipeline
-from memlab.stage import trained_conversations, unrecorded_checkpoints
 from memlab.types import Conversation
 
 log = logging.getLogger(__name__)
@@ -217,33 +216,6 @@ def check_categories(conversations: Sequence[Conversation], categories: Sequence
     unknown = [name for name in categories if name not in known]
     if unknown:
         raise ValueError(f"categories {unknown} are not in {source} (its categories: {known})")
-
-
-def training_overlap(module: nn.Module, conversations: Sequence[Conversation | str]) -> dict[str, list[str]]:
-    """Per trained stage of ``module`` (a pipeline, a stage), the ``conversations`` (or their ids)
-    its checkpoint learnt from."""
-    ids = [c if isinstance(c, str) else c.id for c in conversations]
-    overlap = {stage: [i for i in ids if i in seen] for stage, seen in trained_conversations(module).items()}
-    return {stage: found for stage, found in overlap.items() if found}
-
-
-def refuse_training_overlap(module: nn.Module, conversations: Sequence[Conversation | str], allow: bool) -> None:
-    """A ValueError naming them when trained stages of ``module`` would be scored on
-    ``conversations`` (or their ids: checked before the data is read) they learnt from, or when
-    it holds trained weights with no record of what they learnt from, unless ``allow``
-    (``--allow-training-overlap``). The one refusal every command and script applies."""
-    unrecorded = unrecorded_checkpoints(module)
-    if unrecorded and not allow:
-        raise ValueError(
-            f"{', '.join(unrecorded)}: trained weights without a record of the conversations they learnt from "
-            "(no training.json, no trained_on in the manifest), so a score could be on training data: train it "
-            "with a recipe, or pass --allow-training-overlap to run anyway")
-    overlap = training_overlap(module, conversations)
-    if overlap and not allow:
-        raise ValueError(
-            "trained stages would be scored on conversations they learnt from ("
-            + "; ".join(f"{stage}: {', '.join(ids)}" for stage, ids in overlap.items())
-            + "): choose other conversations, or pass --allow-training-overlap to run anyway")
 
 
 def in_process(pipeline: Pipeline, options: RunOptions, count_tokens, judge=None,

@@ -17,7 +17,7 @@ from memlab.config import build_pipeline
 from memlab.data import DataError
 from memlab.data.select import load_conversations
 from memlab.errors import MemlabError
-from memlab.eval.runner import refuse_training_overlap
+from memlab.held_out import refuse_training_overlap
 
 
 class ScriptError(MemlabError):

@@ -113,6 +113,10 @@ class LM(CheckedArguments, ABC):
     def warm_up(self) -> None:
         """Load the model now instead of on first use."""
 
+    def close(self) -> None:
+        """Free the model now (it loads again on the next call); nothing to free by default. A run
+        closes its LMs when it ends: llama.cpp frees a model noisily if left to interpreter shutdown."""
+
     @property
     def trained_weights(self) -> Path | None:
         """The folder of weights this LM learnt on top of its published model (a LoRA adapter);
@@ -122,7 +126,7 @@ class LM(CheckedArguments, ABC):
     @property
     def trained_on(self) -> frozenset[str]:
         """The conversations ``trained_weights`` were trained or validated on (``training.json``'s
-        split); ``memlab.stage.trained_conversations`` sees them through the stage that holds the LM."""
+        split); ``memlab.held_out.trained_conversations`` sees them through the stage that holds the LM."""
         return frozenset()
 
     def runtime(self) -> dict[str, Any]:

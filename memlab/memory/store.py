@@ -48,6 +48,7 @@ from memlab import fileio
 from memlab.embed.base import Embedder
 from memlab.errors import MemlabError
 from memlab.fileio import MANIFEST_FILE, ManifestError, atomic_folder, interrupted_backups
+from memlab.memory.base import Memory
 from memlab.memory.graph import GraphError, MemoryGraph
 from memlab.memory.index import (
     BM25_FILE,
@@ -78,7 +79,7 @@ class MemoryStoreError(MemlabError, RuntimeError):
     """A memory folder that cannot be saved or loaded (the message names folder and problem)."""
 
 
-class UnitMemory:
+class UnitMemory(Memory):
     """Memory units + a dense ``VectorIndex`` + a ``BM25Index`` (+ an optional ``MemoryGraph``).
 
     See the module docstring for searching and for the saved folder.

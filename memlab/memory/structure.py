@@ -31,11 +31,6 @@ def mean(values: Iterable[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def session_of(unit: MemoryUnit) -> str | None:
-    """The session a unit was made in (``attributes["session"]``, set by every segmenter)."""
-    return unit.attributes.get("session")
-
-
 def provenance_of(unit: MemoryUnit) -> str:
     return unit.attributes.get("provenance", STATED)
 
@@ -55,7 +50,7 @@ def span_structure(units: Sequence[MemoryUnit], noun: str) -> dict[str, Any]:
         "guessed_provenance_share": share(provenance.count(GUESSED), len(units)),
         "filled_provenance_share": share(provenance.count(FILLED), len(units)),
         "attached_turn_share": share(sum(len(u.attributes.get("attached_turns", ())) for u in units), turns),
-        "sessions": len({session_of(u) for u in units} - {None}),
+        "sessions": len({u.session for u in units} - {None}),
     }
 
 

@@ -36,6 +36,7 @@ from memlab.bounds import NonNegativeInt, PositiveInt
 from memlab.embed.base import Embedder
 from memlab.errors import MemlabError
 from memlab.lm.base import LM
+from memlab.memory.base import Memory
 from memlab.peers.gateway import ModelGateway
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline, dated_text
 from memlab.pipelines.context_budget import answer_budget, fit_units
@@ -88,7 +89,7 @@ def errors_logged(logger: str) -> Iterator[list[str]]:
         target.removeHandler(handler)
 
 
-class PeerMemory(ABC):
+class PeerMemory(Memory, ABC):
     """One conversation's store of a peer, the gateway serving it and its folder (module docstring)."""
 
     def __init__(self, gateway: ModelGateway, folder: Path) -> None:
@@ -280,5 +281,5 @@ class PeerPipeline(Pipeline):
     def release(self, memory: PeerMemory) -> None:
         memory.close()
 
-    def failures(self) -> list[Failure]:
-        return [*self._peer_failures, *super().failures()]
+    def _failed_calls(self) -> list[Failure]:
+        return [*self._peer_failures, *super()._failed_calls()]

@@ -23,11 +23,11 @@ Contract
   a batch of one.
 * A pipeline only ever sees a ``Query`` (text and date): never a gold answer, a gold category
   or gold evidence.
-* ``memory_stats(memory)`` reports what the runner should record about a built memory (unit
-  counts, a consolidation backlog, failed background steps ...) in ``metrics.json``, its
-  ``structure`` block included: ``memory_structure(memory)``, the shape of what formed, from the
-  memory alone with no model call (``memlab.memory.structure``; ``degenerate`` lists what did
-  not form). Memories with a ``structure()`` give theirs; a pipeline adds what only it knows.
+* ``build`` returns a ``memlab.memory.base.Memory``. ``memory_stats(memory)`` is what the runner
+  records about it in ``metrics.json``: the memory's own ``stats()`` and its ``structure`` block,
+  ``memory_structure(memory)``, the shape of what formed, from the memory alone with no model call
+  (``memlab.memory.structure``; ``degenerate`` lists what did not form). The memory's
+  ``structure()`` by default; a pipeline overrides ``memory_structure`` to add what only it knows.
 * ``search_statistics(traces)`` summarises how the search went over a run's answered questions
   (each one's ``Answer.trace.steps``) for ``metrics.json["search"]``; {} where a pipeline has
   nothing to report (CompassMem gives its appendix Table 4 statistics).
@@ -41,8 +41,10 @@ Contract
   a memory built earlier (``memlab run --save-memory`` / ``--memory``). ``query_settings``
   names the constructor arguments that only matter when answering: a saved memory serves any
   configuration that differs from its builder's in those alone.
-* Stages that call an LM take it injected; ``lms()`` lists the distinct LMs so the runner can
-  read their usage meters, and ``failures()`` collects the prompted stages' failed calls.
+* Stages that call an LM take it injected; ``lms()`` lists the distinct LMs (the run records
+  where they ran and frees them), and ``llm_usage()`` is the pipeline's LLM use so far
+  (``memlab.telemetry.Usage``: totals, each prompted stage's own, the failed calls), the one thing
+  the runner reads to account for a build or a batch of questions.
 """
 
 from __future__ import annotations
@@ -57,7 +59,9 @@ from torch import nn
 from memlab.components import CheckedArguments
 from memlab.dates import format_day
 from memlab.lm.base import LM
+from memlab.memory.base import Memory
 from memlab.stage import Failure, PromptedStage, Stage
+from memlab.telemetry import Usage
 from memlab.types import Answer, History, MemoryUnit, Query, Retrieved
 
 #: Minimum ranking depth ``retrieve`` returns (the deepest recall@k the runner reports).
@@ -107,17 +111,14 @@ class Pipeline(CheckedArguments, nn.Module):
     def answer_many(self, memory: Any, queries: list[Query]) -> list[Answer]:
         return [self.answer(memory, query) for query in queries]
 
-    def memory_stats(self, memory: Any) -> dict[str, Any]:
-        """Facts about a built memory for the run's output; memories with ``stats()`` give theirs,
-        and every memory its ``structure`` (contract above)."""
-        stats = getattr(memory, "stats", None)
+    def memory_stats(self, memory: Memory) -> dict[str, Any]:
+        """Facts about a built memory for the run's output, its ``structure`` among them (contract above)."""
         structure = self.memory_structure(memory)
-        return {**(dict(stats()) if callable(stats) else {}), **({"structure": structure} if structure else {})}
+        return {**memory.stats(), **({"structure": structure} if structure else {})}
 
-    def memory_structure(self, memory: Any) -> dict[str, Any]:
-        """The shape of what formed in ``memory`` (contract above); {} for a memory that has none."""
-        structure = getattr(memory, "structure", None)
-        return dict(structure()) if callable(structure) else {}
+    def memory_structure(self, memory: Memory) -> dict[str, Any]:
+        """The shape of what formed in ``memory`` (contract above)."""
+        return memory.structure()
 
     def search_statistics(self, traces: list[list[dict[str, Any]]]) -> dict[str, Any]:
         """How the search went over the answered questions' ``traces`` (contract above); {} by default."""
@@ -167,12 +168,15 @@ class Pipeline(CheckedArguments, nn.Module):
                     found.setdefault(id(value), value)
         return list(found.values())
 
-    def stage_usage(self) -> dict[str, dict[str, float]]:
-        """LLM use of each prompted stage so far, by its dotted name (where the cost goes:
-        e.g. MAGMA's slow path is its ``event_extractor`` and ``consolidator``)."""
-        return {name: stage.usage.snapshot() for name, stage in self.named_stages() if isinstance(stage, PromptedStage)}
+    def llm_usage(self) -> Usage:
+        """This pipeline's LLM use so far (contract above)."""
+        stages = {name: stage.usage.snapshot() for name, stage in self.named_stages()
+                  if isinstance(stage, PromptedStage)}
+        return Usage.of(self.lms(), stages, self._failed_calls())
 
-    def failures(self) -> list[Failure]:
+    def _failed_calls(self) -> list[Failure]:
+        """The unusable LLM outputs so far: the prompted stages'; a pipeline that calls a model
+        outside its stages (a peer library) adds its own."""
         return [f for _, stage in self.named_stages() if isinstance(stage, PromptedStage) for f in stage.failures]
 
 

@@ -40,6 +40,10 @@ class FullContext(Pipeline):
     def load_memory(self, folder) -> list[MemoryUnit]:
         return load_units(folder)
 
+    def memory_stats(self, memory: list[MemoryUnit]) -> dict:
+        """Nothing to report: the memory is the turns themselves, in order."""
+        return {}
+
     def build(self, history: History) -> list[MemoryUnit]:
         outputs = self.segmenter([SegmentIn(history.id, s) for s in history.sessions])
         return [unit for out in outputs for unit in out.units]

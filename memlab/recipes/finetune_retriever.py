@@ -52,7 +52,6 @@ from memlab.training import (
     start_recipe,
     total_steps,
 )
-from memlab.training.evaluators import first_stage
 from memlab.training.loop import Optimisation, fit, shuffled_batches
 from memlab.training.rerank import rerank_examples
 from memlab.training.retrieve import PipelineTree, RetrieverEvaluator
@@ -106,7 +105,7 @@ def setup(config: dict[str, Any]) -> Run:
     run = Run(settings=settings, out=Path(settings.output_dir), split=parts.ids())
     train, validation, evaluation = parts
     run.evaluator = instantiate(settings.validation)
-    examples = rerank_examples(train, first_stage(run.evaluator.pipeline, run.evaluator.pipeline_overrides),
+    examples = rerank_examples(train, run.evaluator.first_stage(),
                                negatives=settings.negatives, candidates=settings.candidates, seed=settings.seed,
                                sampling="top")
     run.validation, run.evaluation = run.evaluator.prepare(validation), run.evaluator.prepare(evaluation)

@@ -106,7 +106,8 @@ def setup(config: dict[str, Any]) -> Run:
     run.evaluator = instantiate(settings.validation)
     for part, conversations in parts._asdict().items():
         run.memories[part] = built = run.evaluator.prepare(conversations)  # refuses a pipeline with no hierarchy
-        run.datasets[part] = selection_examples(built.memories, built.conversations, built.pipeline.selection_batch,
+        batch = built.pipeline.search_settings.selection_batch
+        run.datasets[part] = selection_examples(built.memories, built.conversations, batch,
                                                 max_share=run.evaluator.max_share,
                                                 all_children_share=settings.supervision.all_children_share)
         if not len(run.datasets[part]):

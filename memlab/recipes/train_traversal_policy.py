@@ -14,7 +14,7 @@ the negative log of the softmax mass (over log-scores) of the evidence candidate
 pushes evidence nodes up the beam. Anchors are fixed inputs (they come from retrieval).
 
 The memories are built by the ``pipeline`` config with whatever slow path it has: the default
-config turns it off (``event_extractor=null``, ``consolidator=null``), so the graphs have the
+config turns it off (``event_extractor: null``, ``consolidator: null``), so the graphs have the
 temporal and semantic edge spaces only and training needs no LLM. The weights of edge types
 absent from the graphs receive no gradient and keep their initial values.
 
@@ -67,8 +67,8 @@ class Settings(ConversationSettings):
     progress: bool = True
     #: MAGMA's temporal and semantic edges only (no LLM): the memories trained and scored on.
     validation: SlotRecallEvaluator = field(default_factory=evaluator_node(
-        "memlab.training.traversal.SlotRecallEvaluator", pipeline="configs/pipelines/magma.yaml",
-        pipeline_overrides=["event_extractor=null", "consolidator=null"], slot="traverser", ks=[10], baseline=False))
+        "memlab.training.traversal.SlotRecallEvaluator", pipeline="magma",
+        pipeline_overrides={"event_extractor": None, "consolidator": None}, slot="traverser", ks=[10], baseline=False))
     stage: TraversalPolicy = field(default_factory=lambda: {"_component_": "memlab.stages.traverse.TraversalPolicy",
                                                             "trainable": True})
     optim: PolicyOptimiser = field(default_factory=PolicyOptimiser)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from memlab.config import COMPONENT, ConfigError, instantiate, validate
-from memlab.eval.runner import refuse_training_overlap
+from memlab.held_out import refuse_training_overlap
 from memlab.training.evaluators import StageEvaluator
 from memlab.types import Conversation
 

@@ -42,6 +42,8 @@ from memlab.stage import Stage
 from memlab.types import Conversation, MemoryUnit
 
 Prepared = TypeVar("Prepared")
+#: Questions a stage is given per call while it is scored (a reranker, a router).
+SCORING_BATCH = 32
 
 
 @dataclass
@@ -111,15 +113,10 @@ def _built(config: PipelineConfig, overrides: Overrides, adjust: Mapping[str, An
     return build_pipeline(load_config(config, overrides), adjust)[0]
 
 
-def first_stage(config: PipelineConfig, overrides: Overrides = (), depth: int | None = None) -> Any:
-    """The first stage of the pipeline ``config`` (+ ``overrides``): the pipeline with its reranker
-    off and, with ``depth``, ranking that deep (``top_k``). What a reranker re-scores and
-    learns from, and where a retriever's hard negatives come from."""
-    return _built(config, overrides, first_stage_adjustment(depth))
-
-
 def first_stage_adjustment(depth: int | None) -> dict[str, Any]:
-    """The overrides that make a pipeline its own first stage (``first_stage``)."""
+    """The overrides that make a pipeline its own first stage: its reranker off and, with ``depth``,
+    ranking that deep (``top_k``). What a reranker re-scores and learns from, and where a
+    retriever's hard negatives come from (the evaluators' ``first_stage()``)."""
     return {"reranker": None, **({"top_k": depth} if depth else {})}
 
 

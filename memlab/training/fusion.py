@@ -29,7 +29,6 @@ import numpy as np
 
 from memlab.config import PipelineConfig
 from memlab.embed.similarity import cross_group_percentile, unit_rows
-from memlab.memory.structure import session_of
 from memlab.pipelines.compassmem.pipeline import fusion_outcome
 from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
 from memlab.training.evaluators import StageEvaluator, pipeline_label
@@ -112,8 +111,8 @@ class FuserEvaluator(StageEvaluator[FusionPairs]):
         if not recorder.asked:
             raise ValueError(f"{[c.id for c in conversations]}: the builds of {pipeline_label(self.teacher)} asked "
                              "no fusion pair (one session each?)")
-        return FusionPairs(tuple(recorder.asked), tuple(outcome(out, item, teacher.merge_threshold)
-                                                        for item, out in recorder.asked), teacher.merge_threshold)
+        return FusionPairs(tuple(recorder.asked), tuple(outcome(out, item, teacher.construction.merge_threshold)
+                                                        for item, out in recorder.asked), teacher.construction.merge_threshold)
 
     def score(self, stage: Any, prepared: FusionPairs) -> dict[str, Any]:
         gold = list(prepared.outcomes)
@@ -156,7 +155,7 @@ def links_against_observations(memory, conversation, embedder, percentile: float
     threshold = cross_group_percentile(facts, fact_sessions, percentile)
     events = [memory.unit(i) for i in memory.events()]
     order = {s.id: n for n, s in enumerate(conversation.sessions)}
-    step = {e.id: order.get(session_of(e), -1) for e in events}
+    step = {e.id: order.get(e.session, -1) for e in events}
     vectors = unit_rows(memory.index.vectors([e.id for e in events]))
     linked = {frozenset((u, v)) for u, v, _ in memory.graph.edges("relation")}
     counts: dict[str, Any] = defaultdict(int)

@@ -43,7 +43,7 @@ import datasets
 
 from memlab.bounds import PositiveInt
 from memlab.clock import active_seconds
-from memlab.config import PipelineConfig
+from memlab.config import Overrides, PipelineConfig
 from memlab.pipelines.compassmem.memory import RELATION, EventMemory
 from memlab.stages.event_view import EventView
 from memlab.stages.navigate import ACTIONS, ExplorerTarget, NavigateIn, Navigator, Neighbour
@@ -303,7 +303,7 @@ class NavigatorEvaluator(StageEvaluator[NavigationStates]):
 
     metric: NavigatorMetric = "action_accuracy"
     pipeline: PipelineConfig = "configs/pipelines/compassmem_trained_construction.yaml"
-    pipeline_overrides: list[str] = field(default_factory=list)
+    pipeline_overrides: Overrides = field(default_factory=list)
     #: How the evidence labels are simulated (``navigation_examples``): breadth over relation
     #: edges from the start nodes, and the most states a question gives.
     hops: PositiveInt = 2
@@ -315,8 +315,8 @@ class NavigatorEvaluator(StageEvaluator[NavigationStates]):
     def prepare(self, conversations: Sequence[Conversation]) -> NavigationStates:
         pipeline = self.pipeline_named("pipeline")
         memories = {c.id: pipeline.build(c.history()) for c in conversations}
-        return NavigationStates(navigation_examples(memories, conversations, top_k=pipeline.top_k, hops=self.hops,
-                                                    max_states=self.max_states, max_next=pipeline.max_next))
+        return NavigationStates(navigation_examples(memories, conversations, top_k=pipeline.search_settings.top_k, hops=self.hops,
+                                                    max_states=self.max_states, max_next=pipeline.search_settings.max_next))
 
     def score(self, stage: Any, prepared: NavigationStates) -> dict[str, Any]:
         return {**evaluate_explorer_policy(stage, prepared.examples, majority=self.majority),

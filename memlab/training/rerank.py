@@ -22,10 +22,11 @@ import datasets
 
 from memlab.bounds import PositiveInt
 from memlab.clock import active_seconds
-from memlab.config import PipelineConfig
+from memlab.config import Overrides, PipelineConfig
 from memlab.data.prefix import first_questions
 from memlab.stages.rerank import Reranker
 from memlab.training.evaluators import (
+    SCORING_BATCH,
     StageEvaluator,
     first_stage_adjustment,
     mean_recalls,
@@ -38,8 +39,6 @@ from memlab.types import ANSWERABLE_CATEGORIES, LOCOMO_CATEGORIES, Conversation,
 if TYPE_CHECKING:
     from memlab.pipelines.base import Pipeline
 
-#: Questions a reranker scores per call.
-_BATCH = 32
 
 
 # -- supervision ---------------------------------------------------------------------------
@@ -214,8 +213,8 @@ def rerank_order(reranker: "Reranker", items: Sequence[dict[str, Any]]) -> list[
     from memlab.stages.rerank import RerankIn
 
     orders = []
-    for start in range(0, len(items), _BATCH):
-        chunk = items[start:start + _BATCH]
+    for start in range(0, len(items), SCORING_BATCH):
+        chunk = items[start:start + SCORING_BATCH]
         outputs = reranker([RerankIn(item["question"], tuple(u.text for u in item["candidates"])) for item in chunk])
         for item, out in zip(chunk, outputs):
             if len(out.scores) != len(item["candidates"]):
@@ -286,7 +285,7 @@ class RerankerEvaluator(StageEvaluator[Candidates]):
 
     metric: str = "reranked.recall@10"
     pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
-    pipeline_overrides: list[str] = field(default_factory=list)
+    pipeline_overrides: Overrides = field(default_factory=list)
     depth: PositiveInt = 50
     ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
     max_questions: PositiveInt | None = None

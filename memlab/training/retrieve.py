@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from memlab.config import PipelineConfig, load_config
+from memlab.config import Overrides, PipelineConfig, load_config
 from memlab.stages.retrieve import TrainableEmbedder
-from memlab.training.evaluators import StageEvaluator, mean_recalls, pipeline_label
+from memlab.training.evaluators import StageEvaluator, first_stage_adjustment, mean_recalls, pipeline_label
 from memlab.training.supervision import evaluable_questions
 from memlab.types import Conversation
 
@@ -36,8 +36,12 @@ class RetrieverEvaluator(StageEvaluator[PipelineTree]):
     configs: ClassVar[dict[str, str]] = {"pipeline": "pipeline_overrides"}
     metric: str = "recall@10"
     pipeline: PipelineConfig = "configs/pipelines/rag_turns.yaml"
-    pipeline_overrides: list[str] = field(default_factory=list)
+    pipeline_overrides: Overrides = field(default_factory=list)
     ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
+
+    def first_stage(self) -> Any:
+        """The pipeline without its reranker (built once): where the retriever's hard negatives come from."""
+        return self.pipeline_named("pipeline", first_stage_adjustment(None))
 
     def prepare(self, conversations: Sequence[Conversation]) -> PipelineTree:
         from memlab.config import COMPONENT, ConfigError, split_runner_keys, validate

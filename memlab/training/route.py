@@ -31,14 +31,12 @@ from memlab.bounds import PositiveInt
 from memlab.clock import active_seconds
 from memlab.data.prefix import first_questions
 from memlab.stages.route import IntentRouter
-from memlab.training.evaluators import StageEvaluator
+from memlab.training.evaluators import SCORING_BATCH, StageEvaluator
 from memlab.training.supervision import dataset_with_card
 from memlab.types import ANSWERABLE_CATEGORIES, LOCOMO_CATEGORIES, Conversation, Question
 
 #: The figures of a ``RouterEvaluator`` result early stopping can read.
 RouterMetric = Literal["accuracy", "accuracy_5way"]
-#: Questions a router is asked per call.
-_BATCH = 32
 
 
 # -- supervision ---------------------------------------------------------------------------
@@ -127,8 +125,8 @@ def predict_question_types(router: "IntentRouter", questions: Sequence[str]) -> 
     from memlab.stages.route import RouteIn
 
     predictions: list[str] = []
-    for start in range(0, len(questions), _BATCH):
-        chunk = list(questions[start:start + _BATCH])
+    for start in range(0, len(questions), SCORING_BATCH):
+        chunk = list(questions[start:start + SCORING_BATCH])
         if callable(getattr(router, "predict", None)):
             labels = [row.get("question_type") for row in router.predict(chunk)]
         else:

@@ -39,7 +39,7 @@ import datasets
 
 from memlab.bounds import UnitFloat
 from memlab.clock import active_seconds
-from memlab.config import ConfigError, PipelineConfig
+from memlab.config import ConfigError, Overrides, PipelineConfig
 from memlab.lm.cache_only import CacheMissError, live_stages
 from memlab.pipelines.mnemis.memory import CATEGORY, MnemisMemory
 from memlab.pipelines.mnemis.search import global_selection
@@ -266,13 +266,13 @@ class GlobalSelectorEvaluator(StageEvaluator[SelectionMemories]):
 
     metric: str = "evidence_episode_recall"
     pipeline: PipelineConfig = "configs/pipelines/mnemis_replay.yaml"
-    pipeline_overrides: list[str] = field(default_factory=list)
+    pipeline_overrides: Overrides = field(default_factory=list)
     max_share: UnitFloat = 0.5
 
     def prepare(self, conversations: Sequence[Conversation]) -> SelectionMemories:
         pipeline = self.pipeline_named("pipeline")
         if pipeline.categorizer is None:
-            raise ValueError(f"{pipeline_label(self.pipeline)}: builds no hierarchy (system2: false): nothing to select from")
+            raise ValueError(f"{pipeline_label(self.pipeline)}: builds no hierarchy (search.system2: false): nothing to select from")
         return SelectionMemories(build_memories(pipeline, conversations, pipeline_label(self.pipeline)),
                                  tuple(conversations), pipeline)
 
@@ -280,7 +280,7 @@ class GlobalSelectorEvaluator(StageEvaluator[SelectionMemories]):
         pipeline = prepared.pipeline
         selector = pipeline.global_selector if stage is None else stage
         return {**evaluate_global_selector(selector, prepared.memories, prepared.conversations,
-                                           pipeline.selection_batch, self.max_share),
+                                           pipeline.search_settings.selection_batch, self.max_share),
                 "pipeline": pipeline_label(self.pipeline), "selector": type(selector).__name__}
 
     def headline(self, result: dict[str, Any]) -> dict[str, tuple[float | None, int]]:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from memlab.config import PipelineConfig
+from memlab.config import Overrides, PipelineConfig
 from memlab.stage import Stage
 from memlab.training.evaluators import StageEvaluator, mean_recalls, pipeline_label
 from memlab.training.supervision import evaluable_questions, is_positive
@@ -67,7 +67,7 @@ class SlotRecallEvaluator(StageEvaluator[RetrievalPairs]):
 
     metric: str = "with_stage.recall@10"
     pipeline: PipelineConfig = "configs/pipelines/magma.yaml"
-    pipeline_overrides: list[str] = field(default_factory=list)
+    pipeline_overrides: Overrides = field(default_factory=list)
     slot: str = "traverser"
     ks: list[int] = field(default_factory=lambda: [10])
     baseline: bool = True

@@ -7,8 +7,8 @@ import pytest
 
 from memlab.embed import EmbedderError
 from memlab.embed.cached import CachedEmbedder
+from memlab.held_out import trained_conversations
 from memlab.memory import UnitMemory
-from memlab.stage import trained_conversations
 from memlab.stages.encoder import TextEncoder
 from tests.memory.helpers import HashingEmbedder, make_units
 

@@ -31,7 +31,7 @@ def test_an_answer_counts_only_when_both_judges_accept_and_a_rejection_decides()
     assert [out.correct for out in outs] == [True, False, False, None]
     assert [judge.metric(out) for out in outs] == [1.0, 0.0, 0.0, None]
     assert outs[3].error
-    assert len(judge.failures) == 1 and judge.failures[0] is first.failures[0]
+    assert judge.llm_usage().failures == (first.failures[0],)
     assert judge.lms() == [first.lm, second.lm]
     info = judge.judge_info()
     assert [j["prompt_id"] for j in info["agreement_of"]] == ["simplemem/judge_correct_wrong", "magma/judge_semantic"]

@@ -37,7 +37,7 @@ def test_the_rules_decide_what_they_can_and_only_the_rest_reaches_the_llm_judge(
     assert outs[0].explanation.startswith("calendar") and outs[1].explanation.startswith("calendar")
     asked = [" ".join(m["content"] for m in request.messages) for request in lm.requests]
     assert len(asked) == 4 and all("When?" not in prompt and "Soda" not in prompt for prompt in asked)  # 3 + 1 retry
-    assert len(judge.failures) == 1 and judge.lms() == [lm]
+    assert judge.llm_usage().failure_counts() == {"CorrectWrongJudge": 1} and judge.lms() == [lm]
     info = judge.judge_info()
     assert len(info["rules_first"]) == 2 and info["then"]["prompt_id"] == "simplemem/judge_correct_wrong"
 

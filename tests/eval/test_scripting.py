@@ -22,9 +22,9 @@ def parse(*argv: str, sessions: bool = True) -> argparse.Namespace:
 
 
 def test_the_pipeline_and_conversations_come_back_in_eval_mode():
-    pipeline, conversations = pipeline_and_conversations(parse(CONFIG, "top_k=3", "--data", SAMPLE, "--conversations",
+    pipeline, conversations = pipeline_and_conversations(parse(CONFIG, "search.top_k=3", "--data", SAMPLE, "--conversations",
                                                                "sample-1", "--sessions", "2"))
-    assert not pipeline.training and pipeline.top_k == 3
+    assert not pipeline.training and pipeline.search_settings.top_k == 3
     assert [c.id for c in conversations] == ["sample-1"] and len(conversations[0].sessions) == 2
     assert not hasattr(parse(CONFIG, "--data", SAMPLE, "--conversations", "x", sessions=False), "sessions")
 

@@ -98,7 +98,7 @@ def test_graphiti_builds_its_graph_with_each_facts_turns_and_date(embedder, hist
     folder = memory.folder
     pipeline.release(memory)
     assert not folder.exists() and memory.stats()["facts"] == len(episodes)
-    assert pipeline.failures() == []
+    assert pipeline.llm_usage().failures == ()
     assert no_network == []
 
 
@@ -126,7 +126,7 @@ def test_an_episode_graphiti_could_not_add_is_a_failure(embedder, history, tmp_p
     memory = pipeline.build(history)
     pipeline.release(memory)
     assert memory.stats()["failed_episodes"] == 1
-    failures = [f for f in pipeline.failures() if f.stage == "graphiti.add"]
+    failures = [f for f in pipeline.llm_usage().failures if f.stage == "graphiti.add"]
     assert failures and all("context window" in f.error for f in failures)
 
 
@@ -144,10 +144,10 @@ def test_each_error_graphiti_logs_is_a_failure_and_a_failed_add_counts_once(embe
             raise ValueError("gave up")
 
         assert pipeline.through_peer(memory, logged_then_failed) is None
-        assert [f.error for f in pipeline.failures()][-3:] == [f"Unterminated string, attempt {i}" for i in range(3)]
-        before = len(pipeline.failures())
+        assert [f.error for f in pipeline.llm_usage().failures][-3:] == [f"Unterminated string, attempt {i}" for i in range(3)]
+        before = len(pipeline.llm_usage().failures)
         assert pipeline.through_peer(memory, lambda: (_ for _ in ()).throw(ValueError("silent"))) is None
-        assert [f.error for f in pipeline.failures()[before:]] == ["ValueError: silent"]
+        assert [f.error for f in pipeline.llm_usage().failures[before:]] == ["ValueError: silent"]
         assert memory.failed_adds == 2
     finally:
         pipeline.release(memory)

@@ -157,7 +157,7 @@ def test_a_reply_mem0_cannot_parse_is_a_failure_with_the_reply(embedder, convers
     pipeline = _pipeline(ReplayLM(respond), embedder, tmp_path)
     memory = pipeline.build(conversation.history())
     pipeline.release(memory)
-    failures = pipeline.failures()
+    failures = pipeline.llm_usage().failures
     assert len(failures) == 1
     assert failures[0].stage == "mem0.add" and "parsing" in failures[0].error
     assert failures[0].completion == "this is not JSON at all"

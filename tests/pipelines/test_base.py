@@ -108,3 +108,38 @@ def test_rag_cuts_its_top_k_to_the_context_budget_and_says_how_many_it_showed():
     unlimited = RAG(TurnSegmenter(with_date=False), HashingEmbedder(), PromptedAnswerer(lm=_CountingLM(
         lambda request: "fact", context_window=4096)), retrieval="bm25", top_k=6)
     assert unlimited.answer(unlimited.build(_conversation().history()), Query("q", "fact 1.2")).shown == 6
+
+
+def test_llm_usage_is_what_a_phase_cost_its_stages_and_the_calls_that_failed():
+    """``Pipeline.llm_usage()`` is the one account the runner reads: totals over the LMs, each
+    prompted stage's own counters, and the failed calls, diffed between two moments by ``since``."""
+    lm = ReplayLM(["Rex", "<think>The dog is called Rex.", "<think>Let me think again"])
+    pipeline = FullContext(answerer=PromptedAnswerer(lm=lm))
+    memory = pipeline.build(_conversation().history())
+    start = pipeline.llm_usage()
+    assert start.total["llm_calls"] == 0 and start.failures == () and start.stages["answerer"]["llm_calls"] == 0
+    pipeline.answer(memory, Query("q1", "what?"))
+    first = pipeline.llm_usage()
+    assert first.since(start).total["llm_calls"] == 1 and first.since(start).failures == ()
+    pipeline.answer(memory, Query("q2", "what?"))  # an unclosed reasoning block, twice: one failure
+    second = pipeline.llm_usage().since(first)
+    assert second.total["llm_calls"] == 2 and second.stages["answerer"]["llm_calls"] == 2
+    assert second.failure_counts() == {"PromptedAnswerer": 1} and second.failures[0].completion.startswith("<think>")
+    assert pipeline.llm_usage().since(start).failure_counts() == {"PromptedAnswerer": 1}
+
+
+def test_memory_stats_are_what_the_memory_says_about_itself_plus_its_structure():
+    from memlab.memory.base import Memory
+
+    class Counted(Memory):
+        def stats(self):
+            return {"units": 3}
+
+        def structure(self):
+            return {"kinds": {"turn": 3}, "degenerate": []}
+
+    pipeline = FullContext(answerer=PromptedAnswerer(lm=ReplayLM([])))
+    assert super(FullContext, pipeline).memory_stats(Counted()) == {
+        "units": 3, "structure": {"kinds": {"turn": 3}, "degenerate": []}}
+    assert super(FullContext, pipeline).memory_stats(Memory()) == {}  # nothing formed, nothing said
+    assert pipeline.memory_stats(pipeline.build(_conversation().history())) == {}  # its turns, as given

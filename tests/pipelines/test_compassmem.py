@@ -13,6 +13,7 @@ import pytest
 from memlab.embed import SentenceTransformerEmbedder
 from memlab.pipelines.compassmem.pipeline import CompassMem
 from memlab.pipelines.compassmem.search import Search, priority
+from memlab.pipelines.compassmem.settings import ConstructionSettings, SearchSettings
 from memlab.pipelines.compassmem.topics import TopicLayer, n_clusters
 from memlab.stages.answer import PromptedAnswerer
 from memlab.stages.fuse import EventFuser, FuseIn, FuseOut, PromptedEventFuser
@@ -162,7 +163,7 @@ def test_a_same_event_reply_below_the_merge_threshold_is_an_overlap(minilm):
 def test_fusion_neighbours_compare_each_event_with_several_earlier_ones(minilm):
     one, three = Script(same_event=False), Script(same_event=False)
     pipeline(one, minilm).build(history())
-    memory = pipeline(three, minilm, fusion_neighbours=3).build(history())
+    memory = pipeline(three, minilm, construction=ConstructionSettings(fusion_neighbours=3)).build(history())
     # session 2 sees 2 earlier events, session 3 sees 4: (2 + 2) pairs against (2 + 2) * 1
     assert one.kinds.count("fuse") == 4 and three.kinds.count("fuse") == 2 * 2 + 2 * 3
     assert memory.merges == 0 and ("session_1", "session_3", "follow_up") in crossing(memory)
@@ -170,7 +171,8 @@ def test_fusion_neighbours_compare_each_event_with_several_earlier_ones(minilm):
 
 def test_no_edges_ablation_calls_no_relation_extractor(minilm):
     script = Script(same_event=False)
-    memory = pipeline(script, minilm, edges=False, relation_extractor=None).build(history())
+    memory = pipeline(script, minilm, construction=ConstructionSettings(edges=False),
+                      relation_extractor=None).build(history())
     assert memory.graph.num_edges("relation") == 0 and "relate" not in script.kinds
 
 
@@ -198,15 +200,15 @@ def test_unsatisfied_subgoals_refine_once_then_answer(minilm):
 
 def test_no_kept_evidence_falls_back_to_the_initial_top_k(minilm):
     script = Script(action="SKIP", satisfy="[]")
-    cm = pipeline(script, minilm, refinement_rounds=0, refiner=None)
+    cm = pipeline(script, minilm, search=SearchSettings(refinement_rounds=0), refiner=None)
     answer = cm.answer(cm.build(history()), Query("q1", "What does Rex do at home?"))
     evidence = next(s for s in answer.trace.steps if s["step"] == "answer")["evidence"]
-    assert len(evidence) == cm.top_k and answer.context.count("\n") == cm.top_k - 1
+    assert len(evidence) == cm.search_settings.top_k and answer.context.count("\n") == cm.search_settings.top_k - 1
 
 
 def test_explorer_budget_bounds_the_steps(minilm):
     script = Script(action="EXPAND", satisfy="[]")
-    cm = pipeline(script, minilm, explorers=1, max_steps=2, refinement_rounds=0, refiner=None)
+    cm = pipeline(script, minilm, search=SearchSettings(explorers=1, max_steps=2, refinement_rounds=0), refiner=None)
     answer = cm.answer(cm.build(history()), Query("q1", "What does Rex do at home?"))
     stats = next(s for s in answer.trace.steps if s["step"] == "search")
     assert stats["steps"] <= 2 and script.kinds.count("navigate") == stats["steps"]
@@ -308,7 +310,7 @@ def test_compassmem_with_a_real_small_model(tmp_path):
     cache = tmp_path / "cache.sqlite"
     overrides = [f"{side}.lm.{key}={value}" for side in ("segmenter", "answerer")
                  for key, value in (("model", "smollm2-135m-instruct-q4_1"), ("n_ctx", 2048), ("cache", cache))]
-    overrides += ["segmenter.max_tokens=160", "relation_extractor.max_tokens=96", "max_steps=2", "explorers=2",
+    overrides += ["segmenter.max_tokens=160", "relation_extractor.max_tokens=96", "search.max_steps=2", "search.explorers=2",
                   "planner.max_tokens=48", "answerer.max_tokens=24"]
     pipeline, _, _ = build_pipeline(REPO / "pipelines" / "compassmem.yaml", overrides)
     sample = load_sample()[0]
@@ -322,7 +324,7 @@ def test_compassmem_with_a_real_small_model(tmp_path):
     assert isinstance(answer.text, str) and answer.retrieved
     assert len(pipeline.lms()) == 2 and all(lm.usage.snapshot()["llm_calls"] > 0 for lm in pipeline.lms())
     print("compassmem smollm2:", memory.stats(), [lm.usage.snapshot() for lm in pipeline.lms()],
-          len(pipeline.failures()), "failures")
+          len(pipeline.llm_usage().failures), "failures")
 
 
 def test_search_statistics_aggregate_like_table_4(minilm):

@@ -142,7 +142,7 @@ def test_emem_g_answers_from_ppr_ranked_edus_and_ranks_to_recall_depth():
     assert steps["mentions"]["mentions"] == ["Rex", "puppy"]
     assert len(steps["argument_filter"]["kept"]) == 1  # the scripted filter keeps term 1 only
     assert "Memory 1" in steps["answer"]["reasoning"]
-    assert pipeline.failures() == []
+    assert pipeline.llm_usage().failures == ()
 
 
 def test_retrieve_never_calls_the_answerer():
@@ -199,7 +199,7 @@ def test_bad_completions_are_counted_and_the_run_goes_on():
     assert len(memory.edus) == 0 and memory.errors
     answer = pipeline.answer(memory, Query("q", "anything?"))
     assert answer.text == "" and answer.retrieved == []
-    assert pipeline.failures()
+    assert pipeline.llm_usage().failures
 
 
 # -- real model ------------------------------------------------------------------------------
@@ -235,7 +235,7 @@ def _real_run(config: str, tmp_path, extra: tuple[str, ...] = ()) -> None:
         assert len({r.unit.id for r in answer.retrieved}) == len(answer.retrieved)
     lms = pipeline.lms()
     assert len(lms) == 1 and lms[0].usage.snapshot()["llm_calls"] > 0
-    assert all(f.stage for f in pipeline.failures())
+    assert all(f.stage for f in pipeline.llm_usage().failures)
 
 
 @pytest.mark.slow

@@ -197,8 +197,8 @@ def test_magma_with_a_real_small_model(tmp_path):
         assert len(answer.retrieved) == 4
     lms = pipeline.lms()
     assert len(lms) == 1 and lms[0].usage.snapshot()["llm_calls"] > 0
-    assert all(f.stage for f in pipeline.failures())
-    print("magma smollm2:", memory.stats(), lms[0].usage.snapshot(), len(pipeline.failures()), "failures")
+    assert all(f.stage for f in pipeline.llm_usage().failures)
+    print("magma smollm2:", memory.stats(), lms[0].usage.snapshot(), len(pipeline.llm_usage().failures), "failures")
 
 
 def test_narrative_order_and_folding():

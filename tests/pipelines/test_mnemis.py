@@ -19,6 +19,7 @@ from memlab.pipelines.mnemis.hierarchy import build_hierarchy
 from memlab.pipelines.mnemis.memory import MnemisMemory
 from memlab.pipelines.mnemis.pipeline import Mnemis
 from memlab.pipelines.mnemis.search import Candidates, ranked, system1
+from memlab.pipelines.mnemis.settings import ConstructionSettings, HierarchySettings, SearchSettings
 from memlab.stages.answer import PromptedAnswerer
 from memlab.stages.categorize import CategorizeOut, Categorizer, Category, ClusterCategorizer, PromptedCategorizer
 from memlab.stages.contradict import PromptedContradictionDetector
@@ -118,7 +119,8 @@ def pipeline(script: Script, embedder, **settings) -> Mnemis:
         embedder=embedder, entity_extractor=PromptedEntityExtractor(lm=lm), describer=PromptedEntityDescriber(lm=lm),
         fact_extractor=PromptedFactExtractor(lm=lm, normalizer=RuleTemporalNormalizer()),
         contradiction_detector=PromptedContradictionDetector(lm=lm), categorizer=PromptedCategorizer(lm=lm),
-        global_selector=PromptedGlobalSelector(lm=lm), answerer=PromptedAnswerer(lm=lm), turns_per_episode=2)
+        global_selector=PromptedGlobalSelector(lm=lm), answerer=PromptedAnswerer(lm=lm),
+        construction=ConstructionSettings(turns_per_episode=2))
     return Mnemis(**{**defaults, **settings})
 
 
@@ -278,7 +280,8 @@ def test_a_saved_memory_gets_its_hierarchy_made_again_by_another_categorizer(min
     assert structure["layer_sizes"][0] == 5 and "layer 1:" in layers_text(memory)
     rows = memberships(memory, 3)
     assert len(rows) == 3 and all(r["layer"] >= 1 and r["category"] and r["child"] and r["label"] is None for r in rows)
-    flat = build_pipeline(REPO / "configs/pipelines/mnemis.yaml", ["system2=false", "categorizer=null", "global_selector=null"])[0]
+    flat = build_pipeline(REPO / "configs/pipelines/mnemis.yaml",
+                          ["search.system2=false", "categorizer=null", "global_selector=null"])[0]
     with pytest.raises(ValueError, match="no categorizer"):
         remake_hierarchy(memory, flat)
 
@@ -398,7 +401,7 @@ def test_the_llm_free_selector_trains_on_the_hierarchy_its_ablation_descends():
 def test_global_selection_descends_layer_by_layer_and_expands_entities(minilm):
     script = Script()
     # n = 1: Rex gets a category of its own, and the three layer-1 categories a root, "Everything"
-    mnemis = pipeline(script, minilm, compression_ratio=1)
+    mnemis = pipeline(script, minilm, hierarchy=HierarchySettings(compression_ratio=1))
     memory = mnemis.build(history())
     assert [memory.graph.node(n)["name"] for n in memory.layers[-1]] == ["Everything"]
     chosen, ranking, trace = mnemis.search(memory, Query("q1", "Which city does Ann live in now?"))
@@ -407,7 +410,7 @@ def test_global_selection_descends_layer_by_layer_and_expands_entities(minilm):
     names = [memory.graph.node(memory.id_of[k])["name"] for k in step["selected"]]
     assert names[:2] == ["Everything", "Citys"] and sorted(names[2:]) == ["Berlin", "Paris"]
     assert step["system2"] == {"episodes": 2, "entities": 5, "facts": 2}  # Ann is linked through the facts
-    take_all = pipeline(Script(take_all=True), minilm, compression_ratio=1)
+    take_all = pipeline(Script(take_all=True), minilm, hierarchy=HierarchySettings(compression_ratio=1))
     _, _, trace = take_all.search(memory, Query("q1", "Which city does Ann live in now?"))
     assert next(s for s in trace.steps if s["step"] == "retrieve")["selection_calls"] == 1
 
@@ -427,7 +430,7 @@ def test_answer_shows_each_type_with_validity_and_ranks_episodes_then_facts(mini
 
 
 def test_system1_budgets_per_type_and_the_union_ordering(minilm):
-    mnemis = pipeline(Script(), minilm, system2=False, categorizer=None, global_selector=None)
+    mnemis = pipeline(Script(), minilm, search=SearchSettings(system2=False), categorizer=None, global_selector=None)
     memory = mnemis.build(history())
     first = system1(memory, "Where does Ann live?", k=1)
     assert (len(first.episodes), len(first.entities), len(first.facts)) == (1, 2, 2)
@@ -447,7 +450,7 @@ def test_system1_budgets_per_type_and_the_union_ordering(minilm):
 
 
 def test_memory_saves_loads_and_exports_graphml_and_pyg(minilm, tmp_path):
-    memory = pipeline(Script(), minilm, compression_ratio=1).build(history())
+    memory = pipeline(Script(), minilm, hierarchy=HierarchySettings(compression_ratio=1)).build(history())
     memory.save(tmp_path / "m")
     loaded = MnemisMemory.load(tmp_path / "m", minilm)
     assert loaded.stats() == memory.stats() and loaded.layers == memory.layers
@@ -475,10 +478,10 @@ def test_build_takes_a_history_only(minilm):
 
 
 def test_settings_are_checked():
-    with pytest.raises(ValueError, match="system2=true needs"):
+    with pytest.raises(ValueError, match="search.system2=true needs"):
         Mnemis(None, None, None, None, None)
     with pytest.raises(ValueError, match="context lists"):
-        Mnemis(None, None, None, None, None, system2=False, context=("turns",))
+        Mnemis(None, None, None, None, None, search=SearchSettings(system2=False, context=("turns",)))
 
 
 ABLATIONS = sorted((REPO / "configs" / "ablations").glob("mnemis_*.yaml"))
@@ -486,7 +489,8 @@ ABLATIONS = sorted((REPO / "configs" / "ablations").glob("mnemis_*.yaml"))
 
 def test_an_episodes_only_configuration_builds_the_episodes_alone(minilm):
     script = Script()
-    mnemis = pipeline(script, minilm, system2=False, categorizer=None, global_selector=None, context=("episodes",))
+    mnemis = pipeline(script, minilm, search=SearchSettings(system2=False, context=("episodes",)), categorizer=None,
+                      global_selector=None)
     memory = mnemis.build(history())
     assert len(memory.episodes) == 2 and not memory.entities.units and not memory.facts.units
     assert script.kinds == []  # Table 4's "System-1 RAG" reads no graph, so none is extracted
@@ -550,4 +554,4 @@ def test_mnemis_with_a_real_small_model(tmp_path, llama_cpp_works):
     answer = mnemis.answer(memory, small.questions[0].as_query())
     assert isinstance(answer.text, str) and answer.retrieved
     assert len(mnemis.lms()) == 2 and all(lm.usage.snapshot()["llm_calls"] > 0 for lm in mnemis.lms())
-    assert all(f.stage for f in mnemis.failures())
+    assert all(f.stage for f in mnemis.llm_usage().failures)

@@ -250,4 +250,4 @@ def test_end_to_end_with_a_real_small_model(llama_cpp_works, tmp_path):
         assert isinstance(answer.text, str)
         assert len(answer.retrieved) == min(RECALL_DEPTH, len(memory))
     assert lm.usage.snapshot()["llm_calls"] >= 2 + 2 * 2  # 2 windows, then plan + answer per question
-    assert all(f.stage for f in pipeline.failures())
+    assert all(f.stage for f in pipeline.llm_usage().failures)

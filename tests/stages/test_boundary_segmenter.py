@@ -188,7 +188,7 @@ def test_a_checkpoint_swapped_into_compassmem_by_config_builds_with_no_llm_call(
     set_bias(segmenter, -50.0)  # events of 4 turns
     checkpoint = segmenter.save(tmp_path / "segmenter")
     overrides = ["segmenter._component_=memlab.stage.load_stage", f"segmenter.path={checkpoint}",
-                 "edges=false", "relation_extractor=null", "fuser=null"]  # the other construction LLM stages off
+                 "construction.edges=false", "relation_extractor=null", "fuser=null"]  # the other construction LLM stages off
     script = Script(action="EXPAND", satisfy="[1]")
     cm = _with_lm(build_pipeline(REPO / "configs" / "pipelines" / "compassmem.yaml", overrides)[0], ReplayLM(script))
     cm.embedder = minilm

@@ -363,9 +363,8 @@ def test_answerer_recipe_resumes_after_an_interrupt_and_its_adapter_serves_the_a
     pytest.importorskip("peft")
     pytest.importorskip("gguf")
     from memlab.config import build_pipeline
-    from memlab.eval.runner import refuse_training_overlap
+    from memlab.held_out import refuse_training_overlap, trained_conversations
     from memlab.lm.hf import HFLM
-    from memlab.stage import trained_conversations
 
     recipe = load_recipe("finetune_answerer")
     config = load_recipe_config(CONFIGS / "answerer.yaml", [

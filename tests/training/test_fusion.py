@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import memlab.training.evaluators as evaluators
+from memlab.pipelines.compassmem.settings import ConstructionSettings
 from memlab.stages.event_view import EventView
 from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
 from memlab.training.fusion import FuserEvaluator, RecordingFuser, fusion_scores, outcome
@@ -60,7 +61,7 @@ class Replying(EventFuser):
 class TeacherBuild:
     """Stands in for a CompassMem teacher: each build asks its fuser two pairs."""
 
-    merge_threshold = 0.9
+    construction = ConstructionSettings(merge_threshold=0.9)
 
     def __init__(self, fuser: EventFuser) -> None:
         self.fuser = fuser

@@ -12,6 +12,7 @@ import pytest
 
 import memlab.training.evaluators as evaluators
 from memlab.pipelines.compassmem.memory import EventMemory
+from memlab.pipelines.compassmem.settings import SearchSettings
 from memlab.stage import Stage
 from memlab.stages.encoder import TextEncoder
 from memlab.stages.navigate import NavigateIn, NavigateOut, Navigator
@@ -163,7 +164,7 @@ def test_the_recipe_trains_saves_and_evaluates_on_held_out_conversations(three_c
     from tests.pipelines.test_compassmem import Script, pipeline
 
     recipe = load_recipe("train_explorer_policy")
-    built = pipeline(Script(same_event=False), HashingEmbedder(), refinement_rounds=0, refiner=None)
+    built = pipeline(Script(same_event=False), HashingEmbedder(), search=SearchSettings(refinement_rounds=0), refiner=None)
     monkeypatch.setattr(evaluators, "build_pipeline", lambda tree, adjust: (built, {}, {}))  # the one the evaluator builds
     out = tmp_path / "explorer"
     summary = recipe.main({
@@ -200,7 +201,7 @@ def test_evaluate_stage_scores_an_explorer_policy_on_built_memories(tmp_path, ca
     ExplorerPolicy(TextEncoder(frozen=True)).save(tmp_path / "policy")
     config = tmp_path / "chunks.yaml"  # an LLM-free build: token chunks, no relations, no fusion
     config.write_text(f"_base_: {REPO / 'configs/ablations/compassmem_chunks.yaml'}\n"
-                      "edges: false\nrelation_extractor: null\nfuser: null\n")
+                      "construction: {edges: false}\nrelation_extractor: null\nfuser: null\n")
     assert main(["evaluate-stage", str(tmp_path / "policy")]) == 2  # saved in code: no evaluator recorded
     assert "records no evaluator" in caplog.text
     record = {"config": {}, "evaluator": NavigatorEvaluator().node(), "split": {"train": [], "validation": []}}

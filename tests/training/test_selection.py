@@ -13,6 +13,7 @@ import torch
 import memlab.training.evaluators as evaluators
 import memlab.training.selection
 from memlab.config import ConfigError
+from memlab.pipelines.mnemis.settings import HierarchySettings
 from memlab.stage import Stage
 from memlab.stages.encoder import TextEncoder
 from memlab.stages.global_select import (
@@ -54,7 +55,7 @@ def minilm():
 def memory(minilm):
     # Entities Ann, Bob, Rex (in both episodes), Paris (the first), Berlin (the second); layer 1:
     # Persons (Ann, Bob), Citys (Paris, Berlin), Dogs (Rex: n = 1); layer 2: Everything.
-    return pipeline(Script(), minilm, compression_ratio=1).build(history())
+    return pipeline(Script(), minilm, hierarchy=HierarchySettings(compression_ratio=1)).build(history())
 
 
 def name(memory, node: str) -> str:

@@ -24,10 +24,11 @@ from typing import Any
 import numpy as np
 
 from memlab.embed.base import Embedder
+from memlab.memory.base import Memory
 from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.store import MemoryStoreError, UnitMemory
-from memlab.memory.structure import cross_session_share, session_of, share, span_structure
+from memlab.memory.structure import cross_session_share, share, span_structure
 from memlab.pipelines.compassmem.topics import TopicLayer
 from memlab.stages.event_view import EventView
 from memlab.stages.navigate import Neighbour
@@ -39,7 +40,7 @@ FORMAT = "memlab.CompassMemMemory"
 FORMAT_VERSION = 1
 
 
-class EventMemory:
+class EventMemory(Memory):
     """The event graph + index + topics of one conversation (module docstring)."""
 
     def __init__(self, embedder: Embedder, topics: TopicLayer | None = None) -> None:
@@ -121,7 +122,7 @@ class EventMemory:
         EXPAND can reach another session; topics that group several events."""
         events = [self.index.get(i) for i in self.events()]
         edges = [(u, v) for u, v, _ in self.graph.edges(RELATION)]
-        crossing, crossing_share = cross_session_share(edges, {e.id: session_of(e) for e in events})
+        crossing, crossing_share = cross_session_share(edges, {e.id: e.session for e in events})
         topic_sizes = Counter(self.topics.topic_of.values()) if self.topics is not None else Counter()
         components = self.graph.component_sizes(EVENT, [RELATION])
         found = {

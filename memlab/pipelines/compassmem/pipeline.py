@@ -22,20 +22,21 @@ from the kept events only, each shown with its session date.
 ``retrieve`` ranks the kept events first (in the order kept), then the initial top-k, then
 the dense ranking of the question, so recall@k is defined to ``RECALL_DEPTH``.
 
-Ablations (Figure 4) are settings: ``use_topics: false`` (no topic layer or cluster
+Settings are grouped by phase (``compassmem.settings``): ``construction`` and ``search``.
+Ablations (Figure 4) are settings: ``construction.use_topics: false`` (no topic layer or cluster
 selection), a ``TokenChunkSegmenter`` of ~100 tokens as segmenter (chunks instead of events),
-``edges: false`` (no relation edges; the relation extractor is not called), ``refinement_rounds:
-0``, and ``planner: null`` (the question is the one subgoal). Figure 6's k and p are ``top_k``
-and ``topic_clusters``.
+``construction.edges: false`` (no relation edges; the relation extractor is not called),
+``search.refinement_rounds: 0``, and ``planner: null`` (the question is the one subgoal). Figure
+6's k and p are ``search.top_k`` and ``search.topic_clusters``.
 """
 
 from __future__ import annotations
 
-from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
 from memlab.embed.base import Embedder
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline, dated_text
 from memlab.pipelines.compassmem.memory import EventMemory, event_view
 from memlab.pipelines.compassmem.search import Search, explore, table4_statistics
+from memlab.pipelines.compassmem.settings import ConstructionSettings, SearchSettings
 from memlab.pipelines.compassmem.topics import TopicLayer
 from memlab.stages.answer import Answerer, AnswerIn
 from memlab.stages.fuse import EventFuser, FuseIn, FuseOut
@@ -68,9 +69,7 @@ def fusion_outcome(out: FuseOut, may_merge: bool) -> str | None:
 class CompassMem(Pipeline):
     """The CompassMem pipeline (module docstring); every stage is a swappable slot."""
 
-    query_settings = ("navigator", "answerer", "planner", "refiner", "selector", "cluster_selector", "top_k",
-                      "topic_clusters", "topic_depth", "cluster_candidates", "per_cluster", "explorers", "max_steps",
-                      "max_kept", "max_next", "refinement_rounds")
+    query_settings = ("navigator", "answerer", "planner", "refiner", "selector", "cluster_selector", "search")
 
     def __init__(
         self,
@@ -84,32 +83,19 @@ class CompassMem(Pipeline):
         refiner: QueryRefiner | None = None,
         selector: NodeSelector | None = None,
         cluster_selector: NodeSelector | None = None,
-        edges: bool = True,
-        use_topics: bool = True,
-        merge_threshold: UnitFloat = 0.9,
-        fusion_neighbours: PositiveInt = 1,
-        topic_threshold: UnitFloat = 0.9,
-        recluster_every: PositiveInt = 4,
-        top_k: PositiveInt = 5,
-        topic_clusters: NonNegativeInt = 5,
-        topic_depth: PositiveInt = 50,
-        cluster_candidates: PositiveInt = 5,
-        per_cluster: PositiveInt = 3,
-        explorers: PositiveInt = 3,
-        max_steps: PositiveInt = 6,
-        max_kept: PositiveInt = 12,
-        max_next: PositiveInt = 3,
-        refinement_rounds: NonNegativeInt = 1,
-        seed: int = 0,
+        construction: ConstructionSettings = ConstructionSettings(),
+        search: SearchSettings = SearchSettings(),
     ) -> None:
         super().__init__()
-        if edges and relation_extractor is None:
-            raise ValueError("CompassMem: edges=true needs a relation_extractor (or set edges: false)")
-        if refinement_rounds and refiner is None:
-            raise ValueError("CompassMem: refinement_rounds > 0 needs a refiner (or set refinement_rounds: 0)")
+        if construction.edges and relation_extractor is None:
+            raise ValueError("CompassMem: construction.edges=true needs a relation_extractor "
+                             "(or set construction.edges: false)")
+        if search.refinement_rounds and refiner is None:
+            raise ValueError("CompassMem: search.refinement_rounds > 0 needs a refiner "
+                             "(or set search.refinement_rounds: 0)")
         self.embedder = embedder
         self.segmenter = segmenter
-        self.relation_extractor = relation_extractor if edges else None
+        self.relation_extractor = relation_extractor if construction.edges else None
         self.fuser = fuser
         self.planner = planner
         self.refiner = refiner
@@ -117,30 +103,16 @@ class CompassMem(Pipeline):
         self.cluster_selector = cluster_selector
         self.navigator = navigator
         self.answerer = answerer
-        self.edges = edges
-        self.use_topics = use_topics
-        self.merge_threshold = merge_threshold
-        self.fusion_neighbours = fusion_neighbours
-        self.topic_threshold = topic_threshold
-        self.recluster_every = recluster_every
-        self.top_k = top_k
-        self.topic_clusters = topic_clusters
-        self.topic_depth = topic_depth
-        self.cluster_candidates = cluster_candidates
-        self.per_cluster = per_cluster
-        self.explorers = explorers
-        self.max_steps = max_steps
-        self.max_kept = max_kept
-        self.max_next = max_next
-        self.refinement_rounds = refinement_rounds
-        self.seed = seed
+        self.construction = construction
+        self.search_settings = search
 
     # -- construction --------------------------------------------------------------------
     def load_memory(self, folder):
         return EventMemory.load(folder, self.embedder)
 
     def build(self, history: History) -> EventMemory:
-        topics = TopicLayer(self.topic_threshold, self.recluster_every, self.seed) if self.use_topics else None
+        built = self.construction
+        topics = TopicLayer(built.topic_threshold, built.recluster_every, built.seed) if built.use_topics else None
         memory = EventMemory(self.embedder, topics)
         sessions = [s for s in history.sessions if s.turns]
         segmented = self.segmenter([SegmentIn(history.id, s) for s in sessions]) if sessions else []
@@ -168,10 +140,10 @@ class CompassMem(Pipeline):
                 continue
             node_of.append(memory.add_event(unit))
             new_ids.append(unit.id)
-            for existing, decision in decisions if self.edges else ():
+            for existing, decision in decisions if self.construction.edges else ():
                 if decision is not None:
                     memory.link(existing, unit.id, decision)
-        for relation in related.relations if self.edges else ():
+        for relation in related.relations if self.construction.edges else ():
             memory.link(node_of[relation.source], node_of[relation.target], relation.label, relation.cited_turns)
         memory.update_topics(new_ids)
 
@@ -185,8 +157,8 @@ class CompassMem(Pipeline):
         vectors = self.embedder.encode([u.text for u in units])
         asked: list[tuple[int, str, bool, FuseIn]] = []
         for i, (unit, vector) in enumerate(zip(units, vectors)):
-            for rank, hit in enumerate(memory.index.search_dense(vector, k=self.fusion_neighbours)):
-                may_merge = rank == 0 and hit.score >= self.merge_threshold
+            for rank, hit in enumerate(memory.index.search_dense(vector, k=self.construction.fusion_neighbours)):
+                may_merge = rank == 0 and hit.score >= self.construction.merge_threshold
                 asked.append((i, hit.unit.id, may_merge, FuseIn(event_view("NEW", unit), memory.view(hit.unit.id),
                                                                  hit.score)))
         decisions: list[list[tuple[str, str | None]]] = [[] for _ in units]

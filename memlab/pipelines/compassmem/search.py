@@ -40,6 +40,7 @@ import numpy as np
 
 from memlab.embed.base import Embedder
 from memlab.pipelines.compassmem.memory import EventMemory
+from memlab.pipelines.compassmem.settings import SearchSettings
 from memlab.stages.navigate import NavigateIn, NavigateOut, Navigator
 from memlab.stages.refine import QueryRefiner, RefineIn
 from memlab.stages.select import Candidate, NodeSelector, SelectIn
@@ -56,16 +57,7 @@ class Searcher(Protocol):
     selector: NodeSelector | None
     cluster_selector: NodeSelector | None
     navigator: Navigator
-    top_k: int
-    topic_clusters: int
-    topic_depth: int
-    cluster_candidates: int
-    per_cluster: int
-    explorers: int
-    max_steps: int
-    max_kept: int
-    max_next: int
-    refinement_rounds: int
+    search_settings: SearchSettings
 
 
 @dataclass
@@ -118,7 +110,7 @@ def explore(pipeline: Searcher, memory: EventMemory, query: Query) -> Search:
     search = Search(query, subgoals, [False] * len(subgoals), pipeline.embedder.encode_queries(list(subgoals)))
     search.trace.add("plan", **pipeline_trace)
     text = query.text
-    for round_ in range(pipeline.refinement_rounds + 1):
+    for round_ in range(pipeline.search_settings.refinement_rounds + 1):
         if round_:
             out = pipeline.refiner([RefineIn(query.text, subgoals, tuple(search.satisfied),
                                              tuple(memory.unit(i).text for i in search.kept))])[0]
@@ -127,28 +119,28 @@ def explore(pipeline: Searcher, memory: EventMemory, query: Query) -> Search:
             search.trace.add("refine", query=text, targets=list(out.targets), error=out.error)
         localise(pipeline, memory, search, text, first=round_ == 0)
         run_explorers(pipeline, memory, search)
-        if all(search.satisfied) or len(search.kept) >= pipeline.max_kept or pipeline.refiner is None:
+        if all(search.satisfied) or len(search.kept) >= pipeline.search_settings.max_kept or pipeline.refiner is None:
             break
     return search
 
 
 def localise(pipeline: Searcher, memory: EventMemory, search: Search, text: str, first: bool) -> None:
     """Step 2: the starting nodes of a round, queued."""
-    depth = max(pipeline.top_k, pipeline.topic_depth if memory.topics is not None else 0)
+    depth = max(pipeline.search_settings.top_k, pipeline.search_settings.topic_depth if memory.topics is not None else 0)
     ranking = memory.index.search_dense(text, k=depth)
-    top = [(hit.unit.id, hit.score) for hit in ranking[: pipeline.top_k]]
+    top = [(hit.unit.id, hit.score) for hit in ranking[: pipeline.search_settings.top_k]]
     if first:
         search.initial = [event_id for event_id, _ in top]
     requests: list[tuple[object, SelectIn]] = []
     group = tuple(Candidate(memory.view(i), s) for i, s in top)
     if group:
-        requests.append((pipeline.selector, SelectIn(text, (group,), search.subgoals, per_group=pipeline.top_k,
-                                                      limit=pipeline.top_k)))
+        requests.append((pipeline.selector, SelectIn(text, (group,), search.subgoals, per_group=pipeline.search_settings.top_k,
+                                                      limit=pipeline.search_settings.top_k)))
     clusters = topic_groups(pipeline, memory, ranking)
     if clusters:
         requests.append((pipeline.cluster_selector, SelectIn(text, clusters, search.subgoals,
-                                                              per_group=pipeline.per_cluster,
-                                                              limit=pipeline.per_cluster * len(clusters))))
+                                                              per_group=pipeline.search_settings.per_cluster,
+                                                              limit=pipeline.search_settings.per_cluster * len(clusters))))
     starts: list[str] = []
     for selector, item in requests:
         if selector is None:  # no LLM selection: every candidate starts
@@ -168,7 +160,7 @@ def localise(pipeline: Searcher, memory: EventMemory, search: Search, text: str,
 def topic_groups(pipeline: Searcher, memory: EventMemory, ranking) -> tuple[tuple[Candidate, ...], ...]:
     """The first ``topic_clusters`` distinct topics down the ranking, each with its members most
     similar to the query (the ranking's scores; members below it are not offered)."""
-    if memory.topics is None or pipeline.topic_clusters == 0:
+    if memory.topics is None or pipeline.search_settings.topic_clusters == 0:
         return ()
     score = {hit.unit.id: hit.score for hit in ranking}
     topics: list[int] = []
@@ -176,12 +168,12 @@ def topic_groups(pipeline: Searcher, memory: EventMemory, ranking) -> tuple[tupl
         topic = memory.topic_of(hit.unit.id)
         if topic is not None and topic not in topics:
             topics.append(topic)
-        if len(topics) == pipeline.topic_clusters:
+        if len(topics) == pipeline.search_settings.topic_clusters:
             break
     groups = []
     for topic in topics:
         members = sorted((i for i in memory.topics.members(topic) if i in score), key=lambda i: -score[i])
-        groups.append(tuple(Candidate(memory.view(i), score[i]) for i in members[: pipeline.cluster_candidates]))
+        groups.append(tuple(Candidate(memory.view(i), score[i]) for i in members[: pipeline.search_settings.cluster_candidates]))
     return tuple(g for g in groups if g)
 
 
@@ -193,11 +185,11 @@ def priority(search: Search, vectors: np.ndarray) -> np.ndarray:
 
 def run_explorers(pipeline: Searcher, memory: EventMemory, search: Search) -> None:
     """Step 3: one round of the shared-queue exploration."""
-    explorers = [Explorer() for _ in range(pipeline.explorers)]
+    explorers = [Explorer() for _ in range(pipeline.search_settings.explorers)]
     search.path_lengths += [0] * len(explorers)
     first = len(search.path_lengths) - len(explorers)
-    while search.queue and len(search.kept) < pipeline.max_kept:
-        active = [n for n, e in enumerate(explorers) if e.active and e.steps < pipeline.max_steps]
+    while search.queue and len(search.kept) < pipeline.search_settings.max_kept:
+        active = [n for n, e in enumerate(explorers) if e.active and e.steps < pipeline.search_settings.max_steps]
         if not active:
             break
         taken: list[tuple[int, str]] = []
@@ -210,9 +202,9 @@ def run_explorers(pipeline: Searcher, memory: EventMemory, search: Search) -> No
             taken.append((n, node))
         items = [NavigateIn(search.query.text, search.subgoals, tuple(search.satisfied), memory.view(node),
                             tuple(memory.neighbours(node)), tuple(memory.view(k) for k in search.kept),
-                            pipeline.max_next) for _, node in taken]
+                            pipeline.search_settings.max_next) for _, node in taken]
         for (n, node), out in zip(taken, pipeline.navigator(items)):
-            apply_decision(memory, search, explorers[n], node, out, pipeline.max_kept)
+            apply_decision(memory, search, explorers[n], node, out, pipeline.search_settings.max_kept)
             search.path_lengths[first + n] += 1
         search.max_queue = max(search.max_queue, len(search.queue))
 

@@ -35,14 +35,15 @@ def earlier_event_similarities(segmenter: Any, embedder: Any, conversations: Ite
 
 
 def threshold_percentiles(pipeline: Any, sample: np.ndarray, percentile: float | None = None) -> dict[str, Any]:
-    """The sample's size and quartiles, the percentile ``pipeline``'s two thresholds have in it and,
+    """The sample's size and quartiles, the percentile ``pipeline``'s two thresholds (``construction``) have in it and,
     with ``percentile``, the cosine there. ``ValueError`` on an empty sample."""
     if not len(sample):
         raise ValueError("no event after a conversation's first session to measure")
     result: dict[str, Any] = {
         "events": int(len(sample)), "quartiles": [round(value_at(p, sample), 4) for p in (25, 50, 75)],
-        **{name: {"value": getattr(pipeline, name), "percentile": round(percentile_of(getattr(pipeline, name), sample), 2)}
-           for name in ("merge_threshold", "topic_threshold")},
+        **{name: {"value": value, "percentile": round(percentile_of(value, sample), 2)}
+           for name, value in (("merge_threshold", pipeline.construction.merge_threshold),
+                               ("topic_threshold", pipeline.construction.topic_threshold))},
     }
     if percentile is not None:
         result["at_percentile"] = {"percentile": percentile, "value": round(value_at(percentile, sample), 4)}

@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from memlab.embed.base import Embedder
+from memlab.memory.base import Memory
 from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.ppr import adjacency_matrix
@@ -42,7 +43,7 @@ FORMAT_VERSION = 1
 
 
 @dataclass
-class EduMemory:
+class EduMemory(Memory):
     edus: UnitMemory
     arguments: UnitMemory
     graph: MemoryGraph

@@ -43,10 +43,11 @@ from datetime import datetime
 from typing import Any
 
 from memlab.embed.base import Embedder
+from memlab.memory.base import Memory
 from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.store import MemoryStoreError, UnitMemory
-from memlab.memory.structure import mean, session_of, share
+from memlab.memory.structure import mean, share
 from memlab.stages.consolidate import ConsolidateIn, ConsolidateOut, Consolidator, EventRef
 from memlab.stages.event import EventExtractor, EventIn, EventOut
 from memlab.stages.temporal import TemporalIn, TemporalNormalizer, annotate
@@ -67,7 +68,7 @@ def event_speaker(segment: MemoryUnit) -> str | None:
     return segment.speaker or (", ".join(participants) if participants else None)
 
 
-class MagmaMemory:
+class MagmaMemory(Memory):
     """The multigraph, the event index and the consolidation worker of one conversation."""
 
     def __init__(
@@ -257,7 +258,7 @@ class MagmaMemory:
             events = [self.index.get(i) for i in self.events()]
             edges = {space: len(self.graph.edges(space)) for space in EDGE_SPACES}
             components = self.graph.component_sizes("event")
-        sessions = len({session_of(e) for e in events} - {None})
+        sessions = len({e.session for e in events} - {None})
         found = {
             "events": len(events),
             "mean_turns_per_event": mean(len(e.source_ids) for e in events),

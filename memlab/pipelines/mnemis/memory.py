@@ -38,6 +38,7 @@ import numpy as np
 
 from memlab.embed.base import Embedder
 from memlab.embed.similarity import unit_rows
+from memlab.memory.base import Memory
 from memlab.memory.bundle import load_bundle, save_bundle
 from memlab.memory.graph import MemoryGraph
 from memlab.memory.store import MemoryStoreError, UnitMemory
@@ -57,7 +58,7 @@ _PARTS = ("episodes", "entities", "names", "facts")
 REPEATED_CHILDREN = 0.8
 
 
-class MnemisMemory:
+class MnemisMemory(Memory):
     """Base graph + hierarchy of one conversation (module docstring). State only: what to add
     is decided by the pipeline (``Mnemis.build``)."""
 

@@ -7,7 +7,7 @@ Base graph ingestion (section 2.1; ``build``), session by session. A session is 
 1. Extraction, one batch per session (it depends on the text alone): the ``entity_extractor``
    names the episode's entities, then a reflection pass finds names it missed; the
    ``fact_extractor`` writes facts between those names, then a reflection pass
-   (``reflection: false`` skips both reflections).
+   (``construction.reflection: false`` skips both reflections).
 2. Integration, episode by episode, in order: each name is resolved onto an existing entity
    (the same name, or a name embedding with cosine >= ``entity_threshold``: full-text plus
    name-embedding de-duplication) or becomes a new one, and gets its episodic edge; the
@@ -37,9 +37,12 @@ Retrieval (2.3; ``mnemis_search``): ``system1`` and ``system2`` switch the route
 9) and ``context`` lists the types the answerer is shown (Table 4's "RAG": episodes; "Graph":
 entities and facts). The ``answerer`` reads the unified context.
 
-A configuration that reads episodes alone (System-1 only, ``context: [episodes]``: Table 4's
+A configuration that reads episodes alone (System-1 only, ``search.context: [episodes]``: Table 4's
 "System-1 RAG") builds the episodes alone: the graph it would never read costs no call, and its
 structure block says so (no entities, no facts).
+
+Settings are grouped by the phase that reads them (``mnemis.settings``): ``construction``,
+``hierarchy`` and ``search`` (``search.top_k=30``, ``search.system2=false``).
 
 ``retrieve`` ranks what the answerer was shown, episodes then facts, then the question's
 dense episode ranking (so recall@k is defined to ``RECALL_DEPTH``). Entities and categories are
@@ -49,11 +52,11 @@ the conversation), which would make recall@k meaningless.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, time
 
 import numpy as np
 
-from memlab.bounds import NonNegativeInt, PositiveInt, UnitFloat
 from memlab.embed.base import Embedder
 from memlab.pipelines.base import RECALL_DEPTH, Pipeline
 from memlab.pipelines.mnemis.hierarchy import build_hierarchy
@@ -68,6 +71,7 @@ from memlab.pipelines.mnemis.search import (
     system1,
     system2,
 )
+from memlab.pipelines.mnemis.settings import ConstructionSettings, HierarchySettings, SearchSettings
 from memlab.stages.answer import Answerer, AnswerIn
 from memlab.stages.categorize import Categorizer
 from memlab.stages.contradict import ContradictIn, ContradictionDetector
@@ -83,8 +87,7 @@ from memlab.types import Answer, History, MemoryUnit, Query, Retrieved, Session,
 class Mnemis(Pipeline):
     """The Mnemis pipeline (module docstring); every stage is a swappable slot."""
 
-    query_settings = ("answerer", "global_selector", "reranker", "system1", "system2", "context", "top_k",
-                      "selection_batch", "max_candidates")
+    query_settings = ("answerer", "global_selector", "reranker", "search")
 
     def __init__(
         self,
@@ -97,62 +100,32 @@ class Mnemis(Pipeline):
         categorizer: Categorizer | None = None,
         global_selector: GlobalSelector | None = None,
         reranker: Reranker | None = None,
-        turns_per_episode: PositiveInt = 4,
-        context_episodes: NonNegativeInt = 2,
-        reflection: bool = True,
-        entity_threshold: UnitFloat = 0.9,
-        fact_threshold: UnitFloat = 0.9,
-        invalidation_candidates: NonNegativeInt = 6,
-        predicate_similarity: UnitFloat = 0.35,
-        compression_ratio: PositiveInt = 2,
-        max_layers: PositiveInt = 4,
-        category_batch: PositiveInt = 40,
-        category_cluster: PositiveInt | None = 8,
-        rebuild_every: NonNegativeInt = 0,
-        system1: bool = True,
-        system2: bool = True,
-        context: tuple[str, ...] = TYPES,
-        top_k: PositiveInt = 10,
-        selection_batch: PositiveInt = 40,
-        max_candidates: PositiveInt = 60,
+        construction: ConstructionSettings = ConstructionSettings(),
+        hierarchy: HierarchySettings = HierarchySettings(),
+        search: SearchSettings = SearchSettings(),
     ) -> None:
         super().__init__()
-        if system2 and (categorizer is None or global_selector is None):
-            raise ValueError("Mnemis: system2=true needs a categorizer and a global_selector (or set system2: false)")
-        if not (system1 or system2):
-            raise ValueError("Mnemis: at least one of system1 and system2 must be on")
-        unknown = [kind for kind in context if kind not in TYPES]
-        if unknown or not context:
-            raise ValueError(f"Mnemis: context lists types among {list(TYPES)}, got {list(context)}")
+        if search.system2 and (categorizer is None or global_selector is None):
+            raise ValueError("Mnemis: search.system2=true needs a categorizer and a global_selector "
+                             "(or set search.system2: false)")
+        if not (search.system1 or search.system2):
+            raise ValueError("Mnemis: at least one of search.system1 and search.system2 must be on")
+        unknown = [kind for kind in search.context if kind not in TYPES]
+        if unknown or not search.context:
+            raise ValueError(f"Mnemis: search.context lists types among {list(TYPES)}, got {list(search.context)}")
         self.embedder = embedder
         self.entity_extractor = entity_extractor
         self.describer = describer
         self.fact_extractor = fact_extractor
         self.contradiction_detector = contradiction_detector
-        self.categorizer = categorizer if system2 else None
-        self.global_selector = global_selector if system2 else None
+        self.categorizer = categorizer if search.system2 else None
+        self.global_selector = global_selector if search.system2 else None
         self.reranker = reranker
         self.answerer = answerer
-        self.turns_per_episode = turns_per_episode
-        self.context_episodes = context_episodes
-        self.reflection = reflection
-        self.entity_threshold = entity_threshold
-        self.fact_threshold = fact_threshold
-        self.invalidation_candidates = invalidation_candidates
-        self.predicate_similarity = predicate_similarity
-        self.compression_ratio = compression_ratio
-        self.max_layers = max_layers
-        self.category_batch = category_batch
-        self.category_cluster = category_cluster
-        self.rebuild_every = rebuild_every
-        self.system1 = system1
-        self.system2 = system2
-        self.context = tuple(context)
-        self.top_k = top_k
-        self.selection_batch = selection_batch
-        self.max_candidates = max_candidates
-        #: Whether anything reads the base graph (module docstring: episodes-only builds).
-        self.reads_graph = system2 or set(self.context) != {"episodes"}
+        self.construction = construction
+        self.hierarchy = hierarchy
+        self.search_settings = replace(search, context=tuple(search.context))
+        self.reads_graph = search.system2 or set(search.context) != {"episodes"}
 
     # -- base graph ----------------------------------------------------------------------
     def load_memory(self, folder):
@@ -163,7 +136,8 @@ class Mnemis(Pipeline):
         over enough entities to fill two (``compression_ratio`` each) is degenerate: System-2
         then selects among the bare entities."""
         structure = memory.structure()
-        if self.categorizer is not None and structure["entities"] >= 2 * self.compression_ratio and not structure["layers"]:
+        enough = structure["entities"] >= 2 * self.hierarchy.compression_ratio
+        if self.categorizer is not None and enough and not structure["layers"]:
             structure["degenerate"].append("no category above the entities")
         return structure
 
@@ -172,22 +146,23 @@ class Mnemis(Pipeline):
         sessions = [s for s in history.sessions if s.turns]
         for n, session in enumerate(sessions, start=1):
             self.ingest(memory, session)
-            if self.rebuild_every and n % self.rebuild_every == 0 and n < len(sessions):
+            if self.hierarchy.rebuild_every and n % self.hierarchy.rebuild_every == 0 and n < len(sessions):
                 self.build_hierarchy(memory)
         self.build_hierarchy(memory)
         return memory
 
     def build_hierarchy(self, memory: MnemisMemory) -> None:
         if self.categorizer is not None:
-            report = build_hierarchy(memory, self.categorizer, ratio=self.compression_ratio,
-                                     max_layers=self.max_layers, batch_size=self.category_batch,
-                                     cluster_size=self.category_cluster)
+            settings = self.hierarchy
+            report = build_hierarchy(memory, self.categorizer, ratio=settings.compression_ratio,
+                                     max_layers=settings.max_layers, batch_size=settings.category_batch,
+                                     cluster_size=settings.category_cluster)
             memory.counts["hierarchy_builds"] += 1
             memory.counts["dissolved_categories"] += report.dissolved
             memory.counts["rejected_category_replies"] += report.rejected_replies
 
     def episodes(self, session: Session) -> list[MemoryUnit]:
-        size = self.turns_per_episode
+        size = self.construction.turns_per_episode
         return [MemoryUnit(f"episode:{session.id}:{i // size}", "\n".join(t.render() for t in turns),
                            tuple(t.id for t in turns), session.timestamp, "episode")
                 for i in range(0, len(session.turns), size) for turns in [session.turns[i:i + size]]]
@@ -201,7 +176,8 @@ class Mnemis(Pipeline):
             return
         texts = [e.text for e in memory.episodes.units.values()] + [e.text for e in episodes]
         offset = len(texts) - len(episodes)
-        contexts = [tuple(texts[max(0, offset + i - self.context_episodes):offset + i]) for i in range(len(episodes))]
+        before = self.construction.context_episodes
+        contexts = [tuple(texts[max(0, offset + i - before):offset + i]) for i in range(len(episodes))]
         names = self.extract_names(episodes, contexts)
         facts = self.extract_facts(episodes, contexts, names, session.timestamp)
         for episode, episode_names, episode_facts in zip(episodes, names, facts):
@@ -210,7 +186,7 @@ class Mnemis(Pipeline):
     def extract_names(self, episodes: list[MemoryUnit], contexts: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
         outs = self.entity_extractor([EntityIn(e.text, c) for e, c in zip(episodes, contexts)])
         names = [out.names for out in outs]
-        if self.reflection:
+        if self.construction.reflection:
             more = self.entity_extractor([EntityIn(e.text, c, n) for e, c, n in zip(episodes, contexts, names)])
             names = [n + out.names for n, out in zip(names, more)]
         return names
@@ -219,7 +195,7 @@ class Mnemis(Pipeline):
                       names: list[tuple[str, ...]], reference: datetime | None) -> list[tuple[Fact, ...]]:
         items = [FactIn(e.text, n, c, reference=reference) for e, c, n in zip(episodes, contexts, names)]
         facts = [out.facts for out in self.fact_extractor(items)]
-        if self.reflection:
+        if self.construction.reflection:
             again = self.fact_extractor([FactIn(i.episode, i.entities, i.context, f, i.reference)
                                          for i, f in zip(items, facts)])
             facts = [f + out.facts for f, out in zip(facts, again)]
@@ -228,7 +204,7 @@ class Mnemis(Pipeline):
     def integrate(self, memory: MnemisMemory, episode: MemoryUnit, names: tuple[str, ...],
                   facts: tuple[Fact, ...]) -> None:
         memory.add_episode(episode)
-        entity_of = {name: memory.resolve(name, self.entity_threshold) for name in names}
+        entity_of = {name: memory.resolve(name, self.construction.entity_threshold) for name in names}
         fresh = [name for name, entity_id in entity_of.items() if entity_id is None]
         entity_of.update(zip(fresh, memory.add_entities(fresh)))
         memory.counts["resolved_mentions"] += len(names) - len(fresh)
@@ -270,13 +246,13 @@ class Mnemis(Pipeline):
         if between:
             sims = memory.facts.vectors(between) @ vector
             best = int(np.argmax(sims))
-            if sims[best] >= self.fact_threshold:
+            if sims[best] >= self.construction.fact_threshold:
                 return between[best]
         return None
 
     def invalidate(self, memory: MnemisMemory, episode: MemoryUnit, new: list[str]) -> None:
         """2.1's fact invalidation for the episode's new facts (module docstring)."""
-        if self.contradiction_detector is None or not new or not self.invalidation_candidates:
+        if self.contradiction_detector is None or not new or not self.construction.invalidation_candidates:
             return
         candidates = self.invalidation_candidates_of(memory, new)
         if not candidates:
@@ -305,19 +281,20 @@ class Mnemis(Pipeline):
             pair = memory.fact_ends(fact_id)
             for j, new_id in enumerate(new):
                 shared = set(pair) & set(ends[new_id])
-                if shared and (set(pair) == set(ends[new_id]) or predicate_sims[i, j] >= self.predicate_similarity):
+                similar = predicate_sims[i, j] >= self.construction.predicate_similarity
+                if shared and (set(pair) == set(ends[new_id]) or similar):
                     score[fact_id] = max(score.get(fact_id, -1.0), float(fact_sims[i, j]))
-        return sorted(score, key=lambda f: -score[f])[:self.invalidation_candidates]
+        return sorted(score, key=lambda f: -score[f])[:self.construction.invalidation_candidates]
 
     # -- retrieval -----------------------------------------------------------------------
     def search(self, memory: MnemisMemory, query: Query) -> tuple[Candidates, list[Retrieved], Trace]:
-        trace = Trace()
-        first = system1(memory, query.text, self.top_k) if self.system1 else Candidates()
+        trace, settings = Trace(), self.search_settings
+        first = system1(memory, query.text, settings.top_k) if settings.system1 else Candidates()
         second, descent = Candidates(), Descent()
         if self.global_selector is not None:
-            descent = global_selection(memory, self.global_selector, query.text, self.selection_batch)
+            descent = global_selection(memory, self.global_selector, query.text, settings.selection_batch)
             second = system2(memory, descent)
-        chosen = ranked(memory, query.text, first, second, self.top_k, self.reranker, self.max_candidates,
+        chosen = ranked(memory, query.text, first, second, settings.top_k, self.reranker, settings.max_candidates,
                         self.embedder)
         trace.add("retrieve", system1={k: len(first.of(k)) for k in TYPES},
                   system2={k: len(second.of(k)) for k in TYPES},
@@ -327,8 +304,8 @@ class Mnemis(Pipeline):
         return chosen, self.ranking(memory, query, chosen), trace
 
     def ranking(self, memory: MnemisMemory, query: Query, chosen: Candidates) -> list[Retrieved]:
-        shown = [memory.episodes.get(i) for i in chosen.episodes if "episodes" in self.context]
-        shown += [memory.facts.get(i) for i in chosen.facts if "facts" in self.context]
+        shown = [memory.episodes.get(i) for i in chosen.episodes if "episodes" in self.search_settings.context]
+        shown += [memory.facts.get(i) for i in chosen.facts if "facts" in self.search_settings.context]
         ranking = [Retrieved(unit, 1.0 / (rank + 1)) for rank, unit in enumerate(shown)]
         seen = {unit.id for unit in shown}
         dense = memory.episodes.search_dense(query.text, k=RECALL_DEPTH) if len(memory.episodes) else []
@@ -339,7 +316,7 @@ class Mnemis(Pipeline):
 
     def answer(self, memory: MnemisMemory, query: Query) -> Answer:
         chosen, ranking, trace = self.search(memory, query)
-        context = context_text(memory, chosen, self.context)
+        context = context_text(memory, chosen, self.search_settings.context)
         out = self.answerer([AnswerIn(query.text, context, query.timestamp)])[0]
         trace.add("answer", text=out.text, error=out.error)
         return Answer(text=out.text, retrieved=ranking, context=context, error=out.error, trace=trace)

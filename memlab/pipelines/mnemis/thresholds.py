@@ -69,7 +69,7 @@ def carried(memory: MnemisMemory, reference, target) -> dict:
     found: dict = {"reference": reference.embedder.identity, "target": target.embedder.identity, "thresholds": {}}
     ours, theirs = samples(memory, reference.embedder.encode), samples(memory, target.embedder.encode)
     for key in ours:
-        value = getattr(reference, key)
+        value = getattr(reference.construction, key)  # a threshold of ConstructionSettings
         if not len(ours[key]):
             found["thresholds"][key] = {"pairs": 0, "reference": value, "target": None}
             continue
