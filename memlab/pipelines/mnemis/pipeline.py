@@ -127,6 +127,11 @@ class Mnemis(Pipeline):
         self.search_settings = replace(search, context=tuple(search.context))
         self.reads_graph = search.system2 or set(search.context) != {"episodes"}
 
+    def built_parts(self) -> dict[str, bool]:
+        """An episodes-only search builds no graph, and one without System-2 no hierarchy: a memory
+        saved without them must not serve a search that reads them."""
+        return {"graph": self.reads_graph, "hierarchy": self.categorizer is not None}
+
     # -- base graph ----------------------------------------------------------------------
     def load_memory(self, folder):
         return MnemisMemory.load(folder, self.embedder)
