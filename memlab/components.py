@@ -107,6 +107,26 @@ def parameters(target: Any) -> tuple[dict[str, tuple[bool, Any]] | None, bool]:
     return params, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
 
 
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """What a node's ``_component_`` path declares, read in one call (``signature``): the class or
+    function it names, its ``parameters`` (None where none can be read), whether it takes any
+    keyword, and the parameters that take a config as data (``Unbuilt``)."""
+
+    target: Any
+    params: dict[str, tuple[bool, Any]] | None
+    accepts_any: bool
+    unbuilt: frozenset[str]
+
+
+def signature(path: str) -> Signature:
+    """``path``'s ``Signature``; ``ComponentError`` where it names nothing importable in memlab."""
+    target = import_memlab_class(path)
+    params, accepts_any = parameters(target)
+    unbuilt = frozenset(name for name, (_, hint) in (params or {}).items() if takes_unbuilt(hint))
+    return Signature(target, params, accepts_any, unbuilt)
+
+
 def _resolve(annotation: Any, namespace: dict[str, Any]) -> Any:
     """The annotation as an object (modules use ``from __future__ import annotations``); None
     where it says nothing or names what only a type checker sees."""
