@@ -107,6 +107,26 @@ def parameters(target: Any) -> tuple[dict[str, tuple[bool, Any]] | None, bool]:
     return params, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
 
 
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """What a node's ``_component_`` path declares, read in one call (``signature``): the class or
+    function it names, its ``parameters`` (None where none can be read), whether it takes any
+    keyword, and the parameters that take a config as data (``Unbuilt``)."""
+
+    target: Any
+    params: dict[str, tuple[bool, Any]] | None
+    accepts_any: bool
+    unbuilt: frozenset[str]
+
+
+def signature(path: str) -> Signature:
+    """``path``'s ``Signature``; ``ComponentError`` where it names nothing importable in memlab."""
+    target = import_memlab_class(path)
+    params, accepts_any = parameters(target)
+    unbuilt = frozenset(name for name, (_, hint) in (params or {}).items() if takes_unbuilt(hint))
+    return Signature(target, params, accepts_any, unbuilt)
+
+
 def _resolve(annotation: Any, namespace: dict[str, Any]) -> Any:
     """The annotation as an object (modules use ``from __future__ import annotations``); None
     where it says nothing or names what only a type checker sees."""
@@ -199,8 +219,8 @@ def _group_mismatch(value: dict[str, Any], group: type) -> str | None:
         return f"has no setting {unknown[0]!r} ({group.__name__} takes {sorted(params)})"
     for name, field_value in value.items():
         problem = mismatch(field_value, params[name][1])
-        if problem is not None:
-            return f"has {name}={field_value!r}, which {problem} ({group.__name__}.{name})"
+        if problem is not None:  # the caller names the component and the argument that own the group
+            return f"has {name}={field_value!r}, which {problem}"
     return None
 
 
@@ -280,13 +300,13 @@ def constraint_problem(value: Any, hint: Any) -> str | None:
     return None
 
 
-def check_arguments(owner: type, init: Any, arguments: dict[str, Any]) -> None:
-    """A ValueError naming the first of ``arguments`` (bound to ``owner``'s ``init``) whose value
-    breaks its declared range or choices: the check every stage and pipeline built in code gets,
-    the one ``memlab.config.validate`` applies to a config."""
-    params, _ = parameters(init)
+def check_arguments(owner: type, params: dict[str, tuple[bool, Any]], arguments: dict[str, Any]) -> None:
+    """A ValueError naming the first of ``arguments`` (declared by ``params``, as ``parameters``
+    gives them for ``owner``'s ``__init__``) whose value breaks its declared range or choices: the
+    check every stage and pipeline built in code gets, the one ``memlab.config.validate`` applies
+    to a config."""
     for name, value in arguments.items():
-        hint = (params or {}).get(name, (False, None))[1]
+        hint = params.get(name, (False, None))[1]
         problem = constraint_problem(value, hint)
         if problem is not None:
             raise ValueError(f"{owner.__name__}: {name} {problem}, got {value!r}")
@@ -296,6 +316,8 @@ def checked_init(init: Any) -> Any:
     """``init`` whose outermost call (not a subclass's ``super().__init__``) first checks its
     arguments with ``check_arguments``."""
     signature = inspect.signature(init)
+    # read on the first call, once the module that declares ``init`` has every name its annotations use
+    declared = functools.cache(lambda: parameters(init)[0] or {})
 
     @functools.wraps(init)
     def checked(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -303,18 +325,17 @@ def checked_init(init: Any) -> Any:
             self.__dict__["_arguments_checked"] = True
             bound = signature.bind(self, *args, **kwargs)
             bound.apply_defaults()
-            _build_groups(init, bound.arguments)
-            check_arguments(type(self), init, dict(list(bound.arguments.items())[1:]))
+            _build_groups(declared(), bound.arguments)
+            check_arguments(type(self), declared(), dict(list(bound.arguments.items())[1:]))
             args, kwargs = bound.args[1:], bound.kwargs
         init(self, *args, **kwargs)
 
     return checked
 
 
-def _build_groups(init: Any, arguments: dict[str, Any]) -> None:
-    """Each mapping given for a ``SettingsGroup`` argument of ``init`` built into its group."""
-    params, _ = parameters(init)
-    for name, (_, hint) in (params or {}).items():
+def _build_groups(params: dict[str, tuple[bool, Any]], arguments: dict[str, Any]) -> None:
+    """Each mapping given for a ``SettingsGroup`` argument (declared by ``params``) built into its group."""
+    for name, (_, hint) in params.items():
         if isinstance(hint, type) and issubclass(hint, SettingsGroup) and isinstance(arguments.get(name), Mapping):
             arguments[name] = hint(**arguments[name])
 
@@ -324,10 +345,16 @@ class SettingsGroup:
     reads them (CompassMem's ``construction`` and ``search``). A config gives a group as a mapping
     of the fields it changes (``search: {top_k: 3}``, ``search.top_k=3``), checked field by field
     (``mismatch``), and the component builds it with the other fields at their defaults. Its
-    fields' declared ranges and choices are checked when it is made, in code or from a config."""
+    fields' declared ranges and choices are checked when it is made, in code or from a config, and
+    a list given for a tuple field becomes a tuple, so that the group stays hashable."""
 
     def __post_init__(self) -> None:
-        check_arguments(type(self), type(self), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        params = parameters(type(self))[0] or {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, list) and typing.get_origin(_bare(params[field.name][1])) is tuple:
+                object.__setattr__(self, field.name, tuple(value))
+        check_arguments(type(self), params, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 class CheckedArguments:

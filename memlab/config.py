@@ -43,7 +43,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import inspect
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -56,10 +55,10 @@ from memlab.components import (
     COMPONENT,
     ComponentError,
     Unbuilt,
-    import_memlab_class,
     is_config_reference,
     mismatch,
     parameters,
+    signature,
     takes_unbuilt,
 )
 from memlab.errors import MemlabError
@@ -221,10 +220,11 @@ def _arguments_accepted(base: dict[str, Any], component: str) -> dict[str, Any]:
     """The base node's arguments that ``component`` also takes (e.g. the shared ``lm`` when an
     ablation swaps one answerer class for another); the rest belonged to the old class."""
     try:
-        params = inspect.signature(import_memlab_class(component)).parameters
-    except (TypeError, ValueError):  # ComponentError is a ValueError
+        declared = signature(component)
+    except ComponentError:
         return {}  # validation reports the bad path later
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    params = declared.params or {}
+    if declared.accepts_any:
         # ``**collaborators`` (e.g. ``memlab.stage.load_stage``): keep the injected components
         # (a shared ``lm``), not the old class's settings, which a checkpoint records itself.
         return {k: v for k, v in base.items() if k in params or (isinstance(v, dict) and COMPONENT in v)}
@@ -291,25 +291,22 @@ def _validate(node: Any, where: str, problems: list[str], seen: set[int]) -> Non
         return
     seen.add(id(node))
     here = where or "<root>"
-    target, params, accepts_any = None, None, True
+    declared = None
     if COMPONENT in node:
         try:
-            target = import_memlab_class(node[COMPONENT])
+            declared = signature(node[COMPONENT])
         except ComponentError as e:
             problems.append(f"{here}: {e}")
-        else:
-            params, accepts_any = parameters(target)
-    unbuilt = _unbuilt_parameters(params)
     for key, value in node.items():
-        if key in unbuilt:
+        if declared is not None and key in declared.unbuilt:
             _validate_unbuilt(value, _join(where, key), problems)
         elif key != COMPONENT:
             _validate(value, _join(where, key), problems, seen)
-    if target is None or params is None:
+    if declared is None or declared.params is None:
         return
-    given = {k for k in node if k != COMPONENT}
+    params, given = declared.params, {k for k in node if k != COMPONENT}
     for key in sorted(given - set(params)):
-        if not accepts_any:
+        if not declared.accepts_any:
             problems.append(f"{_join(where, key)}: {node[COMPONENT]} has no argument {key!r} "
                             f"(it takes {sorted(params)})")
         elif _is_setting(node[key]):
@@ -317,7 +314,7 @@ def _validate(node: Any, where: str, problems: list[str], seen: set[int]) -> Non
             # setting there would be dropped unseen, since a checkpoint records its own.
             problems.append(f"{_join(where, key)}={_show(node[key])}: {node[COMPONENT]} takes {sorted(params)} and "
                             "components to pass on, not other settings")
-    owner = getattr(target, "__name__", node[COMPONENT])
+    owner = getattr(declared.target, "__name__", node[COMPONENT])
     for name, (required, hint) in params.items():
         if name not in given:
             if required:
@@ -326,11 +323,6 @@ def _validate(node: Any, where: str, problems: list[str], seen: set[int]) -> Non
         problem = mismatch(node[name], hint)
         if problem is not None:
             problems.append(f"{_join(where, name)}={_show(node[name])} {problem} ({owner}.{name})")
-
-
-def _unbuilt_parameters(params: dict[str, tuple[bool, Any]] | None) -> set[str]:
-    """The parameters that take a config as data (``PipelineConfig``): validated, not built."""
-    return {name for name, (_, hint) in (params or {}).items() if takes_unbuilt(hint)}
 
 
 def _validate_unbuilt(value: Any, where: str, problems: list[str]) -> None:
@@ -427,12 +419,12 @@ def _build(node: Any, built: dict[int, Any]) -> Any:
         return node
     if id(node) in built:
         return built[id(node)]
-    target = import_memlab_class(node[COMPONENT]) if COMPONENT in node else None
-    unbuilt = _unbuilt_parameters(parameters(target)[0]) if target is not None else set()
+    declared = signature(node[COMPONENT]) if COMPONENT in node else None
+    unbuilt = declared.unbuilt if declared is not None else frozenset()
     kwargs = {k: copy.deepcopy(v) if k in unbuilt else _build(v, built) for k, v in node.items() if k != COMPONENT}
-    if target is not None:
+    if declared is not None:
         try:
-            obj = target(**kwargs)
+            obj = declared.target(**kwargs)
         except ConfigError:
             raise
         except (TypeError, ValueError, MemlabError) as e:  # a MemlabError: ``load_stage`` of a bad checkpoint

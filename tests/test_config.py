@@ -243,7 +243,7 @@ def test_a_settings_group_takes_a_mapping_checked_and_merged_over_its_defaults()
                                     ["search.top_k=3", "construction.edges=false", "relation_extractor=null"])
     assert pipeline.search_settings == SearchSettings(top_k=3)
     assert pipeline.construction == ConstructionSettings(edges=False) and pipeline.relation_extractor is None
-    refusals = {"search.top_k=0": "search={...} has top_k=0, which must be >= 1 (SearchSettings.top_k)",
+    refusals = {"search.top_k=0": "search={...} has top_k=0, which must be >= 1 (CompassMem.search)",
                 "search.depth=3": "search={...} has no setting 'depth'",
                 "search=5": "search=5 must be a mapping of SearchSettings fields",
                 "construction.merge_threshold=2": "has merge_threshold=2, which must be in [0, 1]"}
@@ -252,3 +252,8 @@ def test_a_settings_group_takes_a_mapping_checked_and_merged_over_its_defaults()
             validate(load_config(REPO / "configs" / "pipelines" / "compassmem.yaml", [override]))
     with pytest.raises(ValueError, match="SearchSettings: top_k must be >= 1, got 0"):
         SearchSettings(top_k=0)
+    from memlab.pipelines.mnemis.settings import SearchSettings as MnemisSearch
+
+    mnemis = build_pipeline(REPO / "configs" / "pipelines" / "mnemis.yaml", ["search.context=[episodes, facts]"])[0]
+    assert mnemis.search_settings == MnemisSearch(context=("episodes", "facts"))  # the YAML list kept as a tuple
+    assert hash(mnemis.search_settings) == hash(MnemisSearch(context=["episodes", "facts"]))

@@ -9,9 +9,10 @@ A folder of saved memories holds one pipeline configuration's memories, one per 
                         folder: atomic, versioned, checksummed, embedder identity recorded)
 
 The *build configuration* is the pipeline's config node without its ``query_settings``
-(``Pipeline``): a configuration that differs only in how it answers (top-k, the answerer, a
-reranker ...) answers from the same memories; any other difference, another pipeline, or a
-conversation whose sessions differ (another ``--sessions`` prefix) is refused with a
+(``Pipeline``), plus the parts of the memory those settings switch on or off (``built_parts``):
+a configuration that differs only in how it answers (top-k, the answerer, a reranker ...)
+answers from the same memories; any other difference, another pipeline, or a conversation
+whose sessions differ (another ``--sessions`` prefix) is refused with a
 ``SavedMemoryError`` naming what differs. ``memories.json`` is rewritten atomically after each
 memory is saved, so an interrupted run keeps every memory it finished.
 """
@@ -36,6 +37,7 @@ from memlab.types import Conversation
 INDEX_FILE = "memories.json"
 FORMAT = "memlab.SavedMemories"
 FORMAT_VERSION = 1
+BUILT_PARTS = "built parts"
 
 
 class SavedMemoryError(MemlabError, ValueError):
@@ -43,8 +45,13 @@ class SavedMemoryError(MemlabError, ValueError):
 
 
 def build_config(pipeline_node: dict[str, Any], pipeline: Pipeline) -> dict[str, Any]:
-    """The part of a pipeline config that decides what ``build`` makes (module docstring)."""
-    return {key: value for key, value in pipeline_node.items() if key not in pipeline.query_settings}
+    """The part of a pipeline config that decides what ``build`` makes (module docstring), with the
+    parts that its query settings switch on or off (``Pipeline.built_parts``)."""
+    config = {key: value for key, value in pipeline_node.items() if key not in pipeline.query_settings}
+    parts = pipeline.built_parts()
+    if parts:  # a key no constructor argument can have; absent where nothing is switched
+        config[BUILT_PARTS] = parts
+    return config
 
 
 def history_digest(conversation: Conversation) -> str:

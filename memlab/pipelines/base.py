@@ -40,7 +40,9 @@ Contract
   store (atomic, versioned, checked on load) and read it back, so that a run can answer from
   a memory built earlier (``memlab run --save-memory`` / ``--memory``). ``query_settings``
   names the constructor arguments that only matter when answering: a saved memory serves any
-  configuration that differs from its builder's in those alone.
+  configuration that differs from its builder's in those alone. Where a query setting also
+  decides what ``build`` makes (Mnemis builds no graph for an episodes-only search),
+  ``built_parts()`` names those parts, and they are recorded with the build configuration.
 * Stages that call an LM take it injected; ``lms()`` lists the distinct LMs (the run records
   where they ran and frees them), and ``llm_usage()`` is the pipeline's LLM use so far
   (``memlab.telemetry.Usage``: totals, each prompted stage's own, the failed calls), the one thing
@@ -98,6 +100,11 @@ class Pipeline(CheckedArguments, nn.Module):
 
     def build(self, history: History) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def built_parts(self) -> dict[str, bool]:
+        """The parts of a memory that ``build`` makes or skips by a query setting (module docstring);
+        none by default."""
+        return {}
 
     def retrieve(self, memory: Any, query: Query) -> list[Retrieved]:  # pragma: no cover - abstract
         raise NotImplementedError

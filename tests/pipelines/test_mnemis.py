@@ -555,3 +555,29 @@ def test_mnemis_with_a_real_small_model(tmp_path, llama_cpp_works):
     assert isinstance(answer.text, str) and answer.retrieved
     assert len(mnemis.lms()) == 2 and all(lm.usage.snapshot()["llm_calls"] > 0 for lm in mnemis.lms())
     assert all(f.stage for f in mnemis.llm_usage().failures)
+
+
+def test_a_memory_saved_without_its_graph_does_not_serve_a_search_that_reads_it(tmp_path):
+    from memlab.config import split_runner_keys
+    from memlab.data import load_sample
+    from memlab.eval.saved_memories import SavedMemories, SavedMemoryError, build_config
+
+    def config_of_build(overrides):
+        pipeline, _, tree = build_pipeline(REPO / "configs/pipelines/mnemis.yaml", overrides)
+        return build_config(split_runner_keys(tree)[0], pipeline)
+
+    episodes_only = config_of_build(["search.system2=false", "search.context=[episodes]"])
+    graph_without_hierarchy = config_of_build(["search.system2=false", "search.context=[entities, facts]"])
+    published = config_of_build([])
+    # the search group is a query setting, yet these three builds make different memories
+    assert episodes_only["built parts"] == {"graph": False, "hierarchy": False}
+    assert graph_without_hierarchy["built parts"] == {"graph": True, "hierarchy": False}
+    assert published["built parts"] == {"graph": True, "hierarchy": True}
+    conversation = load_sample()[0]
+    (tmp_path / "m").mkdir()
+    SavedMemories.for_saving(tmp_path / "m", episodes_only).record(conversation, "conv")
+    with pytest.raises(SavedMemoryError, match=r"differs in built parts\)"):
+        SavedMemories.for_loading(tmp_path / "m", published, [conversation])
+    # answering differently from the same parts is allowed: another top_k, another context of the graph
+    assert config_of_build(["search.top_k=3"]) == published
+    assert config_of_build(["search.system2=false", "search.context=[facts]"]) == graph_without_hierarchy

@@ -52,7 +52,6 @@ the conversation), which would make recall@k meaningless.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, time
 
 import numpy as np
@@ -124,8 +123,13 @@ class Mnemis(Pipeline):
         self.answerer = answerer
         self.construction = construction
         self.hierarchy = hierarchy
-        self.search_settings = replace(search, context=tuple(search.context))
+        self.search_settings = search
         self.reads_graph = search.system2 or set(search.context) != {"episodes"}
+
+    def built_parts(self) -> dict[str, bool]:
+        """An episodes-only search builds no graph, and one without System-2 no hierarchy: a memory
+        saved without them must not serve a search that reads them."""
+        return {"graph": self.reads_graph, "hierarchy": self.categorizer is not None}
 
     # -- base graph ----------------------------------------------------------------------
     def load_memory(self, folder):
