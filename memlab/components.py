@@ -349,12 +349,18 @@ class SettingsGroup:
     a list given for a tuple field becomes a tuple, so that the group stays hashable."""
 
     def __post_init__(self) -> None:
-        params = parameters(type(self))[0] or {}
+        params = _group_parameters(type(self))
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, list) and typing.get_origin(_bare(params[field.name][1])) is tuple:
                 object.__setattr__(self, field.name, tuple(value))
         check_arguments(type(self), params, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+
+@functools.cache
+def _group_parameters(group: type[SettingsGroup]) -> dict[str, tuple[bool, Any]]:
+    """A group's declared fields, read once per class (a group is made for every component built)."""
+    return parameters(group)[0] or {}
 
 
 class CheckedArguments:

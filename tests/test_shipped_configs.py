@@ -1,6 +1,7 @@
 """Configs by name: the repository's configs/ ships as package data and resolves from any working folder."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,9 +75,16 @@ def test_memlab_run_by_name_from_outside_the_checkout(tmp_path, monkeypatch):
 def test_the_built_wheel_resolves_names_without_the_checkout(tmp_path):
     """What pip installs from a wheel (no link to the checkout's configs/) finds a config by name and
     a recipe's nested pipeline by its repository path."""
-    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    wheels, site, source = tmp_path / "wheels", tmp_path / "site", tmp_path / "source"
+    # built from a copy of what the wheel is made of: setuptools reuses a checkout's build/ folder,
+    # which still ships a config renamed since it was made
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    for name in ("memlab", "configs"):
+        shutil.copytree(REPO / name, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)], check=True)
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)], check=True)
     subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", str(site), *wheels.glob("memlab-*.whl")],
                    check=True)
     probe = ("from memlab.config import locate_config, load_config, SHIPPED_CONFIGS; "
