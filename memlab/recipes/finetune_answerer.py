@@ -337,8 +337,6 @@ def held_out_loss(run: Run) -> float | None:
 def card(run: Run, summary: dict[str, Any]) -> str:
     """The checkpoint's README: what it is, what it learnt from, how it was selected."""
     curve = [json.loads(line) for line in run.log.path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    points = "\n".join(f"| {p['step']} | {p['validation']['loss']} | {p['validation'].get('score', '-')} |"
-                       for p in curve if "validation" in p)
     settings = run.settings
     return f"""# Trained answerer: {settings.student} + LoRA (memlab recipe `finetune_answerer`)
 
@@ -353,13 +351,23 @@ Serve: `memlab.lm.hf.HFLM(model={settings.student!r}, adapter=<this folder>)` as
 - Split by conversation: train {run.split['train']}, validation {run.split['validation']},
   held out {run.split['evaluation']}.
 - Examples: {summary['examples']}; dropped as longer than {settings.max_length} tokens: {run.dropped}.
-- Steps: {summary['steps']} of batch {settings.optim.batch_size}, lr {settings.optim.lr}; best step
-  {(summary['best'] or {}).get('step')}; held-out loss {summary['held_out_loss']}.{_stopped(summary)}
+- Steps: {summary['steps']} of batch {settings.optim.batch_size}, lr {settings.optim.lr}; {_kept(summary, curve)}.{_stopped(summary)}
+{_curve(curve)}"""
 
-| step | validation loss | validation answer score |
-|---|---|---|
-{points}
-"""
+
+def _kept(summary: dict[str, Any], curve: list[dict[str, Any]]) -> str:
+    if summary["best"] is not None:
+        return f"best step {summary['best']['step']}; held-out loss {summary['held_out_loss']}"
+    last = next((p["loss"] for p in reversed(curve) if p.get("loss") is not None), None)
+    return f"no conversation held out, so no held-out loss; the training loss of its last batch {round(last, 5)}"
+
+
+def _curve(curve: list[dict[str, Any]]) -> str:
+    points = [p for p in curve if "validation" in p]
+    if not points:
+        return ""
+    rows = "\n".join(f"| {p['step']} | {p['validation']['loss']} | {p['validation'].get('score', '-')} |" for p in points)
+    return f"\n| step | validation loss | validation answer score |\n|---|---|---|\n{rows}\n"
 
 
 def _selection(run: Run) -> str:

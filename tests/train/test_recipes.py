@@ -12,6 +12,7 @@ import json
 import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Literal
 
 import pytest
@@ -424,6 +425,17 @@ def test_the_answerer_validation_cap_spreads_over_the_examples():
     assert spread(10, 5) == [0, 2, 4, 6, 8] and spread(10, 3) == [0, 3, 6]
     assert spread(4, None) == spread(4, 9) == [0, 1, 2, 3]
     assert spread(190, 100)[-1] >= 188  # reaches the end of the list
+
+
+def test_the_answerer_card_of_a_final_fit_names_its_last_loss_not_an_empty_curve(tmp_path):
+    recipe = load_recipe("finetune_answerer")
+    log = tmp_path / "final.metrics.jsonl"
+    log.write_text('{"elapsed_s": 4367.3, "step": 180, "loss": 1.7055554}\n')
+    run = SimpleNamespace(log=SimpleNamespace(path=log), settings=recipe.Settings(recipe="finetune_answerer"),
+                          split={"train": ["conv-26"], "validation": [], "evaluation": []}, dropped={})
+    text = recipe.card(run, {"steps": 180, "best": None, "held_out_loss": None, "examples": {"train": 9}})
+    assert "training loss of its last batch 1.70556" in text
+    assert "| step |" not in text and "best step" not in text and "held-out loss None" not in text
 
 
 def test_answerer_examples_are_made_once_per_conversation_whatever_the_split(three_conversations, tmp_path, monkeypatch):
