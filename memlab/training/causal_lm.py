@@ -45,6 +45,15 @@ def add_lora(model: Any, rank: int = 8, alpha: float = 16, dropout: float = 0.05
     return get_peft_model(model, config)
 
 
+def recompute_activations(model: Any) -> Any:
+    """``model`` (a transformers model, peft-wrapped or not) set to keep each decoder layer's input
+    only and recompute the layer in the backward pass: the same loss and gradients (dropout masks
+    replayed) for a fraction of the memory. Non-reentrant, so that a frozen embedding's output,
+    which needs no gradient, does not cut the adapter's gradients off."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
 def tokenize_pair(tokenizer: Any, messages: Sequence[dict[str, str]], completion: str,
                   max_length: int | None = None) -> dict[str, list[int]] | None:
     """``input_ids`` (prompt, completion, eos) and ``labels`` (the completion and eos only); None

@@ -17,7 +17,7 @@ from memlab.lm.models import KNOWN_MODELS
 from memlab.stages.answer import PromptedAnswerer
 from memlab.stages.answer.base import AnswerIn
 from memlab.training.answering import ABSTAIN, AnswerExample, answer_examples, answer_scores, capped_abstentions
-from memlab.training.causal_lm import add_lora, completion_loss, tokenize_pair
+from memlab.training.causal_lm import add_lora, completion_loss, recompute_activations, tokenize_pair
 from memlab.types import AuditedGold
 from tests.fakes import ReplayLM
 from tests.pipelines.test_no_label_in_prompts import with_lm
@@ -108,6 +108,36 @@ def test_the_completion_loss_is_the_models_own_loss_on_a_right_padded_batch():
         own = model(**collate(rows, tokenizer.pad_token_id)).loss
         ours = completion_loss(model, rows, tokenizer.pad_token_id)
     assert float(ours) == pytest.approx(float(own), rel=1e-4)
+
+
+@pytest.mark.slow
+@needs_tiny
+def test_recomputed_activations_give_the_same_loss_and_adapter_gradients():
+    """Gradient checkpointing (the 1.5B's recipe) changes memory, not the step: with LoRA dropout on,
+    the recomputed layers replay the same masks."""
+    import torch
+
+    tokenizer, _ = HFLM(TINY, cache=None, dtype="float32").loaded()
+    answerer = PromptedAnswerer(HFLM(TINY, cache=None, dtype="float32"), max_tokens=8)
+    rows = [tokenize_pair(tokenizer, answerer.render(AnswerIn(question="Who came?", context="Ann: Bob came by.")).messages,
+                          "Bob")]
+
+    def step(recompute: bool) -> tuple[float, dict[str, torch.Tensor]]:
+        torch.manual_seed(0)
+        model = add_lora(HFLM(TINY, cache=None, dtype="float32").loaded()[1], rank=4, alpha=8, dropout=0.3)
+        if recompute:
+            recompute_activations(model)
+        model.train()
+        torch.manual_seed(1)
+        loss = completion_loss(model, rows, tokenizer.pad_token_id)
+        loss.backward()
+        return float(loss), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    (plain_loss, plain), (recomputed_loss, recomputed) = step(False), step(True)
+    assert recomputed_loss == pytest.approx(plain_loss, rel=1e-6)
+    assert plain.keys() == recomputed.keys() and any(bool(g.abs().sum() > 0) for g in plain.values())
+    for name in plain:
+        torch.testing.assert_close(recomputed[name], plain[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def _example(i: int, category: str, target: str = "Rex") -> AnswerExample:
