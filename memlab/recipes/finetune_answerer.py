@@ -375,7 +375,8 @@ def _kept(summary: dict[str, Any], curve: list[dict[str, Any]]) -> str:
     if summary["best"] is not None:
         return f"best step {summary['best']['step']}; held-out loss {summary['held_out_loss']}"
     last = next((p["loss"] for p in reversed(curve) if p.get("loss") is not None), None)
-    return f"no conversation held out, so no held-out loss; the training loss of its last batch {round(last, 5)}"
+    held_out = "no conversation held out, so no held-out loss"
+    return held_out if last is None else f"{held_out}; the training loss of its last batch {round(last, 5)}"
 
 
 def _curve(curve: list[dict[str, Any]]) -> str:
