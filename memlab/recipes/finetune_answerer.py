@@ -135,7 +135,7 @@ class Settings(GradientSettings):
     answer_tokens: PositiveInt = 64
     #: Keep each decoder layer's input only and recompute the rest in the backward pass (same
     #: loss and gradients, dropout masks replayed). The 1.5B at a batch of four 950-token examples
-    #: needs more than 24 GB without it, 14.9 GB with it, and steps faster (BENCHMARKS, issue 83).
+    #: needs more than 24 GB without it, 14.3 GB with it, and steps faster (BENCHMARKS, issue 83).
     #: Not part of the run's identity: a saved run continues with it on or off.
     gradient_checkpointing: bool = False
 
