@@ -15,8 +15,6 @@ than the machine has is killed by the kernel and prints nothing after ``loaded``
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import resource
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import torch
 
 from memlab.clock import active_seconds
 from memlab.lm.hf import HFLM
+from memlab.recipes.finetune_answerer import read_examples
 from memlab.training.causal_lm import add_lora, completion_loss, recompute_activations, tokenize_pair
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "checkpoints" / "answerer-examples.jsonl.gz"
@@ -43,13 +42,9 @@ def main() -> None:
 
     tokenizer, base = HFLM(args.student, cache=None, dtype=args.dtype).loaded()
     print(f"loaded: peak {peak_mb()} MB", flush=True)
-    rows = []
-    with gzip.open(EXAMPLES, "rt", encoding="utf-8") as f:
-        next(f)  # the file's key line
-        for line in f:
-            example = json.loads(line)
-            if example["conversation_id"] in ("conv-41", "conv-42"):
-                rows.append(tokenize_pair(tokenizer, example["messages"], example["target"], 2048))
+    _, by_conversation = read_examples(EXAMPLES)
+    rows = [tokenize_pair(tokenizer, e.messages, e.target, 2048)
+            for conversation in ("conv-41", "conv-42") for e in by_conversation[conversation]]
     rows = sorted((r for r in rows if r is not None), key=lambda r: -len(r["input_ids"]))
     batch = rows[len(rows) // 4:len(rows) // 4 + 4]
     model = add_lora(base, args.rank, 2 * args.rank)
