@@ -11,8 +11,10 @@ would teach the model never to stop.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
 
 import torch
@@ -52,6 +54,32 @@ def recompute_activations(model: Any) -> Any:
     which needs no gradient, does not cut the adapter's gradients off."""
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
+
+
+#: The dtypes a saved adapter's weights can be written in (``cast_adapter``).
+ADAPTER_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def cast_adapter(folder: str | os.PathLike, dtype: str) -> float:
+    """Rewrite the peft adapter in ``folder`` (``adapter_model.safetensors``) with its floating
+    weights in ``dtype`` (a name of ``ADAPTER_DTYPES``), atomically; returns the largest absolute
+    change of a weight, so that a card can say what the smaller file costs. A LoRA adapter trained
+    in fp32 loses nothing measurable in fp16 and halves in size (the repository's files stay
+    under 5 MB); peft casts it back to the base model's dtype when it loads it."""
+    from safetensors.torch import load_file, save_file
+
+    from memlab.fileio import atomic_file
+
+    if dtype not in ADAPTER_DTYPES:
+        raise ValueError(f"adapter dtype {dtype!r}: expected one of {sorted(ADAPTER_DTYPES)}")
+    path = Path(folder) / "adapter_model.safetensors"
+    weights = load_file(str(path))
+    cast = {k: v.to(ADAPTER_DTYPES[dtype]) if v.is_floating_point() else v for k, v in weights.items()}
+    change = max((float((cast[k].double() - v.double()).abs().max()) for k, v in weights.items()
+                  if v.is_floating_point() and v.numel()), default=0.0)
+    with atomic_file(path) as tmp:
+        save_file({k: v.contiguous() for k, v in cast.items()}, str(tmp), metadata={"format": "pt"})
+    return change
 
 
 def tokenize_pair(tokenizer: Any, messages: Sequence[dict[str, str]], completion: str,

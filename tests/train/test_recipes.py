@@ -388,7 +388,8 @@ def test_answerer_recipe_resumes_after_an_interrupt_and_its_adapter_serves_the_a
     partial = tmp_path / "answerer.partial"
     assert (partial / "state" / "resume.pt").is_file() and (partial / "examples.jsonl").is_file()
     assert not (tmp_path / "answerer").exists()
-    summary = recipe.main(config)  # continues from step 3's state (saved after its validation)
+    # continues from step 3's state (saved after its validation): the dtype it writes in is not the run's identity
+    summary = recipe.main({**config, "adapter_dtype": "float16"})
     assert len(calls) == 4 + 3  # then steps 4, 5 and 6 only: the first three were not trained again
     assert summary["steps"] == 6 and summary["split"]["train"] == ["tiny-a"]
     assert summary["examples"]["train"] > 0 and summary["held_out_loss"] > 0
@@ -398,6 +399,8 @@ def test_answerer_recipe_resumes_after_an_interrupt_and_its_adapter_serves_the_a
     assert {"adapter_config.json", "adapter_model.safetensors", "training.json", "README.md"} <= \
         {p.name for p in adapter.iterdir()} and not partial.exists()
     assert "| 6 |" in (adapter / "README.md").read_text()
+    assert summary["adapter_dtype"] == "float16" and 0 < summary["largest_cast_change"] < 1e-3
+    assert "Weights saved in float16" in (adapter / "README.md").read_text()
     assert summary["best"]["validation"]["loss"] > 0
 
     # selecting on generated answers: each validation answers the validation examples and scores them
@@ -433,9 +436,11 @@ def test_the_answerer_card_of_a_final_fit_names_its_last_loss_not_an_empty_curve
     log.write_text('{"elapsed_s": 4367.3, "step": 180, "loss": 1.7055554}\n')
     run = SimpleNamespace(log=SimpleNamespace(path=log), settings=recipe.Settings(recipe="finetune_answerer"),
                           split={"train": ["conv-26"], "validation": [], "evaluation": []}, dropped={})
-    text = recipe.card(run, {"steps": 180, "best": None, "held_out_loss": None, "examples": {"train": 9}})
+    text = recipe.card(run, {"steps": 180, "best": None, "held_out_loss": None, "examples": {"train": 9},
+                             "adapter_dtype": "float16", "largest_cast_change": 1.5e-5})
     assert "training loss of its last batch 1.70556" in text
     assert "| step |" not in text and "best step" not in text and "held-out loss None" not in text
+    assert "Weights saved in float16" in text and "1.5e-05" in text
 
 
 def test_answerer_examples_are_made_once_per_conversation_whatever_the_split(three_conversations, tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ from memlab.lm.models import KNOWN_MODELS
 from memlab.stages.answer import PromptedAnswerer
 from memlab.stages.answer.base import AnswerIn
 from memlab.training.answering import ABSTAIN, AnswerExample, answer_examples, answer_scores, capped_abstentions
-from memlab.training.causal_lm import add_lora, completion_loss, recompute_activations, tokenize_pair
+from memlab.training.causal_lm import add_lora, cast_adapter, completion_loss, recompute_activations, tokenize_pair
 from memlab.types import AuditedGold
 from tests.fakes import ReplayLM
 from tests.pipelines.test_no_label_in_prompts import with_lm
@@ -50,6 +50,23 @@ def test_an_adversarial_question_teaches_the_abstention():
     planted = dataclasses.replace(conversation.questions[0], category="adversarial", answer="a planted answer")
     examples = answer_examples(pipeline, [dataclasses.replace(conversation, questions=(planted,))])
     assert [e.target for e in examples] == [ABSTAIN]
+
+
+def test_an_adapter_cast_rewrites_its_floating_weights_and_says_what_the_cast_changed(tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = {"lora_A.weight": torch.tensor([[1.0, 1e-4 + 1e-9]]), "steps": torch.tensor([3])}
+    save_file(weights, str(tmp_path / "adapter_model.safetensors"))
+    change = cast_adapter(tmp_path, "float16")
+    saved = load_file(str(tmp_path / "adapter_model.safetensors"))
+    assert saved["lora_A.weight"].dtype == torch.float16 and saved["steps"].dtype == torch.int64
+    expected = float((weights["lora_A.weight"].half().double() - weights["lora_A.weight"].double()).abs().max())
+    assert change == pytest.approx(expected) and 0 < change < 1e-7
+    assert [p.name for p in tmp_path.iterdir()] == ["adapter_model.safetensors"]  # no temporary file left
+    with pytest.raises(ValueError, match="expected one of"):
+        cast_adapter(tmp_path, "int8")
+    assert cast_adapter(tmp_path, "float32") == 0.0  # fp16 -> fp32 is exact
 
 
 needs_tiny = pytest.mark.skipif(importlib.util.find_spec("gguf") is None or importlib.util.find_spec("peft") is None
@@ -86,6 +103,12 @@ def test_a_lora_step_lowers_the_loss_and_the_saved_adapter_changes_the_answer_st
     after = adapted([question])[0].text
     assert after != before and "Zanzibar" in after
     assert adapted.lm.name.startswith(answerer.lm.name + "+lora@")  # its own cache entries
+    # written in fp16 (half the file), served over the fp32 base, it gives the same answer
+    size = (tmp_path / "adapter" / "adapter_model.safetensors").stat().st_size
+    assert 0 < cast_adapter(tmp_path / "adapter", "float16") < 1e-3
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").stat().st_size < 0.6 * size
+    halved = PromptedAnswerer(HFLM(TINY, cache=None, dtype="float32", adapter=str(tmp_path / "adapter")), max_tokens=8)
+    assert halved([question])[0].text == after
     with pytest.raises(LMUnavailableError, match="not a peft adapter folder"):
         HFLM(TINY, cache=None, adapter=str(tmp_path)).name
 
