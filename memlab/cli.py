@@ -21,7 +21,7 @@
 Exit status: 0 for a clean run; 1 for a run in which a question or a build failed or that
 stopped early (what succeeded is written, and one line on stderr says what failed and where
 the details are); 2 for bad input, reported as one line naming the problem; 130 for a command
-stopped by Ctrl-C and 143 for one stopped by SIGTERM (one line says so; nothing half-written is
+stopped by Ctrl-C or ``kill -INT`` (a shell's background job too) and 143 for one stopped by SIGTERM (one line says so; nothing half-written is
 kept, and the model replies made so far are in the response cache).
 """
 
@@ -529,6 +529,11 @@ EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
 def main(argv: list[str] | None = None) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
+    # A shell's background job (``nohup memlab sweep ... &``) starts with SIGINT ignored, and Python
+    # keeps it so: ``kill -INT`` would not stop a day-long run. It stops it as Ctrl-C does instead.
+    ignored_ctrl_c = in_main_thread and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored_ctrl_c:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return _main(argv)
     except KeyboardInterrupt as e:  # nothing half-written survives it (atomic files and folders)
@@ -539,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if in_main_thread:  # None: a handler installed outside Python, which only the default can stand for
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        if ignored_ctrl_c:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _main(argv: list[str] | None) -> int:

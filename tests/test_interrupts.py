@@ -33,15 +33,16 @@ HELD_RUN = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("signum, status, name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
-def test_a_signal_ends_a_run_in_one_line_and_leaves_no_staging_folder(tmp_path, signum, status, name):
+@pytest.mark.parametrize("signum, status, name, started_with", [
+    (signal.SIGINT, 130, "Ctrl-C", signal.SIG_DFL), (signal.SIGTERM, 143, "SIGTERM", signal.SIG_DFL),
+    # a shell's background job (``nohup memlab sweep ... &``) starts with SIGINT ignored: ``kill -INT`` stops it all the same
+    (signal.SIGINT, 130, "Ctrl-C", signal.SIG_IGN)])
+def test_a_signal_ends_a_run_in_one_line_and_leaves_no_staging_folder(tmp_path, signum, status, name, started_with):
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-c", HELD_RUN, "run", str(REPO / "configs/pipelines/rag_turns.yaml"),
                "--retrieval-only", "--max-questions", "1", "--no-progress", "--out", str(tmp_path / "run")]
-    # A shell's background job (``nohup ... &``) starts with SIGINT ignored, and a Python started so keeps ignoring
-    # it: the command is started with the default disposition, as from a terminal.
     process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                               text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, started_with))
     deadline = time.monotonic() + 240
     while not (tmp_path / "started").exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
