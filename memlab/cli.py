@@ -21,8 +21,9 @@
 Exit status: 0 for a clean run; 1 for a run in which a question or a build failed or that
 stopped early (what succeeded is written, and one line on stderr says what failed and where
 the details are); 2 for bad input, reported as one line naming the problem; 130 for a command
-stopped by Ctrl-C or ``kill -INT`` (a shell's background job too) and 143 for one stopped by SIGTERM (one line says so; nothing half-written is
-kept, and the model replies made so far are in the response cache).
+stopped by Ctrl-C or ``kill -INT`` (a shell's background job too) and 143 for one stopped by
+SIGTERM (one line says so; nothing half-written is kept, and the model replies made so far are
+in the response cache).
 """
 
 from __future__ import annotations
