@@ -52,7 +52,12 @@ def recompute_activations(model: Any) -> Any:
     only and recompute the layer in the backward pass: the same loss and gradients (dropout masks
     replayed) for a fraction of the memory. Non-reentrant, so that a frozen embedding's output,
     which needs no gradient, does not cut the adapter's gradients off."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    settings = {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers 5.x's name; v6 drops the old one
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=settings)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=settings)
     return model
 
 
