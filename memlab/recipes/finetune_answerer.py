@@ -43,8 +43,8 @@ the evaluation conversations' loss at the end), ``examples`` (a file of examples
 ``stop_after`` (steps: end a run early with the whole run's schedule), ``abstention_share`` (the
 most of the training examples whose target is the abstention: category 5 drawn down to it),
 ``select_on`` (``loss``, the validation examples' loss per target token, or ``answers``, their answers
-generated and scored as a row scores them, ``memlab.training.answering.answer_scores``) and
-``answer_tokens`` (the most tokens a generated validation answer has: the answer stage's ``max_tokens``)
+generated and scored as a row scores them, ``memlab.training.answering.answer_scores``),
+``answer_tokens`` (the most tokens a generated validation answer has: the answer stage's ``max_tokens``),
 ``gradient_checkpointing`` (recompute activations in the backward pass: the memory a 1.5B student needs)
 and ``adapter_dtype`` (the dtype the checkpoint's weights are written in: float16 halves the file).
 """
