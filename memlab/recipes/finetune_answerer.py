@@ -80,6 +80,7 @@ from memlab.training import (
 )
 from memlab.training.answering import AnswerExample, answer_examples, answer_scores, capped_abstentions
 from memlab.training.causal_lm import (
+    ADAPTER_WEIGHTS,
     LoraSettings,
     add_lora,
     cast_adapter,
@@ -352,7 +353,7 @@ def held_out_loss(run: Run) -> float | None:
     from safetensors.torch import load_file
 
     model = run.accelerator.unwrap_model(run.model)
-    set_peft_model_state_dict(model, load_file(str(run.work / ADAPTER / "adapter_model.safetensors")))
+    set_peft_model_state_dict(model, load_file(str(run.work / ADAPTER / ADAPTER_WEIGHTS)))
     with run.accelerator.autocast():
         return round(mean_completion_loss(model, run.rows["evaluation"], run.tokenizer.pad_token_id), 5)
 

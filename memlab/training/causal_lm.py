@@ -61,12 +61,14 @@ def recompute_activations(model: Any) -> Any:
     return model
 
 
+#: The weights file of a peft adapter folder (``save_pretrained``'s safetensors).
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 #: The dtypes a saved adapter's weights can be written in (``cast_adapter``).
 ADAPTER_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def cast_adapter(folder: str | os.PathLike, dtype: str) -> float:
-    """Rewrite the peft adapter in ``folder`` (``adapter_model.safetensors``) with its floating
+    """Rewrite the peft adapter in ``folder`` (``ADAPTER_WEIGHTS``) with its floating
     weights in ``dtype`` (a name of ``ADAPTER_DTYPES``), atomically; returns the largest absolute
     change of a weight, so that a card can say what the smaller file costs. A LoRA adapter trained
     in fp32 loses nothing measurable in fp16 and halves in size (the repository's files stay
@@ -77,7 +79,7 @@ def cast_adapter(folder: str | os.PathLike, dtype: str) -> float:
 
     if dtype not in ADAPTER_DTYPES:
         raise ValueError(f"adapter dtype {dtype!r}: expected one of {sorted(ADAPTER_DTYPES)}")
-    path = Path(folder) / "adapter_model.safetensors"
+    path = Path(folder) / ADAPTER_WEIGHTS
     weights = load_file(str(path))
     cast = {k: v.to(ADAPTER_DTYPES[dtype]) if v.is_floating_point() else v for k, v in weights.items()}
     change = max((float((cast[k].double() - v.double()).abs().max()) for k, v in weights.items()
