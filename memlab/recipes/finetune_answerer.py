@@ -23,7 +23,7 @@ on a new machine retrieves nothing.
 **The checkpoint** is a peft adapter folder (``adapter_config.json``, ``adapter_model.safetensors``)
 with ``training.json`` (config, ``split``, example counts, the validation curve, the held-out
 loss) and ``README.md``, its card. ``memlab.lm.hf.HFLM(model=<student>, adapter=<output_dir>)``
-serves it behind the same prompted answerer (``configs/pipelines/rag_turns_best_trained_answerer.yaml``);
+serves it behind the same prompted answerer (one config node, as the card says);
 ``training.json``'s split is what the runner's training-overlap check reads, as for any stage.
 
 **The student** ships as GGUF in a package (``memlab models``): transformers dequantises it to
@@ -364,8 +364,8 @@ def card(run: Run, summary: dict[str, Any]) -> str:
     settings = run.settings
     return f"""# Trained answerer: {settings.student} + LoRA (memlab recipe `finetune_answerer`)
 
-Serve: `memlab.lm.hf.HFLM(model={settings.student!r}, adapter=<this folder>)` as the answer stage's LM
-(`answerer.lm`, as `configs/pipelines/rag_turns_best_trained_answerer.yaml` serves its adapter).
+Serve: as the answer stage's LM, one config node over the pipeline it learnt from (`{settings.pipeline}`):
+`answerer.lm: {{_component_: memlab.lm.hf.HFLM, model: {settings.student}, adapter: {settings.output_dir}}}`.
 
 - Base model: `{settings.student}` (GGUF, dequantised by transformers), LoRA rank {settings.lora.rank}, alpha
   {settings.lora.alpha}, on {', '.join(settings.lora.target_modules)}.

@@ -443,6 +443,22 @@ def test_the_answerer_card_of_a_final_fit_names_its_last_loss_not_an_empty_curve
     assert "Weights saved in float16" in text and "1.5e-05" in text
 
 
+def test_the_answerer_card_serves_its_own_adapter_not_another_runs_config(tmp_path):
+    """The 1.5B's card said to serve it as the 0.5B's config does: the line names the run's own
+    model and folder, and the retrieval it learnt from."""
+    recipe = load_recipe("finetune_answerer")
+    log = tmp_path / "run.metrics.jsonl"
+    log.write_text('{"step": 1, "loss": 1.0}\n')
+    settings = recipe.Settings(recipe="finetune_answerer", output_dir="checkpoints/answerer-x", student="qwen-x")
+    run = SimpleNamespace(log=SimpleNamespace(path=log), settings=settings,
+                          split={"train": ["conv-26"], "validation": [], "evaluation": []}, dropped={})
+    text = recipe.card(run, {"steps": 1, "best": None, "held_out_loss": None, "examples": {"train": 9},
+                             "adapter_dtype": "float16", "largest_cast_change": 0.0})
+    serve = next(line for line in text.splitlines() if line.startswith("`answerer.lm:"))
+    assert "model: qwen-x" in serve and "adapter: checkpoints/answerer-x" in serve
+    assert "rag_turns_best_trained_answerer" not in text
+
+
 def test_answerer_examples_are_made_once_per_conversation_whatever_the_split(three_conversations, tmp_path, monkeypatch):
     """A conversation's examples depend on the data and the pipeline, not on the split: a final fit
     after the split run, or a run reading another's file, retrieves nothing again; a file made
