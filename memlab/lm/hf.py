@@ -5,7 +5,8 @@ template), a path to a .gguf file, or a known GGUF name (``memlab.lm.models``); 
 are loaded through transformers' ``gguf_file`` support (dequantized; needs the ``gguf``
 package). Nothing is ever fetched from a hub (``local_files_only``). ``adapter`` is a LoRA
 adapter folder saved by peft (a trained answerer, ``memlab.training.answering``) applied over
-the model; the LM's name, and so its cache entries, carry the adapter's content identity.
+the model; the LM's name, and so its cache entries, carry the adapter's content identity (the
+files peft loads, ``ADAPTER_FILES``: not its card or training record).
 
 Requests that share sampling settings (temperature, max_tokens, stop, seed) are batched,
 ``batch_size`` at a time. Temperature 0 is greedy decoding; otherwise sampling is seeded
@@ -30,16 +31,23 @@ from memlab.lm.models import KNOWN_MODELS, model_fingerprint, resolve_model
 from memlab.lm.types import ChatRequest, Completion
 
 
-def _folder_fingerprint(folder: Path) -> str:
-    """Content identity of a saved model folder: small files in full, weights by size and head."""
+def _folder_fingerprint(folder: Path, pattern: str = "*") -> str:
+    """Content identity of the files ``pattern`` matches in a saved model folder: small files in
+    full, weights by size and head."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    for path in sorted(p for p in folder.rglob(pattern) if p.is_file()):
         digest.update(str(path.relative_to(folder)).encode())
         size = path.stat().st_size
         digest.update(str(size).encode())
         with path.open("rb") as f:
             digest.update(f.read(1 << 20))
     return digest.hexdigest()[:16]
+
+
+#: The files of a peft adapter folder that peft loads (its config and weights): the adapter's
+#: identity. Its card and training record beside them are documentation; editing them must not
+#: re-key the adapter's cached answers.
+ADAPTER_FILES = "adapter_*"
 
 
 class HFLM(LM):
@@ -101,7 +109,7 @@ class HFLM(LM):
                 label, fingerprint = Path(gguf).stem, model_fingerprint(folder / gguf)
             self._name = f"hf:{label}@{fingerprint}:{self.dtype}"
             if self.adapter is not None:
-                self._name += f"+lora@{_folder_fingerprint(self._adapter_folder())}"
+                self._name += f"+lora@{_folder_fingerprint(self._adapter_folder(), ADAPTER_FILES)}"
         return self._name
 
     @property

@@ -396,3 +396,20 @@ def test_cli_bad_input_is_one_error_line(source, tmp_path, capsys, caplog):
     with pytest.raises(SystemExit) as info:
         main(["cache", "import"])
     assert info.value.code == 2
+
+
+def test_copy_model_replays_a_renamed_lm(source, tmp_path, capsys, caplog):
+    """An LM whose name changed while its outputs did not (an adapter's identity no longer covering
+    its card) still replays: its entries are stored again under the new name, the old ones kept."""
+    request = ChatRequest.of("Who is Rex?", max_tokens=64)
+    assert source.get("model-a+new", request) is None
+    assert main(["cache", "copy-model", "--cache", str(source.path), "model-a", "model-a+new"]) == 0
+    assert "3 added, 0 already there, 0 already there with another text" in capsys.readouterr().out
+    assert source.get("model-a+new", request).text == "a dog" and source.get("model-a", request).text == "a dog"
+    assert source.get("model-b", request).text == "a cat" and len(source) == 8
+    assert source.copy_model("model-a", "model-a+new") == (0, 3, 0)  # again: nothing new
+    assert "no entry of model 'model-c'" in _one_error_line(
+        ["cache", "copy-model", "--cache", str(source.path), "model-c", "model-d"], capsys, caplog)
+    line = _one_error_line(["cache", "copy-model", "--cache", str(tmp_path / "nope.sqlite"), "model-a", "x"],
+                           capsys, caplog)
+    assert "no response cache at" in line and not (tmp_path / "nope.sqlite").exists()

@@ -125,6 +125,25 @@ def test_cache_hit_on_identical_request(tiny_model_dir, tmp_path):
     assert lm.name.startswith("hf:") and lm.name.endswith(":auto")
 
 
+def test_an_adapters_identity_is_what_peft_loads_not_its_card(tiny_model_dir, tmp_path):
+    """Editing a trained adapter's card or training record must not re-key its cached answers;
+    changing its weights or config must."""
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"r": 8}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
+    name = lambda: HFLM(str(tiny_model_dir), adapter=str(adapter)).name  # noqa: E731 - loads nothing
+    first = name()
+    assert first.startswith(HFLM(str(tiny_model_dir)).name + "+lora@")
+    (adapter / "README.md").write_text("# its card")
+    (adapter / "training.json").write_text('{"split": {}}')
+    assert name() == first
+    (adapter / "adapter_model.safetensors").write_bytes(b"other weights")
+    second = name()
+    (adapter / "adapter_config.json").write_text('{"r": 16}')
+    assert len({first, second, name()}) == 3
+
+
 def test_bad_model_path_is_a_clear_error(tmp_path):
     lm = HFLM(str(tmp_path / "nowhere"))  # construction loads nothing
     with pytest.raises(LMUnavailableError, match="nowhere"):

@@ -2,8 +2,10 @@
 
 The rows, from ``configs/sweeps/locomo_conv26_conv30.yaml`` and committed in
 ``eval/runs/locomo_conv26_conv30``: ``rag_turns`` (answers and CORRECT/WRONG verdicts of the 1.5B
-model) and ``rag_turns_best_calibrated_answerer`` (issue 83: the LoRA-tuned 0.5B answerer, served by
-transformers, over EmbeddingGemma and the trained reranker). Six of each row's conv-26 questions,
+model) and ``rag_turns_best_calibrated_answerer`` and ``rag_turns_best_trained_answerer_1_5b`` (issue 83:
+the LoRA-tuned 0.5B and 1.5B answerers, served by transformers, over EmbeddingGemma and the trained
+reranker; their cached answers were made under the adapters' former identity and copied to the
+present one with ``memlab cache copy-model``). Six of each row's conv-26 questions,
 drawn by the runner's seeded sample, are run again from the committed shards into an empty cache,
 with any llama.cpp model load and any transformers generation made to raise: every answer, score and
 verdict must be the committed one. (The trained answerer's tokenizer and weights still load: the
@@ -34,7 +36,8 @@ GEMMA = pytest.mark.skipif(not KNOWN_EMBEDDER_MODELS["embeddinggemma-300m"].targ
 
 @pytest.mark.slow
 @pytest.mark.skipif(not (REPO.parent / "shared" / "data" / "locomo").is_dir(), reason="needs ../shared/data")
-@pytest.mark.parametrize("name", ["rag_turns", pytest.param("rag_turns_best_calibrated_answerer", marks=GEMMA)])
+@pytest.mark.parametrize("name", ["rag_turns", pytest.param("rag_turns_best_calibrated_answerer", marks=GEMMA),
+                                  pytest.param("rag_turns_best_trained_answerer_1_5b", marks=GEMMA)])
 def test_a_committed_sweep_row_replays_with_no_model_call(name, tmp_path, monkeypatch):
     monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path / "cache.sqlite"))
 

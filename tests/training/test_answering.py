@@ -103,6 +103,9 @@ def test_a_lora_step_lowers_the_loss_and_the_saved_adapter_changes_the_answer_st
     after = adapted([question])[0].text
     assert after != before and "Zanzibar" in after
     assert adapted.lm.name.startswith(answerer.lm.name + "+lora@")  # its own cache entries
+    # its identity is what peft loads: a card written beside it does not re-key its answers
+    (tmp_path / "adapter" / "README.md").write_text("# a card\n")
+    assert HFLM(TINY, cache=None, dtype="float32", adapter=str(tmp_path / "adapter")).name == adapted.lm.name
     # written in fp16 (half the file), served over the fp32 base, it gives the same answer
     size = (tmp_path / "adapter" / "adapter_model.safetensors").stat().st_size
     assert 0 < cast_adapter(tmp_path / "adapter", "float16") < 1e-3
