@@ -37,6 +37,18 @@ def test_a_hand_edit_or_a_changed_run_is_caught(tmp_path, caplog):
     assert main(["headline", "--benchmarks", str(benchmarks), *manifest]) == 0 and benchmarks.read_text() == text
 
 
+def test_the_prose_above_the_table_counts_the_sweep_rows_the_table_counts():
+    """The answer paragraph is written by hand; its count of the sweep's complete rows must be the
+    generated group's, or it goes stale as rows finish."""
+    import re
+
+    text = (REPO / "BENCHMARKS.md").read_text()
+    prose = re.search(r"still running: (\d+) of its (\d+) rows are complete", text)
+    table = re.search(r"\((\d+) of (\d+) rows complete; `memlab sweep", text)
+    assert prose and table
+    assert prose.groups() == table.groups()
+
+
 def test_the_table_groups_runs_by_their_questions_with_intervals(tmp_path):
     for run in ("conv26-s2/rag_turns", "conv26/rag_turns"):
         shutil.copytree(REPO / "eval" / "runs" / run, tmp_path / "eval" / "runs" / run)
