@@ -192,6 +192,18 @@ def test_emem_keeps_what_the_filter_keeps():
     assert len(answer.retrieved) >= RECALL_DEPTH
 
 
+def test_emem_is_not_called_degenerate_for_the_argument_graph_it_never_builds():
+    lm = ReplayLM(scripted)
+    shared = dict(extractor=PromptedEDUExtractor(lm=lm, max_turns_per_call=4), embedder=HashingEmbedder(),
+                  answerer=CoTAnswerer(lm=lm), edu_filter=PromptedRelevanceFilter(lm=lm))
+    memory = EMem(**shared).build(conversation().history())
+    assert memory.structure()["degenerate"] == ["no EDU has an argument"]  # judged as EMem-G's graph
+    assert EMem(**shared).memory_stats(memory)["structure"]["degenerate"] == []
+    assert EMemG(**shared).memory_stats(memory)["structure"]["degenerate"] == ["no EDU has an argument"]
+    empty = EMem(**{**shared, "extractor": PromptedEDUExtractor(lm=ReplayLM(lambda r: '{"edus": []}'))})
+    assert empty.memory_stats(empty.build(conversation().history()))["structure"]["degenerate"] == ["no EDU extracted"]
+
+
 def test_bad_completions_are_counted_and_the_run_goes_on():
     lm = ReplayLM(lambda request: "not json at all")
     pipeline = emem_g(lm)

@@ -69,11 +69,13 @@ class EduMemory(Memory):
         return {"edus": len(self.edus), "arguments": len(self.arguments), **edges,
                 "sessions_with_extraction_errors": len(self.errors)}
 
-    def structure(self) -> dict[str, Any]:
+    def structure(self, graph: bool = True) -> dict[str, Any]:
         """The EDU graph's shape (``memlab.memory.structure``). What the paper implies (3.2,
         Table 4): several EDUs per session, each with its arguments (its event frame), arguments
         shared between EDUs and joined by synonym edges, so that PPR can walk from a query's
-        arguments to EDUs of other sessions: one large component, not one per EDU."""
+        arguments to EDUs of other sessions: one large component, not one per EDU. ``graph``
+        False judges the EDUs alone (EMem, which never extracts arguments): the argument
+        figures are still reported, but their absence is not a defect there."""
         edus = list(self.edus.units.values())
         turns = {t for u in edus for t in u.source_ids}
         argument_edges = self.graph.num_edges("edu-argument")
@@ -89,9 +91,11 @@ class EduMemory(Memory):
             "largest_component_share": share(components[0], sum(components)) if components else None,
         }
         problems = []
-        if edus and not argument_edges:
+        if not edus:
+            problems.append("no EDU extracted")
+        elif graph and not argument_edges:
             problems.append("no EDU has an argument")
-        elif len(edus) > 1 and len(components) >= len(edus):
+        elif graph and len(edus) > 1 and len(components) >= len(edus):
             problems.append("no argument is shared: the graph is one component per EDU")
         return {**found, "degenerate": problems}
 

@@ -154,6 +154,9 @@ class EMem(EventMemoryPipeline):
     extraction cost.
     """
 
+    def memory_structure(self, memory: EduMemory) -> dict[str, Any]:
+        return memory.structure(graph=False)  # EDUs alone: EMem has no argument graph to form
+
     def select(self, memory: EduMemory, query: Query, trace: Trace) -> tuple[list[MemoryUnit], list[Retrieved]]:
         dense, kept = self.filtered_candidates(memory, query, trace)
         chosen = [r.unit for r in kept][: self.qa_top_k]
