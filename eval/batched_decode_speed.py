@@ -15,6 +15,7 @@ import time
 import llama_cpp as L
 import numpy as np
 
+from memlab.lm.llamacpp import available_cores
 from memlab.lm.models import DEFAULT_MODEL, resolve_model
 
 STEPS = 64
@@ -42,7 +43,7 @@ def run(n_seq):
     cp.n_batch = 512
     cp.n_ubatch = 512
     cp.n_seq_max = n_seq
-    cp.n_threads = cp.n_threads_batch = 2
+    cp.n_threads = cp.n_threads_batch = available_cores()  # as LlamaCppLM
     ctx = L.llama_init_from_model(model, cp)
     batch = L.llama_batch_init(512, 0, n_seq)
     toks = [tokenize(prompt(i)) for i in range(n_seq)]

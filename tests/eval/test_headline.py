@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -40,8 +41,6 @@ def test_a_hand_edit_or_a_changed_run_is_caught(tmp_path, caplog):
 def test_the_prose_above_the_table_counts_the_sweep_rows_the_table_counts():
     """The answer paragraph is written by hand; its count of the sweep's complete rows must be the
     generated group's, or it goes stale as rows finish."""
-    import re
-
     text = (REPO / "BENCHMARKS.md").read_text()
     prose = re.search(r"still running: (\d+) of its (\d+) rows are complete", text)
     table = re.search(r"\((\d+) of (\d+) rows complete; `memlab sweep", text)
