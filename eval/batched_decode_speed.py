@@ -91,11 +91,11 @@ if __name__ == "__main__":
     model = L.llama_model_load_from_file(str(resolve_model(args.model)).encode(), L.llama_model_default_params())
     vocab = L.llama_model_get_vocab(model)
     n_vocab = L.llama_vocab_n_tokens(vocab)
-    alone = {}
+    decoded_alone = None  # sequence 0's tokens at N = 1, the reference for every larger batch
     for n in args.sizes:
         outs = run(n)
         if n == 1:
-            alone[0] = outs[0]
-        elif 0 in alone:
-            print(f"  sequence 0 the same as decoded alone: {outs[0] == alone[0]}", flush=True)
+            decoded_alone = outs[0]
+        elif decoded_alone is not None:
+            print(f"  sequence 0 the same as decoded alone: {outs[0] == decoded_alone}", flush=True)
 

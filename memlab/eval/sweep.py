@@ -415,7 +415,7 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, workers: int = 1, ray: str |
         if executor is not None:
             executor.shutdown()
         after = [row_status(sweep, row, out, expected) for row in sweep.rows]
-        forget_finished(after, out)
+        forget_finished(sweep, after, out)
         if report:
             write_sweep_report(sweep, after, out)
             write_group(sweep, after, out)
@@ -435,28 +435,66 @@ def questions_per_conversation(sweep: Sweep) -> dict[str, int]:
 
 def record_progress(about: Mapping[str, Any], staging: Path, out: Path) -> None:
     """Write ``out/unfinished/<row>.json`` from the attempt staged in ``staging``
-    (``memlab.eval.progress``): what it reached and cost so far, where and when, beside ``about``
-    the row (its ``row`` name, ``config_sha256`` and ``questions`` per conversation). A record
-    that cannot be made is logged; the run goes on."""
+    (``memlab.eval.progress``): what it reached and cost so far, when, and where (``machine``,
+    and ``machines``: every machine its attempts ran on), beside ``about`` the row (its ``row``
+    name, ``config_sha256`` and ``questions`` per conversation). A record that cannot be made is
+    logged; the run goes on."""
     from memlab.eval.machine import cpu_description
     from memlab.eval.progress import read_progress
     from memlab.fileio import write_json_atomic
 
     try:
+        machine = {"cpu": cpu_description(), "cores": os.cpu_count()}
+        path = out / UNFINISHED / f"{about['row']}.json"
         record = {**about, "attempt_started": _iso((staging / "config.yaml").stat().st_mtime),
-                  "recorded": _iso(time.time()), "machine": {"cpu": cpu_description(), "cores": os.cpu_count()},
+                  "recorded": _iso(time.time()), "machine": machine,
+                  "machines": _with_machine(attempt_machines(path, about["config_sha256"]), machine),
                   **read_progress(staging)}
-        (out / UNFINISHED).mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / UNFINISHED / f"{about['row']}.json", record)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, record)
     except (OSError, ValueError) as e:
         log.error("row %s: its progress could not be recorded (%s: %s)", about["row"], type(e).__name__, e)
 
 
-def forget_finished(statuses: Sequence[RowStatus], out: Path) -> None:
-    """Remove the progress record of each row that is now complete."""
+def attempt_machines(record: Path, config_sha256: str | None = None) -> list[dict[str, Any]]:
+    """Every machine the earlier attempts of a row ran on, from its progress record (``machines``;
+    a record older than that field names only its last, ``machine``); none where there is no
+    readable record, or it was made with another config than ``config_sha256``. A row resumed
+    on another machine replays those attempts' calls at the seconds that machine recorded, so
+    they are named beside its own."""
+    try:
+        previous = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(previous, dict) or config_sha256 not in (None, previous.get("config_sha256")):
+        return []
+    machines = previous.get("machines") or ([previous["machine"]] if previous.get("machine") else [])
+    return [m for m in machines if isinstance(m, dict)]
+
+
+def _with_machine(machines: list[dict[str, Any]], machine: dict[str, Any]) -> list[dict[str, Any]]:
+    return machines if machine in machines else [*machines, machine]
+
+
+def forget_finished(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> None:
+    """Remove the progress record of each row that is now complete, once the machines its earlier
+    attempts ran on, where they differ from the finishing run's, are kept in its ``metrics.json``
+    (``machine.earlier_attempts``): its seconds were measured there too."""
+    from memlab.fileio import write_json_atomic
+
+    rows = {row.name: row for row in sweep.rows}
     for status in statuses:
-        if status.state == "complete":
-            (out / UNFINISHED / f"{status.name}.json").unlink(missing_ok=True)
+        record = out / UNFINISHED / f"{status.name}.json"
+        if status.state != "complete" or not record.exists():
+            continue
+        digest = config_digest(sweep.resolved_config(rows[status.name]))
+        machine = status.metrics.get("machine") or {}
+        known = [{"cpu": machine.get("cpu"), "cores": machine.get("cores")}, *machine.get("earlier_attempts", [])]
+        earlier = [m for m in attempt_machines(record, digest) if m not in known]
+        if earlier:
+            metrics = {**status.metrics, "machine": {**machine, "earlier_attempts": known[1:] + earlier}}
+            write_json_atomic(out / status.name / "metrics.json", metrics)
+        record.unlink()
 
 
 def load_unfinished(sweep: Sweep, out: Path) -> dict[str, dict[str, Any]]:

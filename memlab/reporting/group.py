@@ -203,15 +203,23 @@ def distinguishable_sentence(runs: Sequence[RunResult], labels: Mapping[str, str
 
 def machines_sentence(runs: Sequence[RunResult]) -> str:
     """Where each row's seconds were measured (``metrics.json["machine"]``): a row's own calls ran
-    there, its replayed calls count at the seconds the machine that made them recorded."""
+    there, its replayed calls count at the seconds the machine that made them recorded, so a row
+    whose earlier attempts ran elsewhere (``machine.earlier_attempts``, kept by ``memlab sweep``)
+    is named under each of its machines, "in part"."""
     seen: dict[str, list[str]] = {}
     for run in runs:
-        cpu = (run.metrics.get("machine") or {}).get("cpu") or {}
-        where = f"{cpu.get('model') or 'unrecorded'} ({', '.join(cpu.get('features') or []) or 'features unrecorded'}; " \
-                f"{(run.metrics.get('machine') or {}).get('cores', '?')} cores)"
-        seen.setdefault(where, []).append(run.name)
+        machine = run.metrics.get("machine") or {}
+        places = list(dict.fromkeys(_machine_phrase(m) for m in [machine, *machine.get("earlier_attempts", [])]))
+        for where in places:
+            seen.setdefault(where, []).append(run.name + (" (in part)" if len(places) > 1 else ""))
     return "Seconds are model time from a cold response cache, measured on: " + "; ".join(
         f"{where} for {', '.join(names)}" for where, names in seen.items()) + "."
+
+
+def _machine_phrase(machine: Mapping[str, Any]) -> str:
+    cpu = machine.get("cpu") or {}
+    return f"{cpu.get('model') or 'unrecorded'} ({', '.join(cpu.get('features') or []) or 'features unrecorded'}; " \
+           f"{machine.get('cores', '?')} cores)"
 
 
 UNFINISHED_HEADERS = ("row", "reached", "builds finished (LLM calls, s)", "query s p50", "LLM calls / question",

@@ -127,9 +127,15 @@ def test_a_row_stopped_midway_keeps_a_record_of_what_it_reached(tmp_path, small_
     group = (out / "group.md").read_text()
     assert "Rows not finished" in group and "| turn RAG, top 5 | sample-1 built; 1 of 3 questions answered" in group
 
+    # the first attempt ran on another machine: its calls replay at that machine's seconds, so it stays named
+    elsewhere = {"cpu": {"model": "Elsewhere CPU", "features": ["avx2"]}, "cores": 64}
+    assert record["machines"] == [record["machine"]]
+    (out / "unfinished" / "top5.json").write_text(json.dumps({**record, "machine": elsewhere, "machines": [elsewhere]}))
     monkeypatch.setattr(runner, "run_benchmark", real)
     assert [s.state for s in run_sweep(sweep, out)] == ["complete", "complete"]
     assert not (out / "unfinished" / "top5.json").exists() and "Rows not finished" not in (out / "group.md").read_text()
+    assert json.loads((out / "top5" / "metrics.json").read_text())["machine"]["earlier_attempts"] == [elsewhere]
+    assert "Elsewhere CPU (avx2; 64 cores) for top5 (in part)" in (out / "group.md").read_text()
 
 
 def test_the_status_of_a_row_stopped_in_a_build_says_how_far_the_build_got(tmp_path):
@@ -166,6 +172,29 @@ def test_a_stale_staging_folder_does_not_hide_a_record_that_got_further(tmp_path
     (staging / "predictions.jsonl.partial").write_text('{"question_id": "q1"}\n' * 3)  # a resumed run got further
     top5 = sweep_status(sweep, out)[1]
     assert (top5.answered, top5.detail) == (3, "3 of 3 questions on disk")
+
+
+def test_a_rows_progress_record_keeps_every_machine_its_attempts_ran_on(tmp_path, monkeypatch):
+    """Each attempt adds the machine it runs on to the record (a record older than ``machines``
+    names its last one, ``machine``); a record made with another config is not the row's history."""
+    import memlab.eval.machine as machine_module
+    from memlab.eval.sweep import attempt_machines, record_progress
+
+    out, staging = tmp_path / "out", tmp_path / "out" / ".top5.tmp-1"
+    staging.mkdir(parents=True)
+    (staging / "config.yaml").write_text("{}")
+    about = {"row": "top5", "config_sha256": "abc", "questions": {"sample-1": 3}}
+    old = {"cpu": {"model": "Old CPU", "features": ["avx2"]}, "cores": 2}
+    (out / "unfinished").mkdir()
+    (out / "unfinished" / "top5.json").write_text(json.dumps({**about, "machine": old}))
+    for model in ("New CPU", "New CPU", "Third CPU"):
+        monkeypatch.setattr(machine_module, "cpu_description", lambda model=model: {"model": model, "features": []})
+        record_progress(about, staging, out)
+    record = json.loads((out / "unfinished" / "top5.json").read_text())
+    assert [m["cpu"]["model"] for m in record["machines"]] == ["Old CPU", "New CPU", "Third CPU"]
+    assert record["machine"]["cpu"]["model"] == "Third CPU"
+    assert attempt_machines(out / "unfinished" / "top5.json", "another config") == []
+    assert attempt_machines(out / "unfinished" / "missing.json") == []
 
 
 @pytest.mark.slow
