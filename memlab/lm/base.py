@@ -166,7 +166,6 @@ class LM(CheckedArguments, ABC):
             hit = cache.get(self.name, request) if cache is not None else None
             if hit is not None:
                 results[i] = hit
-                self.usage.record(hit)
             else:
                 missing.append(i)
         step = max(1, self.requests_at_once)
@@ -179,8 +178,8 @@ class LM(CheckedArguments, ABC):
                 results[i] = completion
                 if cache is not None:
                     cache.put(self.name, requests[i], completion)
-                # counted as each round ends, not with the batch: a long batch's progress shows while it runs
-                self.usage.record(completion)
+        for completion in results:
+            self.usage.record(completion)
         return results  # type: ignore[return-value]
 
     def complete(self, prompt: str, **params: Any) -> str:

@@ -215,11 +215,8 @@ class _FailingOnLM(_CountingLM):
 def test_an_interrupted_batch_keeps_the_completions_of_finished_rounds(tmp_path):
     path = str(tmp_path / "lm.sqlite")
     prompts = ["a1", "b2", "c3", "d4", "e5"]
-    interrupted = _FailingOnLM(path, fail_on="e5", at_once=2)
     with pytest.raises(KeyboardInterrupt):
-        interrupted.generate([_request(p) for p in prompts])
-    # metered round by round, so a long batch's progress report counts the calls made so far
-    assert interrupted.usage.snapshot()["uncached_calls"] == 4
+        _FailingOnLM(path, fail_on="e5", at_once=2).generate([_request(p) for p in prompts])
     resumed = _CountingLM(cache=path)
     assert [c.cached for c in resumed.generate([_request(p) for p in prompts])] == [True] * 4 + [False]
     assert resumed.calls == 1
