@@ -37,11 +37,17 @@ def cpu_description(cpuinfo: str | None = None) -> dict[str, Any]:
             "features": [f for f in SPEED_FEATURES if f in flags] if flags else None}
 
 
+def machine_identity() -> dict[str, Any]:
+    """This machine as a speed figure names it: its CPU and the cores a run may use."""
+    return {"cpu": cpu_description(), "cores": available_cores()}
+
+
 def machine_info(lms: Iterable[LM]) -> dict[str, Any]:
-    """This machine and what runs each of ``lms`` (``LM.runtime``), keyed by the LM's repr
-    (not its ``name``, which hashes the model file: a retrieval-only run never resolves it)."""
+    """This machine (``machine_identity``) and what runs each of ``lms`` (``LM.runtime``), keyed
+    by the LM's repr (not its ``name``, which hashes the model file: a retrieval-only run never
+    resolves it)."""
     import torch
 
-    return {"cpu": cpu_description(), "cores": available_cores(), "platform": platform.platform(),
+    return {**machine_identity(), "platform": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__,
             "lms": {repr(lm): runtime for lm in lms if (runtime := lm.runtime())}}

@@ -439,16 +439,17 @@ def record_progress(about: Mapping[str, Any], staging: Path, out: Path) -> None:
     and ``machines``: every machine its attempts ran on), beside ``about`` the row (its ``row``
     name, ``config_sha256`` and ``questions`` per conversation). A record that cannot be made is
     logged; the run goes on."""
-    from memlab.eval.machine import cpu_description
+    from memlab.eval.machine import machine_identity
     from memlab.eval.progress import read_progress
     from memlab.fileio import write_json_atomic
 
     try:
-        machine = {"cpu": cpu_description(), "cores": os.cpu_count()}
+        machine = machine_identity()  # the finished run's metrics.json names it the same way
         path = out / UNFINISHED / f"{about['row']}.json"
+        machines = attempt_machines(path, about["config_sha256"])
         record = {**about, "attempt_started": _iso((staging / "config.yaml").stat().st_mtime),
                   "recorded": _iso(time.time()), "machine": machine,
-                  "machines": _with_machine(attempt_machines(path, about["config_sha256"]), machine),
+                  "machines": machines if machine in machines else [*machines, machine],
                   **read_progress(staging)}
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, record)
@@ -470,10 +471,6 @@ def attempt_machines(record: Path, config_sha256: str | None = None) -> list[dic
         return []
     machines = previous.get("machines") or ([previous["machine"]] if previous.get("machine") else [])
     return [m for m in machines if isinstance(m, dict)]
-
-
-def _with_machine(machines: list[dict[str, Any]], machine: dict[str, Any]) -> list[dict[str, Any]]:
-    return machines if machine in machines else [*machines, machine]
 
 
 def forget_finished(sweep: Sweep, statuses: Sequence[RowStatus], out: Path) -> None:
