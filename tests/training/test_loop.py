@@ -140,3 +140,16 @@ def test_stop_after_ends_the_run_early_on_the_whole_runs_schedule(tmp_path):
     assert not (tmp_path / "cut" / "state").exists()
     unboxed, _, _, _ = regression(tmp_path / "unboxed", scores, n_steps=10, eval_every=2, stop_after=20)
     assert "stopped_after" not in unboxed  # early stopping ended it, not the box
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU rule")
+def test_bf16_autocasts_on_a_cpu_only_where_it_has_bf16_kernels(monkeypatch, caplog):
+    """Emulated bf16 is several times slower than full precision (an AVX2 EPYC's answerer test
+    took 40 minutes in it): a CPU without avx512_bf16 trains in full precision, and says so."""
+    import memlab.eval.machine as machine
+
+    for features, expected in ((["avx2", "avx512f", "avx512_bf16"], "bf16"), (["avx2", "fma"], "no")):
+        monkeypatch.setattr(machine, "cpu_description", lambda features=features: {"model": "x", "features": features})
+        assert make_accelerator("bf16", cpu_bf16=True).mixed_precision == expected
+        assert make_accelerator("bf16").mixed_precision == "no"  # a small encoder's recipe: full precision anyway
+    assert "no bf16 kernels" in caplog.text
