@@ -51,17 +51,25 @@ class UsageMeter:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def record(self, completion: Completion) -> None:
+        self._add(completion, 1)
+
+    def forget(self, completion: Completion) -> None:
+        """Take back a ``record``: a failed batch's finished rounds, which the caller's retry
+        gets from the cache and records once more."""
+        self._add(completion, -1)
+
+    def _add(self, completion: Completion, sign: int) -> None:
         with self._lock:
             if completion.cached:
-                self.cached_calls += 1
+                self.cached_calls += sign
             else:
-                self.llm_calls += 1
-                self.latency_s += completion.latency_s
-            self.llm_seconds += completion.latency_s
+                self.llm_calls += sign
+                self.latency_s += sign * completion.latency_s
+            self.llm_seconds += sign * completion.latency_s
             # Tokens are counted for cached calls too: they measure the method's cost,
             # which must not depend on whether the cache was warm.
-            self.prompt_tokens += completion.prompt_tokens
-            self.completion_tokens += completion.completion_tokens
+            self.prompt_tokens += sign * completion.prompt_tokens
+            self.completion_tokens += sign * completion.completion_tokens
 
     def snapshot(self) -> dict[str, float]:
         with self._lock:
@@ -168,18 +176,28 @@ class LM(CheckedArguments, ABC):
                 results[i] = hit
             else:
                 missing.append(i)
-        step = max(1, self.requests_at_once)
-        for start in range(0, len(missing), step):
-            round_ = missing[start:start + step]
-            fresh = self._generate([requests[i] for i in round_])
-            if len(fresh) != len(round_):
-                raise LMError(f"{self.name}: backend returned {len(fresh)} completions for {len(round_)} requests")
-            for i, completion in zip(round_, fresh):
-                results[i] = completion
-                if cache is not None:
-                    cache.put(self.name, requests[i], completion)
-        for completion in results:
+        # Metered as each round ends, so a long batch's progress shows while it runs; a batch that
+        # fails takes its counts back, since a caller that asks again gets them from the cache.
+        counted = [c for c in results if c is not None]
+        for completion in counted:
             self.usage.record(completion)
+        step = max(1, self.requests_at_once)
+        try:
+            for start in range(0, len(missing), step):
+                round_ = missing[start:start + step]
+                fresh = self._generate([requests[i] for i in round_])
+                if len(fresh) != len(round_):
+                    raise LMError(f"{self.name}: backend returned {len(fresh)} completions for {len(round_)} requests")
+                for i, completion in zip(round_, fresh):
+                    results[i] = completion
+                    if cache is not None:
+                        cache.put(self.name, requests[i], completion)
+                    self.usage.record(completion)
+                    counted.append(completion)
+        except BaseException:
+            for completion in counted:
+                self.usage.forget(completion)
+            raise
         return results  # type: ignore[return-value]
 
     def complete(self, prompt: str, **params: Any) -> str:

@@ -220,3 +220,25 @@ def test_an_interrupted_batch_keeps_the_completions_of_finished_rounds(tmp_path)
     resumed = _CountingLM(cache=path)
     assert [c.cached for c in resumed.generate([_request(p) for p in prompts])] == [True] * 4 + [False]
     assert resumed.calls == 1
+
+
+class _WatchedLM(_FailingOnLM):
+    """Notes the meter's uncached calls as each round starts."""
+
+    def _generate(self, requests):
+        self.seen.append(self.usage.snapshot()["uncached_calls"])
+        return super()._generate(requests)
+
+
+def test_a_batch_is_metered_round_by_round_and_a_failed_one_is_counted_once_when_asked_again(tmp_path):
+    lm = _WatchedLM(str(tmp_path / "lm.sqlite"), fail_on="e5", at_once=2)
+    lm.seen = []
+    batch = [_request(p) for p in ["a1", "b2", "c3", "d4", "e5"]]
+    with pytest.raises(KeyboardInterrupt):
+        lm.generate(batch)
+    assert lm.seen == [0, 2, 4]  # the rounds that ended show while the batch runs
+    assert lm.usage.snapshot()["llm_calls"] == 0  # taken back with the failure
+    lm.fail_on = None
+    lm.generate(batch)  # a stage asks again: four from the cache, one new
+    usage = lm.usage.snapshot()
+    assert (usage["llm_calls"], usage["uncached_calls"]) == (5, 1)
